@@ -1,0 +1,110 @@
+"""``rynn-teleop``: the project's command line.
+
+    rynn-teleop urdf [--config OVERLAY.yaml] [--output FILE]
+    rynn-teleop params NODE           print NODE's parameter file with every key documented
+    rynn-teleop run NODE [NODE ...] [--duration S] [--config-dir DIR] [-p NODE.KEY=VALUE ...]
+    rynn-teleop demo [--duration S] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+import yaml
+
+from .errors import RynnTeleopError
+
+
+def _cmd_urdf(args: argparse.Namespace) -> int:
+    from .description.urdf_builder import build_urdf  # noqa: PLC0415
+
+    text = build_urdf(args.config)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _cmd_params(args: argparse.Namespace) -> int:
+    from .nodes import node_class  # noqa: PLC0415
+
+    sys.stdout.write(node_class(args.node).SCHEMA.to_yaml())
+    return 0
+
+
+def _parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        node, dot, param = key.partition(".")
+        if not sep or not dot:
+            raise RynnTeleopError(f"-p expects NODE.KEY=VALUE, got {item!r}")
+        out.setdefault(node, {})[param] = yaml.safe_load(value)
+    return out
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .runner import Composition  # noqa: PLC0415
+
+    with Composition(args.nodes, config_dir=args.config_dir, overrides=_parse_overrides(args.param)) as comp:
+        for node in comp.nodes:
+            node.get_logger().info("started")
+        comp.spin(args.duration)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    # The demo is self-contained: keep DDS on this machine unless told otherwise.
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from .demo import run_demo  # noqa: PLC0415
+
+    out = run_demo(duration=args.duration, out_dir=args.out)
+    print(out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rynn-teleop", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("urdf", help="print the robot's URDF")
+    p.add_argument("--config", help="YAML overriding urdf/robot.yaml (mounts, adapters, camera, limits)")
+    p.add_argument("--output", "-o", help="write to this file instead of standard output")
+    p.set_defaults(func=_cmd_urdf)
+
+    p = sub.add_parser("params", help="print a node's parameter file, every key documented")
+    p.add_argument("node")
+    p.set_defaults(func=_cmd_params)
+
+    p = sub.add_parser("run", help="run nodes in one process (no launch_ros needed)")
+    p.add_argument("nodes", nargs="+", help="node names (see the README's node table)")
+    p.add_argument("--duration", type=float, default=None, help="stop after S seconds (default: until Ctrl-C)")
+    p.add_argument("--config-dir", default=None, help="folder with <node>.yaml files (default: the package's config/)")
+    p.add_argument("-p", "--param", action="append", default=[], metavar="NODE.KEY=VALUE", help="override a parameter")
+    p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("demo", help="the most complete end-to-end run that needs no hardware")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds to run [s]")
+    p.add_argument("--out", default=None, help="output folder (default: a new folder under ./demo_runs)")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except RynnTeleopError as exc:
+        print(f"rynn-teleop: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

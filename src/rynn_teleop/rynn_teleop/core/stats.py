@@ -1,0 +1,42 @@
+"""Rate and latency statistics over a sliding window (ROS-free)."""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+
+class RateMeter:
+    """Events per second over the last ``window`` seconds, and latency percentiles.
+
+    Times are caller-supplied [s] (monotonic or ROS time), so tests can drive it.
+    """
+
+    def __init__(self, window: float = 5.0, max_samples: int = 10000) -> None:
+        self.window = window  # [s]
+        self._times: deque[float] = deque(maxlen=max_samples)
+        self._latencies: deque[float] = deque(maxlen=max_samples)
+        self.count = 0  # events since construction
+
+    def tick(self, now: float, latency: float | None = None) -> None:
+        """Record one event at ``now`` [s], optionally with its latency [s]."""
+        self._times.append(now)
+        if latency is not None:
+            self._latencies.append(latency)
+        self.count += 1
+
+    def rate(self, now: float) -> float:
+        """Events per second [Hz] in the window ending at ``now`` [s]."""
+        while self._times and self._times[0] < now - self.window:
+            self._times.popleft()
+        if len(self._times) < 2:
+            return 0.0
+        span = self._times[-1] - self._times[0]
+        return (len(self._times) - 1) / span if span > 0 else 0.0
+
+    def latency_percentiles(self, *q: float) -> tuple[float, ...]:
+        """Latency percentiles [s] (``q`` in 0..100) over recent samples; NaN if none."""
+        if not self._latencies:
+            return tuple(float("nan") for _ in q)
+        return tuple(float(v) for v in np.percentile(np.fromiter(self._latencies, float), q))

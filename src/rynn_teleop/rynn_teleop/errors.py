@@ -1,0 +1,63 @@
+"""Typed errors of rynn_teleop.
+
+Every error the stack raises on purpose derives from :class:`RynnTeleopError`,
+so callers (the runner, the CLI, node ``main`` functions) can catch one base
+class, print the message and exit non-zero instead of dumping a traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+class RynnTeleopError(Exception):
+    """Base class of every error raised deliberately by rynn_teleop."""
+
+
+class ConfigurationError(RynnTeleopError):
+    """A configuration file or value is missing or malformed."""
+
+
+class ParameterError(ConfigurationError):
+    """A node parameter is invalid, or a parameter file has an unknown key.
+
+    Attributes:
+        key: the parameter name the message is about.
+    """
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class FrameNotFoundError(RynnTeleopError, KeyError):
+    """A frame name is not part of the robot description.
+
+    Attributes:
+        frame: the name that was asked for.
+        known: every frame name the description has.
+    """
+
+    def __init__(self, frame: str, known: Iterable[str]) -> None:
+        self.frame = frame
+        self.known = tuple(known)
+        super().__init__(f"unknown frame {frame!r}; known frames: {', '.join(self.known)}")
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return self.args[0]
+
+
+class JointNotFoundError(RynnTeleopError, KeyError):
+    """A joint name is not one of the robot's actuated joints."""
+
+    def __init__(self, joint: str, known: Iterable[str]) -> None:
+        self.joint = joint
+        self.known = tuple(known)
+        super().__init__(f"unknown joint {joint!r}; known joints: {', '.join(self.known)}")
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class HardwareUnavailableError(RynnTeleopError):
+    """A real backend's device, runtime or vendor SDK is missing."""

@@ -1,0 +1,29 @@
+"""Thin ROS 2 nodes: parameters, message <-> numpy conversion, publishing.
+
+:data:`REGISTRY` maps each node's name (its executable, its YAML file
+``config/<name>.yaml`` and its default ROS node name) to its class. The
+console scripts in ``setup.py`` and the README's node table list the same
+names; a test keeps the three in step.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+REGISTRY: dict[str, str] = {
+    "robot_description": "rynn_teleop.nodes.robot_description:RobotDescriptionNode",
+    "joint_sweep": "rynn_teleop.nodes.joint_sweep:JointSweepNode",
+    "robot_markers": "rynn_teleop.nodes.robot_markers:RobotMarkersNode",
+}
+
+
+def node_class(name: str):
+    """The node class registered under ``name`` (imports rclpy)."""
+    from ..errors import ConfigurationError  # noqa: PLC0415
+
+    try:
+        target = REGISTRY[name]
+    except KeyError:
+        raise ConfigurationError(f"unknown node {name!r}; known nodes: {', '.join(REGISTRY)}") from None
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)

@@ -1,0 +1,81 @@
+"""joint_sweep node: a limit-respecting test pattern on /joint_states.
+
+Moves the selected joint groups through smooth sinusoids inside their
+position, velocity, acceleration and jerk limits (``core.joint_sweep``) and
+holds the others at the neutral posture. For checking the description in
+RViz, the marker publisher and the world model's conditioning without
+hardware; never run it beside real drivers (both would publish /joint_states).
+
+Topics:
+    /joint_states  sensor_msgs/JointState (54 joints, canonical order), reliable
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sensor_msgs.msg import JointState
+
+from ..core.joint_sweep import JointSweep
+from ..core.params import STR_LIST, Param, ParamSchema
+from ..core.robot_model import GROUPS
+from .base import TeleopNode, run_single
+from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
+
+GROUP_NAMES = ("left_arm", "right_arm", "left_hand", "right_hand")
+
+
+class JointSweepNode(TeleopNode):
+    SCHEMA = ParamSchema(
+        "joint_sweep",
+        [
+            DESCRIPTION_OVERLAY,
+            Param("rate_hz", float, 100.0, "publication rate", "Hz", min=1.0, max=1000.0),
+            Param("period_s", float, 8.0, "sweep period", "s", min=0.5, max=600.0, dynamic=True),
+            Param("amplitude_fraction", float, 0.5, "fraction of each joint's position range swept", min=0.01, max=1.0),
+            Param("limit_margin", float, 0.9, "fraction of the velocity/acceleration/jerk limits used", min=0.05, max=1.0),
+            Param("groups", STR_LIST, list(GROUP_NAMES), "joint groups that move (others hold)", choices=GROUP_NAMES),
+            Param("topic", str, "/joint_states", "output topic"),
+        ],
+    )
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        p = self.params
+        self.robot = robot_from_overlay(p["description_overlay"])
+        self._moving = np.zeros(len(self.robot.joint_names), dtype=bool)
+        for g in p["groups"]:
+            self._moving[getattr(GROUPS, g)] = True
+        self._hold = self.robot.neutral()
+        self._build_sweep(p["period_s"])
+        self._pub = self.create_publisher(JointState, p["topic"], 10)
+        self._t0 = self.now_s()
+        self._timer = self.create_timer(1.0 / p["rate_hz"], self._tick)
+        self.add_post_set_parameters_callback(self._on_params)
+
+    def _build_sweep(self, period: float) -> None:
+        limits = self.robot.limits[self._moving]
+        self.sweep = JointSweep(
+            limits, period, self.params["amplitude_fraction"], self.params["limit_margin"], center=self._hold[self._moving]
+        )
+
+    def _on_params(self, params) -> None:
+        for prm in params:
+            if prm.name == "period_s":
+                self.params["period_s"] = prm.value
+                self._build_sweep(prm.value)
+
+    def _tick(self) -> None:
+        now = self.get_clock().now()
+        state = self.sweep.sample(now.nanoseconds * 1e-9 - self._t0)
+        q = self._hold.copy()
+        v = np.zeros_like(q)
+        q[self._moving] = state.position
+        v[self._moving] = state.velocity
+        msg = JointState(name=list(self.robot.joint_names), position=q.tolist(), velocity=v.tolist())
+        msg.header.stamp = now.to_msg()
+        self._pub.publish(msg)
+        self.meter("joint_states").tick(now.nanoseconds * 1e-9)
+
+
+def main(args=None) -> int:
+    return run_single(JointSweepNode, args)

@@ -1,0 +1,41 @@
+"""Test-session hygiene for every test that starts rclpy.
+
+* DDS discovery stays on loopback (ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST);
+  a run without it refuses to start rather than multicast on the network.
+* Each test that needs ROS gets its own ROS_DOMAIN_ID (fixture
+  ``ros_domain_id``), so contexts of different tests never see each other.
+* ROS logs go to a temporary folder.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+
+import pytest
+
+if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") != "LOCALHOST":
+    raise pytest.UsageError(
+        "set ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (and a ROS_DOMAIN_ID) before running the tests; "
+        "scripts/test.sh does this"
+    )
+os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rynn_teleop_roslog_"))
+
+_BASE_DOMAIN = int(os.environ.get("ROS_DOMAIN_ID", "42"))
+_domains = itertools.count(1)
+
+
+@pytest.fixture
+def ros_domain_id() -> int:
+    """A ROS domain id no other test of this session uses (Fast DDS allows 0-232)."""
+    return (_BASE_DOMAIN + next(_domains)) % 200 + 1
+
+
+@pytest.fixture
+def ros_env(ros_domain_id: int) -> dict[str, str]:
+    """Environment for a subprocess that starts rclpy, on its own domain."""
+    env = dict(os.environ)
+    env["ROS_DOMAIN_ID"] = str(ros_domain_id)
+    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    return env

@@ -1,0 +1,53 @@
+"""config/*.yaml, the node registry, setup.py and the README stay in step."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from rynn_teleop.nodes import REGISTRY, node_class
+from rynn_teleop.paths import share_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_config_file_declares_exactly_the_schema(name):
+    schema = node_class(name).SCHEMA
+    assert schema.node_name == name
+    path = share_dir() / "config" / f"{name}.yaml"
+    values = schema.load_yaml(path)  # raises on unknown keys or bad values
+    import yaml
+
+    raw = yaml.safe_load(path.read_text())[name]["ros__parameters"]
+    assert set(raw) == set(schema.params), f"{path} must list every parameter of {name}"
+    assert set(values) == set(schema.params)
+
+
+def test_every_config_file_belongs_to_a_node():
+    for path in (share_dir() / "config").glob("*.yaml"):
+        assert path.stem in REGISTRY, f"{path.name} has no node in rynn_teleop.nodes.REGISTRY"
+
+
+def test_console_scripts_match_registry():
+    tree = ast.parse((ROOT / "src" / "rynn_teleop" / "setup.py").read_text())
+    nodes = next(
+        ast.literal_eval(n.value) for n in ast.walk(tree)
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "NODES"
+    )
+    assert set(nodes) == set(REGISTRY)
+    for name, target in nodes.items():
+        module = target.split(":")[0]
+        assert REGISTRY[name].startswith(module + ":"), name
+
+
+def test_readme_node_table_lists_every_node():
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Nodes", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M))
+    assert listed == set(REGISTRY)
+    for name in REGISTRY:
+        assert f"config/{name}.yaml" in table
