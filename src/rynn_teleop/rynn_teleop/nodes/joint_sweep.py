@@ -30,7 +30,7 @@ class JointSweepNode(TeleopNode):
         [
             DESCRIPTION_OVERLAY,
             Param("rate_hz", float, 100.0, "publication rate", "Hz", min=1.0, max=1000.0),
-            Param("period_s", float, 8.0, "sweep period", "s", min=0.5, max=600.0, dynamic=True),
+            Param("period_s", float, 8.0, "sweep period", "s", min=0.5, max=600.0),
             Param("amplitude_fraction", float, 0.5, "fraction of each joint's position range swept", min=0.01, max=1.0),
             Param("limit_margin", float, 0.9, "fraction of the velocity/acceleration/jerk limits used", min=0.05, max=1.0),
             Param("groups", STR_LIST, list(GROUP_NAMES), "joint groups that move (others hold)", choices=GROUP_NAMES),
@@ -46,23 +46,13 @@ class JointSweepNode(TeleopNode):
         for g in p["groups"]:
             self._moving[getattr(GROUPS, g)] = True
         self._hold = self.robot.neutral()
-        self._build_sweep(p["period_s"])
+        self.sweep = JointSweep(
+            self.robot.limits[self._moving], p["period_s"], p["amplitude_fraction"], p["limit_margin"],
+            center=self._hold[self._moving],
+        )
         self._pub = self.create_publisher(JointState, p["topic"], 10)
         self._t0 = self.now_s()
         self._timer = self.create_timer(1.0 / p["rate_hz"], self._tick)
-        self.add_post_set_parameters_callback(self._on_params)
-
-    def _build_sweep(self, period: float) -> None:
-        limits = self.robot.limits[self._moving]
-        self.sweep = JointSweep(
-            limits, period, self.params["amplitude_fraction"], self.params["limit_margin"], center=self._hold[self._moving]
-        )
-
-    def _on_params(self, params) -> None:
-        for prm in params:
-            if prm.name == "period_s":
-                self.params["period_s"] = prm.value
-                self._build_sweep(prm.value)
 
     def _tick(self) -> None:
         now = self.get_clock().now()
