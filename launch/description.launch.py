@@ -9,6 +9,9 @@
 - sweep:=true moves every joint through a limit-respecting test pattern
   (never together with real drivers: both publish /joint_states).
 Parameters come from config/<node>.yaml in the package share directory.
+Non-hardware nodes respawn after 2 s (a node refusing a bad parameter file
+therefore retries every 2 s and prints its reason each time; Humble's
+launch_ros has no respawn_max_retries).
 """
 
 from launch import LaunchDescription
@@ -37,6 +40,8 @@ def generate_launch_description():
             DeclareLaunchArgument("sweep", default_value="false", description="publish the joint test pattern on /joint_states"),
             DeclareLaunchArgument("markers", default_value="true", description="publish the robot geometry as a MarkerArray"),
             DeclareLaunchArgument("rviz", default_value="false", description="start RViz"),
+            # Other packages' nodes first: if one is missing, launch aborts before ours start.
+            Node(package="rviz2", executable="rviz2", condition=IfCondition(LaunchConfiguration("rviz"))),
             Node(
                 package="robot_state_publisher",
                 executable="robot_state_publisher",
@@ -45,7 +50,8 @@ def generate_launch_description():
             ),
             Node(
                 package=PKG, executable="robot_description", parameters=[_config("robot_description")],
-                condition=UnlessCondition(LaunchConfiguration("robot_state_publisher")), respawn=True,
+                condition=UnlessCondition(LaunchConfiguration("robot_state_publisher")),
+                respawn=True, respawn_delay=2.0,
             ),
             Node(
                 package=PKG, executable="joint_sweep", parameters=[_config("joint_sweep")],
@@ -53,8 +59,8 @@ def generate_launch_description():
             ),
             Node(
                 package=PKG, executable="robot_markers", parameters=[_config("robot_markers")],
-                condition=IfCondition(LaunchConfiguration("markers")), respawn=True,
+                condition=IfCondition(LaunchConfiguration("markers")),
+                respawn=True, respawn_delay=2.0,
             ),
-            Node(package="rviz2", executable="rviz2", condition=IfCondition(LaunchConfiguration("rviz"))),
         ]
     )
