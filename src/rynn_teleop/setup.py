@@ -39,6 +39,7 @@ setup(
         ("share/" + PACKAGE + "/urdf", _data("urdf", "*.urdf") + _data("urdf", "*.yaml")),
     ],
     install_requires=["setuptools"],
+    extras_require={"test": ["pytest", "hypothesis"]},
     zip_safe=True,
     maintainer="rynn_teleop developers",
     maintainer_email="rynn-teleop@example.com",
