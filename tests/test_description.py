@@ -56,7 +56,7 @@ def test_required_links_exist(urdf):
 
 def test_limits_match_the_hardware_facts():
     lim = RobotModel.default().limits
-    for k, side in enumerate(("left", "right")):
+    for k in range(2):  # left, right
         arm = slice(7 * k, 7 * k + 7)
         np.testing.assert_allclose(np.degrees(lim.lower[arm]), [lo for lo, _ in ARM_LIMITS_DEG], atol=1e-9)
         np.testing.assert_allclose(np.degrees(lim.upper[arm]), [hi for _, hi in ARM_LIMITS_DEG], atol=1e-9)
