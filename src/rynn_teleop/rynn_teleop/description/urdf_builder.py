@@ -201,7 +201,7 @@ class _UrdfWriter:
     def link(self, name: str, shapes: Sequence[tuple[str, Origin, dict[str, float]]], mass: float, material: str) -> None:
         """Add a link; ``shapes`` are (kind, origin, dims) with kind box/cylinder/sphere.
 
-        The inertial is that of the first (largest) shape, solid, of ``mass`` [kg].
+        The inertial is that of the first shape, taken as a solid of ``mass`` [kg].
         """
         link = ET.SubElement(self.robot, "link", name=name)
         if shapes:
@@ -286,7 +286,7 @@ def build_urdf(overlay: str | Path | Mapping[str, Any] | None = None) -> str:
     w = _UrdfWriter(str(cfg["name"]))
 
     torso = Origin(tuple(cfg["torso"]["xyz"]), tuple(cfg["torso"]["rpy"]))
-    stand_h = max(float(torso.xyz[2]), 0.1)
+    stand_h = max(float(torso.xyz[2]), 0.3)  # the stand column below torso_link [m]
     w.link("base_link", [_box(Origin((0.0, 0.0, 0.1)), (0.6, 0.5, 0.2))], 40.0, "base_dark")
     w.joint("torso_joint", "fixed", "base_link", "torso_link", torso)
     w.link(
