@@ -22,7 +22,7 @@ def test_sweep_respects_every_limit(period, fraction, margin):
     t = np.arange(0, period, dt)
     q = np.stack([sweep.sample(ti).position for ti in t])
     assert np.all(q >= lim.lower - 1e-12) and np.all(q <= lim.upper + 1e-12)
-    v, a = np.gradient(q, dt, axis=0), None
+    v = np.gradient(q, dt, axis=0)
     a = np.gradient(v, dt, axis=0)
     j = np.gradient(a, dt, axis=0)
     tol = 1.02  # finite-difference error

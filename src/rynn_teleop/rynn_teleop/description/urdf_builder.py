@@ -374,9 +374,3 @@ def _add_hand(w: _UrdfWriter, side: str, table: Mapping[str, Any]) -> None:
         w.joint(f"{side}_finger{f}_tip_fixed", "fixed", parent, f"{side}_finger{f}_tip_link", Origin(tuple(finger["tip"])))
         w.link(f"{side}_finger{f}_tip_link", [], 0.0, "hand_white")
 
-
-def write_default_urdf(path: str | Path | None = None) -> Path:
-    """Regenerate ``urdf/rynn_m6_wuji.urdf`` (or ``path``) with the default parameters."""
-    out = Path(path) if path is not None else urdf_file(DEFAULT_URDF_NAME)
-    out.write_text(build_urdf(), encoding="utf-8")
-    return out
