@@ -1,0 +1,253 @@
+"""Dual-arm teleoperation controller: operator poses -> IK -> Ruckig (ROS-free).
+
+One :meth:`ArmTeleop.step` per control cycle (200 Hz in the node):
+
+1. per side, the newest operator wrist pose (wrist-in-chest) is checked for
+   freshness; while the clutch is engaged and it is fresh it is mapped into
+   the torso frame (:class:`~.calibration.Calibration`), composed with the
+   clutch offset (:class:`~.clutch.Clutch`) and solved by
+   :class:`~.arm_ik.ArmIK` (warm start: the previous solution), the
+   upper-arm tracker steering the elbow;
+2. the 14 IK solutions are the targets of one
+   :class:`~.motion.JerkLimitedFollower`; a side whose target is stale or
+   disengaged brakes to a stop instead;
+3. the follower's state is the command (position and velocity).
+
+Bad input never reaches the robot: non-finite or non-rigid poses are
+rejected at :meth:`ArmTeleop.set_operator` (counted, the last good target
+kept); an unreachable target yields the nearest reachable solution and the
+side's ``unreachable`` flag.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from ..errors import ConfigurationError
+from .arm_ik import ArmIK, IKResult, IKSettings
+from .calibration import SIDES, Calibration, calibrate
+from .clutch import Clutch
+from .motion import JerkLimitedFollower, MotionState
+from .robot_model import GROUPS, N_ARM, JointLimits, RobotModel, arm_joint_names
+from .transforms import is_rigid
+
+
+class ArmTeleopSettings(NamedTuple):
+    """Tuning of :class:`ArmTeleop`."""
+
+    rate_hz: float = 200.0  # [Hz] control rate (Ruckig cycle time 1 / rate_hz)
+    stale_timeout: float = 0.1  # [s] an operator pose older than this is stale: the side brakes
+    unreachable_position: float = 0.005  # [m] IK position error above which the target counts as unreachable
+    unreachable_orientation: float = 0.035  # [rad] same for orientation (2 deg)
+    target_margin: float = 0.02  # [rad] Ruckig targets stay this far inside the position limits
+
+
+class OperatorSample(NamedTuple):
+    """Newest operator input of one side."""
+
+    wrist: np.ndarray  # (4, 4) wrist tracker in the chest frame
+    elbow: np.ndarray | None  # (3,) upper-arm tracker position in the chest frame [m]
+    stamp: float  # [s] capture time
+
+
+@dataclass
+class SideState:
+    """Per-side status for diagnostics."""
+
+    active: bool = False  # following a fresh target this cycle
+    stale: bool = True  # no fresh operator pose
+    unreachable: bool = False  # last IK result outside the unreachable thresholds
+    rejected: int = 0  # operator poses rejected (NaN, inf, not rigid)
+    unreachable_count: int = 0  # IK solves flagged unreachable
+    stale_events: int = 0  # fresh -> stale transitions
+    last_ik: IKResult | None = None
+    q_goal: np.ndarray = field(default_factory=lambda: np.zeros(N_ARM))  # last IK solution [rad]
+    solved_stamp: float = float("nan")  # stamp of the operator sample the last IK solved
+
+
+class ArmCommand(NamedTuple):
+    """Output of one control cycle."""
+
+    state: MotionState  # 14 arm joints, canonical order (left then right)
+    source_stamp: float  # [s] newest operator sample stamp used this cycle (NaN if none)
+    ik_time: float  # [s] wall time spent in IK this cycle
+
+
+class ArmTeleop:
+    """Operator wrist poses in, jerk-limited 14-joint arm commands out."""
+
+    def __init__(
+        self,
+        robot: RobotModel,
+        home: np.ndarray,
+        limits: JointLimits,
+        *,
+        settings: ArmTeleopSettings = ArmTeleopSettings(),
+        ik_settings: IKSettings = IKSettings(),
+        calibration: Calibration | None = None,
+    ) -> None:
+        """
+        Args:
+            robot: the whole robot's model.
+            home: (14,) home posture [rad], the calibration reference (left arm, then right).
+            limits: (14-joint) motion limits for Ruckig (position limits are the robot's;
+                velocity/acceleration/jerk usually scaled down from the robot's).
+            settings, ik_settings: tuning.
+            calibration: operator-to-robot calibration (default: uncalibrated; engaging is then refused).
+        """
+        self.robot = robot
+        self.settings = settings
+        self.joint_names = arm_joint_names("left") + arm_joint_names("right")
+        self.home = np.asarray(home, dtype=float)
+        arm_limits = robot.limits[np.r_[GROUPS.left_arm, GROUPS.right_arm]]
+        if self.home.shape != (2 * N_ARM,) or not arm_limits.within(self.home):
+            raise ConfigurationError(
+                f"home must be 14 joint positions within the arm limits; got {np.round(self.home, 3).tolist()}"
+            )
+        self.ik = {s: ArmIK(robot, s, settings=ik_settings) for s in SIDES}
+        self._slices = {"left": slice(0, N_ARM), "right": slice(N_ARM, 2 * N_ARM)}
+        self.follower = JerkLimitedFollower(limits, 1.0 / settings.rate_hz, target_margin=settings.target_margin)
+        self.calibration = calibration or Calibration()
+        self.clutch = Clutch(SIDES)
+        self.sides = {s: SideState() for s in SIDES}
+        self._operator: dict[str, OperatorSample] = {}
+        self.reset(self.home)
+
+    # ------------------------------------------------------------------ state
+    def reset(self, position: np.ndarray) -> None:
+        """Restart from ``position`` (14,) [rad] at rest (e.g. the measured joint state)."""
+        self.follower.reset(position)
+        for s in SIDES:
+            self.sides[s].q_goal = self.follower.state.position[self._slices[s]].copy()
+            self.sides[s].solved_stamp = float("nan")
+
+    def commanded_hand_pose(self, side: str) -> np.ndarray:
+        """(4, 4) pose of the hand at the current command, torso frame."""
+        return self.ik[side].forward(self.follower.state.position[self._slices[side]])
+
+    # ------------------------------------------------------------------ input
+    def set_operator(self, side: str, wrist: np.ndarray, elbow: np.ndarray | None, stamp: float) -> bool:
+        """Store the newest operator pose of ``side``; False (counted) if rejected.
+
+        Args:
+            wrist: (4, 4) wrist tracker pose in the chest tracker frame.
+            elbow: (3,) upper-arm tracker position in the chest frame [m] or None.
+            stamp: capture time [s].
+        """
+        st = self.sides[side]
+        wrist = np.asarray(wrist, dtype=float)
+        ok = wrist.shape == (4, 4) and is_rigid(wrist, 1e-3) and np.isfinite(stamp)
+        if elbow is not None:
+            elbow = np.asarray(elbow, dtype=float)
+            if elbow.shape != (3,) or not np.all(np.isfinite(elbow)):
+                elbow = None  # the hint is optional: keep the wrist, drop the hint
+        if not ok:
+            st.rejected += 1
+            return False
+        self._operator[side] = OperatorSample(wrist, elbow, float(stamp))
+        return True
+
+    def operator(self, side: str) -> OperatorSample | None:
+        return self._operator.get(side)
+
+    # ------------------------------------------------------------------ clutch and calibration
+    def engage(self) -> tuple[bool, str]:
+        """Engage the clutch (offsets captured at each side's next fresh target)."""
+        if self.calibration.is_default:
+            return False, "not calibrated: call calibrate first (operator in the calibration posture)"
+        self.clutch.engage()
+        return True, "engaged"
+
+    def disengage(self) -> tuple[bool, str]:
+        """Disengage: both arms brake to a stop."""
+        self.clutch.disengage()
+        return True, "disengaged"
+
+    def robot_home_points(self) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Robot hand poses (4, 4) and upper-arm midpoints (3,) at home, torso frame."""
+        q = self.robot.neutral()
+        q[GROUPS.left_arm] = self.home[: N_ARM]
+        q[GROUPS.right_arm] = self.home[N_ARM:]
+        hands, elbows = {}, {}
+        for s in SIDES:
+            ik = self.ik[s]
+            hands[s] = ik.forward(self.home[self._slices[s]])
+            shoulder, elbow = self.robot.forward_kinematics(
+                q, [f"{s}_arm_link2", ik.elbow_frame], base=ik.base_frame
+            )[:, :3, 3]
+            elbows[s] = 0.5 * (shoulder + elbow)
+        return hands, elbows
+
+    def calibrate(self, now: float) -> Calibration:
+        """Capture the calibration from the current (fresh) operator poses.
+
+        The clutch is disengaged (the mapping changes). Raises
+        ConfigurationError when a pose is missing or stale or the posture is
+        not the calibration posture.
+        """
+        wrists, elbows = {}, {}
+        for s in SIDES:
+            sample = self._operator.get(s)
+            if sample is None or not self._fresh(sample, now):
+                raise ConfigurationError(f"cannot calibrate: no fresh {s} wrist pose (trackers tracking?)")
+            if sample.elbow is None:
+                raise ConfigurationError(f"cannot calibrate: no fresh {s} upper-arm tracker pose")
+            wrists[s], elbows[s] = sample.wrist, sample.elbow
+        hands, robot_elbows = self.robot_home_points()
+        cal = calibrate(wrists, elbows, hands, robot_elbows)
+        self.clutch.disengage()
+        self.calibration = cal
+        return cal
+
+    # ------------------------------------------------------------------ cycle
+    def _fresh(self, sample: OperatorSample, now: float) -> bool:
+        return now - sample.stamp <= self.settings.stale_timeout
+
+    def step(self, now: float) -> ArmCommand:
+        """One control cycle at time ``now`` [s]; returns the 14-joint command."""
+        goal = np.empty(2 * N_ARM)
+        active = np.zeros(2 * N_ARM, dtype=bool)
+        source_stamp = float("nan")
+        ik_time = 0.0
+        for side in SIDES:
+            st = self.sides[side]
+            sl = self._slices[side]
+            sample = self._operator.get(side)
+            fresh = sample is not None and self._fresh(sample, now)
+            if st.stale is False and not fresh:
+                st.stale_events += 1
+            st.stale = not fresh
+            st.active = bool(fresh and self.clutch.engaged)
+            if not st.active:
+                if not self.clutch.engaged:
+                    st.solved_stamp = float("nan")
+                goal[sl] = self.follower.state.position[sl]
+                continue
+            if sample.stamp != st.solved_stamp:
+                t0 = time.perf_counter()
+                if self.clutch.offset(side) is None:  # first target after engaging: start from the command
+                    st.q_goal = self.follower.state.position[sl].copy()
+                mapped = self.calibration.map_wrist(side, sample.wrist)
+                target = self.clutch.apply(side, mapped, self.commanded_hand_pose(side))
+                hint = None
+                if sample.elbow is not None:
+                    hint = self.clutch.apply_point(side, self.calibration.map_elbow(side, sample.elbow))
+                result = self.ik[side].solve(target, st.q_goal, hint)
+                ik_time += time.perf_counter() - t0
+                st.last_ik = result
+                st.q_goal = result.q
+                st.solved_stamp = sample.stamp
+                st.unreachable = (
+                    result.position_error > self.settings.unreachable_position
+                    or result.orientation_error > self.settings.unreachable_orientation
+                )
+                st.unreachable_count += int(st.unreachable)
+            goal[sl] = st.q_goal
+            active[sl] = True
+            source_stamp = sample.stamp if np.isnan(source_stamp) else max(source_stamp, sample.stamp)
+        state = self.follower.step(goal, active)
+        return ArmCommand(state, source_stamp, ik_time)

@@ -1,0 +1,224 @@
+"""Operator-to-robot calibration (ROS-free).
+
+The operator stands in the calibration pose (upper arms down, elbows bent
+90 degrees, forearms forward, palms facing each other: the robot's home
+posture) and the poses of the wrist and upper-arm trackers in the chest
+tracker's frame are captured. Matched against the robot's home hand and
+upper-arm points in the torso frame, they fix:
+
+* the chest-to-torso alignment and the arm-length scale: the similarity
+  (rotation, translation, uniform scale) that best maps the four operator
+  points (two wrists, two upper-arm trackers) onto the robot's (Umeyama
+  least squares), so neither the chest tracker's mounting nor the tracking
+  world's axes need to be known;
+* per side, the wrist offsets: the rotation taking the aligned wrist
+  tracker's orientation to the robot hand's home orientation, and the
+  position residual of the fit, so the home pose maps exactly onto the
+  robot's home.
+
+Mapping an operator wrist pose ``T_chest_wrist`` then gives the robot hand
+target in the torso frame::
+
+    p = s * R @ p_wrist + t + dp_side
+    R_hand = R @ R_wrist @ R_offset_side
+
+The result is saved as YAML (``save``/``load``) and loaded at the next start.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import yaml
+
+from ..errors import ConfigurationError
+from .transforms import Similarity, fit_similarity, is_rigid, make_transform
+
+SIDES = ("left", "right")
+FORMAT_VERSION = 1
+
+
+@dataclass
+class Calibration:
+    """Chest-to-torso alignment, arm-length scale and per-side wrist offsets."""
+
+    rotation: np.ndarray = field(default_factory=lambda: np.eye(3))  # chest -> torso (3, 3)
+    translation: np.ndarray = field(default_factory=lambda: np.zeros(3))  # [m], torso frame
+    scale: float = 1.0  # [-] robot length per operator length
+    wrist_rotation: dict[str, np.ndarray] = field(default_factory=lambda: {s: np.eye(3) for s in SIDES})
+    wrist_position: dict[str, np.ndarray] = field(default_factory=lambda: {s: np.zeros(3) for s in SIDES})  # [m]
+    elbow_position: dict[str, np.ndarray] = field(default_factory=lambda: {s: np.zeros(3) for s in SIDES})  # [m]
+    fit_residual: float = 0.0  # [m] RMS distance of the four points after the similarity fit
+    created: str = ""  # ISO 8601 time of capture
+    is_default: bool = True  # False once captured or loaded
+
+    @property
+    def similarity(self) -> Similarity:
+        return Similarity(self.rotation, self.translation, self.scale)
+
+    # ------------------------------------------------------------------ mapping
+    def map_wrist(self, side: str, T_chest_wrist: np.ndarray) -> np.ndarray:
+        """Operator wrist pose in the chest frame -> robot hand target (4, 4) in the torso frame."""
+        p = self.scale * self.rotation @ T_chest_wrist[:3, 3] + self.translation + self.wrist_position[side]
+        R = self.rotation @ T_chest_wrist[:3, :3] @ self.wrist_rotation[side]
+        return make_transform(p, R)
+
+    def map_elbow(self, side: str, p_chest: np.ndarray) -> np.ndarray:
+        """Operator upper-arm tracker position in the chest frame -> robot upper-arm point [m] (torso)."""
+        return self.scale * self.rotation @ np.asarray(p_chest) + self.translation + self.elbow_position[side]
+
+    # ------------------------------------------------------------------ YAML
+    def to_dict(self) -> dict[str, Any]:
+        def vec(v):
+            return [float(x) for x in np.ravel(v)]
+
+        return {
+            "format_version": FORMAT_VERSION,
+            "created": self.created,
+            "alignment": {
+                "rotation": [vec(r) for r in self.rotation],
+                "translation": vec(self.translation),
+                "scale": float(self.scale),
+                "fit_residual": float(self.fit_residual),
+            },
+            "wrist_offsets": {
+                s: {"rotation": [vec(r) for r in self.wrist_rotation[s]], "position": vec(self.wrist_position[s])}
+                for s in SIDES
+            },
+            "elbow_offsets": {s: vec(self.elbow_position[s]) for s in SIDES},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "calibration") -> "Calibration":
+        """Inverse of :meth:`to_dict`; ConfigurationError naming the bad entry."""
+        try:
+            if data.get("format_version") != FORMAT_VERSION:
+                raise ValueError(f"format_version must be {FORMAT_VERSION}, got {data.get('format_version')!r}")
+            al = data["alignment"]
+            rotation = _rotation(al["rotation"], "alignment.rotation")
+            translation = _vector(al["translation"], "alignment.translation")
+            scale = float(al["scale"])
+            if not (np.isfinite(scale) and 0.2 <= scale <= 5.0):
+                raise ValueError(f"alignment.scale must be within 0.2..5, got {scale}")
+            wo = data["wrist_offsets"]
+            eo = data["elbow_offsets"]
+            return cls(
+                rotation=rotation,
+                translation=translation,
+                scale=scale,
+                wrist_rotation={s: _rotation(wo[s]["rotation"], f"wrist_offsets.{s}.rotation") for s in SIDES},
+                wrist_position={s: _vector(wo[s]["position"], f"wrist_offsets.{s}.position") for s in SIDES},
+                elbow_position={s: _vector(eo[s], f"elbow_offsets.{s}") for s in SIDES},
+                fit_residual=float(al.get("fit_residual", 0.0)),
+                created=str(data.get("created", "")),
+                is_default=False,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            what = f"missing key {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise ConfigurationError(f"{source}: invalid calibration: {what}") from None
+
+    def save(self, path: str | Path) -> Path:
+        """Write the YAML file (parent folders created); returns the path."""
+        path = Path(path).expanduser()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(path.suffix + ".tmp")
+            header = "# rynn_teleop operator calibration (arm_ik ~/calibrate). Units: m, rotation matrices.\n"
+            tmp.write_text(header + yaml.safe_dump(self.to_dict(), sort_keys=False), encoding="utf-8")
+            tmp.replace(path)
+        except OSError as exc:
+            raise ConfigurationError(f"cannot write calibration file {path}: {exc}") from exc
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Calibration":
+        path = Path(path).expanduser()
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigurationError(f"cannot read calibration file {path}: {exc}") from exc
+        if not isinstance(data, Mapping):
+            raise ConfigurationError(f"{path}: invalid calibration: not a mapping")
+        return cls.from_dict(data, str(path))
+
+
+def calibrate(
+    operator_wrists: Mapping[str, np.ndarray],
+    operator_elbows: Mapping[str, np.ndarray],
+    robot_hands: Mapping[str, np.ndarray],
+    robot_elbows: Mapping[str, np.ndarray],
+    *,
+    max_residual: float = 0.10,
+) -> Calibration:
+    """Capture a calibration from the operator's pose in the calibration posture.
+
+    Args:
+        operator_wrists: side -> (4, 4) wrist tracker pose in the chest tracker frame.
+        operator_elbows: side -> (3,) upper-arm tracker position in the chest frame [m].
+        robot_hands: side -> (4, 4) robot hand (IK tip) pose at home, torso frame.
+        robot_elbows: side -> (3,) robot point matching the upper-arm tracker at home [m].
+        max_residual: largest RMS point distance accepted after the fit [m]; a
+            larger one means the operator was not in the calibration posture.
+    Raises:
+        ConfigurationError naming the problem (non-finite or degenerate input,
+        a posture that does not match the robot's).
+    """
+    for name, group, shape in (
+        ("operator wrist", operator_wrists, (4, 4)),
+        ("operator upper-arm", operator_elbows, (3,)),
+        ("robot hand", robot_hands, (4, 4)),
+        ("robot upper-arm", robot_elbows, (3,)),
+    ):
+        for s in SIDES:
+            if s not in group:
+                raise ConfigurationError(f"calibration needs the {s} {name} pose")
+            v = np.asarray(group[s], dtype=float)
+            if v.shape != shape or not np.all(np.isfinite(v)) or (shape == (4, 4) and not is_rigid(v, 1e-3)):
+                raise ConfigurationError(f"calibration: the {s} {name} pose is not a finite {shape} pose")
+    src = np.array([operator_wrists[s][:3, 3] for s in SIDES] + [np.asarray(operator_elbows[s]) for s in SIDES])
+    dst = np.array([robot_hands[s][:3, 3] for s in SIDES] + [np.asarray(robot_elbows[s]) for s in SIDES])
+    try:
+        sim = fit_similarity(src, dst)
+    except ValueError as exc:
+        raise ConfigurationError(f"calibration pose is degenerate: {exc}; bend the elbows and hold the forearms forward") from None
+    mapped = sim.apply(src)
+    residual = float(np.sqrt(np.mean(np.sum((mapped - dst) ** 2, axis=1))))
+    if residual > max_residual:
+        raise ConfigurationError(
+            f"calibration rejected: the tracker points match the robot's home posture only to {residual * 100:.1f} cm RMS "
+            f"(limit {max_residual * 100:.0f} cm); stand in the calibration posture (upper arms down, elbows at 90 deg, "
+            "forearms forward) and retry"
+        )
+    if not 0.2 <= sim.scale <= 5.0:
+        raise ConfigurationError(f"calibration rejected: arm-length scale {sim.scale:.2f} is outside 0.2..5")
+    cal = Calibration(
+        rotation=sim.rotation,
+        translation=sim.translation,
+        scale=sim.scale,
+        fit_residual=residual,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        is_default=False,
+    )
+    for k, s in enumerate(SIDES):
+        cal.wrist_rotation[s] = (sim.rotation @ operator_wrists[s][:3, :3]).T @ robot_hands[s][:3, :3]
+        cal.wrist_position[s] = dst[k] - mapped[k]
+        cal.elbow_position[s] = dst[2 + k] - mapped[2 + k]
+    return cal
+
+
+def _vector(value: Any, name: str) -> np.ndarray:
+    v = np.asarray(value, dtype=float)
+    if v.shape != (3,) or not np.all(np.isfinite(v)):
+        raise ValueError(f"{name} must be 3 finite numbers")
+    return v
+
+
+def _rotation(value: Any, name: str) -> np.ndarray:
+    R = np.asarray(value, dtype=float)
+    if R.shape != (3, 3) or not is_rigid(make_transform(rotation=R), 1e-6):
+        raise ValueError(f"{name} must be a 3x3 rotation matrix")
+    return R

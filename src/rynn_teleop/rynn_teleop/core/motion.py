@@ -1,0 +1,152 @@
+"""Jerk-limited following of a moving joint target with Ruckig (ROS-free).
+
+Every control cycle the newest target (e.g. the IK solution) becomes Ruckig's
+target and Ruckig's state one cycle ahead becomes the command, so position,
+velocity and acceleration stay continuous and velocity, acceleration and jerk
+never exceed their limits whatever the targets do. Joints without a target
+brake to a standstill (Ruckig's velocity interface with target velocity 0).
+
+Position limits: the community edition of Ruckig does not enforce them, so
+targets are clipped ``target_margin`` inside the limits and each joint is
+planned on its own time-optimal profile (``Synchronization.No``). A joint on a
+time-optimal profile towards an in-limit target stops no later than that
+target, and a time-optimal stop is the shortest one, so neither a new target
+nor a stop can carry it past a limit. The property test in
+``tests/test_arm_motion.py`` checks this on arbitrary target streams.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import NamedTuple
+
+import numpy as np
+from ruckig import ControlInterface, InputParameter, OutputParameter, Result, Ruckig, Synchronization
+
+from ..errors import ConfigurationError
+from .robot_model import JointLimits
+
+_log = logging.getLogger(__name__)
+
+
+class MotionState(NamedTuple):
+    """Commanded joint state after one cycle."""
+
+    position: np.ndarray  # [rad]
+    velocity: np.ndarray  # [rad/s]
+    acceleration: np.ndarray  # [rad/s^2]
+
+
+class JerkLimitedFollower:
+    """Ruckig online trajectory generation for ``n`` joints at a fixed cycle time."""
+
+    def __init__(self, limits: JointLimits, dt: float, *, target_margin: float = 0.02) -> None:
+        """
+        Args:
+            limits: per-joint position [rad], velocity [rad/s], acceleration
+                [rad/s^2] and jerk [rad/s^3] limits (all vectors of length n).
+            dt: cycle time [s].
+            target_margin: targets are clipped this far inside the position limits [rad].
+        """
+        vel, acc, jerk = (np.asarray(v, dtype=float) for v in (limits.velocity, limits.acceleration, limits.jerk))
+        n = vel.size
+        for name, v in (("velocity", vel), ("acceleration", acc), ("jerk", jerk)):
+            if v.shape != (n,) or not np.all(np.isfinite(v)) or np.any(v <= 0):
+                raise ConfigurationError(f"{name} limits must be {n} positive finite values, got {v.tolist()}")
+        if not dt > 0:
+            raise ConfigurationError(f"cycle time must be positive, got {dt}")
+        self.n = n
+        self.dt = dt
+        self.limits = limits
+        self._lo = np.asarray(limits.lower, dtype=float) + target_margin
+        self._hi = np.asarray(limits.upper, dtype=float) - target_margin
+        if np.any(self._lo > self._hi):
+            raise ConfigurationError("target_margin is larger than half a joint's position range")
+        self._otg = Ruckig(n, dt)
+        self._in = InputParameter(n)
+        self._out = OutputParameter(n)
+        self._in.max_velocity = vel.tolist()
+        self._in.max_acceleration = acc.tolist()
+        self._in.max_jerk = jerk.tolist()
+        self._in.synchronization = Synchronization.No
+        self._in.target_velocity = [0.0] * n
+        self._in.target_acceleration = [0.0] * n
+        self._pos_if = [ControlInterface.Position] * n
+        self.errors = 0  # Ruckig calls that failed (the joints were then held)
+        self._state = MotionState(np.zeros(n), np.zeros(n), np.zeros(n))
+        self._initialised = False
+
+    @property
+    def state(self) -> MotionState:
+        """The last commanded state."""
+        return self._state
+
+    @property
+    def initialised(self) -> bool:
+        return self._initialised
+
+    def reset(self, position: np.ndarray, velocity: np.ndarray | None = None) -> None:
+        """Start from ``position`` [rad] (clipped into the limits) at ``velocity`` (default rest)."""
+        p = np.clip(np.asarray(position, dtype=float), self.limits.lower, self.limits.upper)
+        v = np.zeros(self.n) if velocity is None else np.asarray(velocity, dtype=float)
+        if p.shape != (self.n,) or v.shape != (self.n,) or not (np.all(np.isfinite(p)) and np.all(np.isfinite(v))):
+            raise ValueError(f"reset needs {self.n} finite positions and velocities")
+        self._in.current_position = p.tolist()
+        self._in.current_velocity = v.tolist()
+        self._in.current_acceleration = [0.0] * self.n
+        self._state = MotionState(p, v, np.zeros(self.n))
+        self._initialised = True
+
+    def step(self, target: np.ndarray | None, active: np.ndarray | None = None) -> MotionState:
+        """Advance one cycle.
+
+        Args:
+            target: (n,) joint targets [rad] (clipped inside the limits), or
+                None to bring every joint to a stop.
+            active: optional (n,) booleans; joints marked False brake to a stop
+                whatever their target. Non-finite targets also brake.
+        Returns:
+            The commanded :class:`MotionState` one cycle ahead.
+        """
+        if not self._initialised:
+            raise RuntimeError("JerkLimitedFollower.step before reset")
+        inp = self._in
+        if target is None:
+            follow = np.zeros(self.n, dtype=bool)
+            goal = np.asarray(inp.current_position)
+        else:
+            goal = np.asarray(target, dtype=float)
+            follow = np.isfinite(goal)
+            if active is not None:
+                follow &= np.asarray(active, dtype=bool)
+            goal = np.where(follow, np.clip(np.nan_to_num(goal), self._lo, self._hi), 0.0)
+        if follow.all():
+            inp.control_interface = ControlInterface.Position
+            inp.per_dof_control_interface = None
+        else:
+            inp.control_interface = ControlInterface.Position
+            inp.per_dof_control_interface = [
+                ControlInterface.Position if f else ControlInterface.Velocity for f in follow.tolist()
+            ]
+        inp.target_position = goal.tolist()
+        result = self._otg.update(inp, self._out)
+        if result not in (Result.Working, Result.Finished):
+            self.errors += 1
+            _log.error("Ruckig failed (%s); braking all joints", result)
+            inp.per_dof_control_interface = None
+            inp.control_interface = ControlInterface.Velocity
+            result = self._otg.update(inp, self._out)
+            if result not in (Result.Working, Result.Finished):
+                _log.error("Ruckig brake failed (%s); holding position", result)
+                self.reset(np.asarray(inp.current_position))
+                return self._state
+        out = self._out
+        out.pass_to_input(inp)
+        self._state = MotionState(
+            np.asarray(out.new_position), np.asarray(out.new_velocity), np.asarray(out.new_acceleration)
+        )
+        return self._state
+
+    def at_rest(self, velocity_tol: float = 1e-6) -> bool:
+        """True when every joint's velocity and acceleration are (nearly) zero."""
+        return bool(np.all(np.abs(self._state.velocity) <= velocity_tol) and np.all(np.abs(self._state.acceleration) <= 1e3 * velocity_tol))

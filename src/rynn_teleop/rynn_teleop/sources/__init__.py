@@ -1,0 +1,1 @@
+"""Operator input sources (trackers, ...), ROS-free: they hand poses to the nodes."""

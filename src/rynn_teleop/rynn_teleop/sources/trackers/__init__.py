@@ -1,0 +1,53 @@
+"""Body-tracker sources: a synthetic operator, a rosbag2 replay and SteamVR/OpenVR.
+
+:func:`make_tracker_source` builds one by name; a new backend (e.g.
+libsurvive) subclasses :class:`TrackerSource` and registers itself in
+:data:`TRACKER_SOURCES`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ...errors import ConfigurationError
+from .base import ROLES, SIDES, TrackerSample, TrackerSource
+from .openvr_source import OpenVRSource
+from .replay import ReplaySource
+from .synthetic import SyntheticOperator
+
+TRACKER_SOURCES: dict[str, type[TrackerSource]] = {
+    cls.kind: cls for cls in (SyntheticOperator, ReplaySource, OpenVRSource)
+}
+
+
+def make_tracker_source(kind: str, **kwargs: Any) -> TrackerSource:
+    """A not-yet-started source of the given ``kind`` built with ``kwargs``.
+
+    Raises:
+        ConfigurationError: unknown kind, arguments that kind does not take,
+            or invalid values (from the source's constructor).
+    """
+    cls = TRACKER_SOURCES.get(kind)
+    if cls is None:
+        raise ConfigurationError(
+            f"unknown tracker source {kind!r}; choose one of {', '.join(sorted(TRACKER_SOURCES))}"
+        )
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as exc:
+        raise ConfigurationError(f"tracker source {kind!r}: {exc}") from exc
+    return cls(**kwargs)
+
+
+__all__ = [
+    "ROLES",
+    "SIDES",
+    "TRACKER_SOURCES",
+    "OpenVRSource",
+    "ReplaySource",
+    "SyntheticOperator",
+    "TrackerSample",
+    "TrackerSource",
+    "make_tracker_source",
+]

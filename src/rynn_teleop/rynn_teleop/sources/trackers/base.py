@@ -1,0 +1,83 @@
+"""Common interface of the body-tracker sources (ROS-free).
+
+A source yields :class:`TrackerSample` records: the pose of one tracker,
+identified by its serial number (e.g. ``LHR-1A2B3C4D``), in the source's own
+tracking world frame (:attr:`TrackerSource.world_frame`). Which body part a
+serial is worn on (its *role*) comes from configuration, not from the source;
+the calibration downstream maps the tracking world onto the robot.
+
+Times are caller-supplied [s] (``now`` arguments), so tests and replays can
+drive a source without a wall clock. A new backend (e.g. libsurvive)
+subclasses :class:`TrackerSource`, sets ``kind`` and implements ``start``,
+``read`` and ``close``, recording every serial it emits with ``_saw``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+ROLES: tuple[str, ...] = ("chest", "left_elbow", "right_elbow", "left_wrist", "right_wrist")
+"""Where the five trackers are worn. ``*_elbow`` trackers sit on the upper arm."""
+
+SIDES: tuple[str, ...] = ("left", "right")
+
+
+class TrackerSample(NamedTuple):
+    """One pose of one tracker."""
+
+    serial: str  # tracker serial number, e.g. "LHR-1A2B3C4D"
+    stamp: float  # capture time [s] on the caller's clock (the ``now`` values given to read)
+    matrix: np.ndarray  # (4, 4) pose of the tracker in the source's tracking world frame [m]
+
+
+class TrackerSource(ABC):
+    """A non-blocking supplier of tracker poses.
+
+    Life cycle: construct (cheap, no device access) -> :meth:`start` -> any
+    number of :meth:`read` -> :meth:`close`. Used as a context manager,
+    ``__enter__`` returns the source *without* starting it and ``__exit__``
+    closes it.
+    """
+
+    kind: ClassVar[str]  # "synthetic" | "replay" | "openvr"
+
+    def __init__(self, world_frame: str) -> None:
+        self.world_frame = world_frame  # frame id of the tracking world
+        self._seen: set[str] = set()
+
+    @abstractmethod
+    def start(self, now: float) -> None:
+        """Open the device or file at time ``now`` [s].
+
+        Raises:
+            HardwareUnavailableError: the SDK, runtime or device is missing.
+            ConfigurationError: the configuration does not fit what was found.
+        """
+
+    @abstractmethod
+    def read(self, now: float) -> list[TrackerSample]:
+        """Every sample produced since the previous call, oldest first (never blocks).
+
+        Raises RuntimeError when called before :meth:`start` or after :meth:`close`.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the device or file; calling it again does nothing."""
+
+    def serials_seen(self) -> set[str]:
+        """Every serial observed so far (a copy)."""
+        return set(self._seen)
+
+    def _saw(self, serial: str) -> None:
+        """Record that ``serial`` was observed (for :meth:`serials_seen`)."""
+        self._seen.add(serial)
+
+    def __enter__(self) -> "TrackerSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
