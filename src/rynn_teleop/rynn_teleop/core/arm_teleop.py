@@ -36,6 +36,12 @@ from .robot_model import GROUPS, N_ARM, JointLimits, RobotModel, arm_joint_names
 from .transforms import is_rigid
 
 
+# Home posture [rad] (left arm joints 1-7, then right): upper arms down, elbows bent,
+# forearms forward, palms facing each other, thumbs up; hands about 0.38 m in front
+# of and 0.22 m below the shoulders. Mirror-symmetric. Also the calibration posture.
+DEFAULT_HOME = (-1.429, 1.34, 1.953, -2.044, 1.529, 0.441, -0.277, 1.429, 1.34, -1.953, -2.044, -1.529, 0.441, 0.277)
+
+
 class ArmTeleopSettings(NamedTuple):
     """Tuning of :class:`ArmTeleop`."""
 

@@ -1,0 +1,186 @@
+"""Operator-to-robot calibration (core.calibration) and its use by the controller."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+from scipy.spatial.transform import Rotation
+
+from rynn_teleop.core.arm_teleop import DEFAULT_HOME, ArmTeleop
+from rynn_teleop.core.calibration import Calibration, calibrate
+from rynn_teleop.core.robot_model import RobotModel
+from rynn_teleop.core.trackers import TrackerSet
+from rynn_teleop.core.transforms import fit_similarity, make_transform, pose_error
+from rynn_teleop.errors import ConfigurationError
+from rynn_teleop.sources.trackers import ROLES, SyntheticOperator
+
+SIDES = ("left", "right")
+
+
+@pytest.fixture(scope="module")
+def robot() -> RobotModel:
+    return RobotModel.default()
+
+
+@pytest.fixture(scope="module")
+def controller(robot) -> ArmTeleop:
+    return ArmTeleop(robot, np.array(DEFAULT_HOME), robot.limits[np.r_[0:14]])
+
+
+@pytest.fixture(scope="module")
+def home(controller):
+    return controller.robot_home_points()
+
+
+def operator_view(hands, elbows, R, t, s, wrist_mount):
+    """The robot's home points as an operator would present them in a chest frame
+    related to the torso by x_torso = s R x_chest + t, wrist trackers mounted with ``wrist_mount``."""
+    wrists = {}
+    op_elbows = {}
+    for side in SIDES:
+        p = R.T @ (hands[side][:3, 3] - t) / s
+        wrists[side] = make_transform(p, R.T @ hands[side][:3, :3] @ wrist_mount[side])
+        op_elbows[side] = R.T @ (elbows[side] - t) / s
+    return wrists, op_elbows
+
+
+def test_recovers_a_known_alignment_scale_and_wrist_offsets(home):
+    hands, elbows = home
+    R = Rotation.from_euler("xyz", [25, -70, 140], degrees=True).as_matrix()
+    t = np.array([0.3, -0.1, 0.2])
+    s = 1.3
+    mount = {side: Rotation.random(random_state=i).as_matrix() for i, side in enumerate(SIDES)}
+    wrists, op_elbows = operator_view(hands, elbows, R, t, s, mount)
+    cal = calibrate(wrists, op_elbows, hands, elbows)
+    np.testing.assert_allclose(cal.rotation, R, atol=1e-9)
+    np.testing.assert_allclose(cal.translation, t, atol=1e-9)
+    assert cal.scale == pytest.approx(s)
+    assert cal.fit_residual < 1e-9
+    for side in SIDES:
+        np.testing.assert_allclose(cal.wrist_rotation[side], mount[side].T, atol=1e-9)
+        err = pose_error(cal.map_wrist(side, wrists[side]), hands[side])
+        assert err.position < 1e-9 and err.orientation < 1e-7
+        # an operator motion of d in the chest frame moves the robot by s R d
+        moved = wrists[side].copy()
+        moved[:3, 3] += [0.01, 0.02, -0.03]
+        np.testing.assert_allclose(
+            cal.map_wrist(side, moved)[:3, 3] - hands[side][:3, 3], s * R @ [0.01, 0.02, -0.03], atol=1e-9
+        )
+
+
+def test_imperfect_posture_maps_home_exactly_through_the_offsets(home):
+    hands, elbows = home
+    R = Rotation.from_euler("z", 90, degrees=True).as_matrix()
+    wrists, op_elbows = operator_view(hands, elbows, R, np.zeros(3), 0.8, {s: np.eye(3) for s in SIDES})
+    wrists["left"][:3, 3] += [0.02, -0.01, 0.015]  # the operator's left wrist is a little off
+    cal = calibrate(wrists, op_elbows, hands, elbows)
+    assert 0.005 < cal.fit_residual < 0.05
+    for side in SIDES:
+        assert pose_error(cal.map_wrist(side, wrists[side]), hands[side]).position < 1e-9
+        np.testing.assert_allclose(cal.map_elbow(side, op_elbows[side]), elbows[side], atol=1e-9)
+
+
+def test_wrong_posture_and_degenerate_points_are_refused(home):
+    hands, elbows = home
+    wrists, op_elbows = operator_view(hands, elbows, np.eye(3), np.zeros(3), 1.0, {s: np.eye(3) for s in SIDES})
+    twisted = dict(wrists)
+    twisted["left"] = make_transform(wrists["right"][:3, 3], wrists["left"][:3, :3])  # both wrists on one side
+    twisted["right"] = make_transform(wrists["left"][:3, 3] + [0.0, 0.0, 0.4], wrists["right"][:3, :3])
+    with pytest.raises(ConfigurationError, match="calibration posture"):
+        calibrate(twisted, op_elbows, hands, elbows)
+    line = {s: make_transform([0.1 * k, 0.0, 0.0]) for k, s in enumerate(SIDES)}
+    line_elbows = {s: np.array([0.2 + 0.1 * k, 0.0, 0.0]) for k, s in enumerate(SIDES)}
+    with pytest.raises(ConfigurationError, match="degenerate"):
+        calibrate(line, line_elbows, hands, elbows)
+    nan = dict(wrists)
+    nan["right"] = wrists["right"].copy()
+    nan["right"][1, 1] = np.nan
+    with pytest.raises(ConfigurationError, match="right operator wrist"):
+        calibrate(nan, op_elbows, hands, elbows)
+    with pytest.raises(ConfigurationError, match="left operator upper-arm"):
+        calibrate(wrists, {"right": op_elbows["right"]}, hands, elbows)
+
+
+def test_yaml_round_trip(home, tmp_path):
+    hands, elbows = home
+    R = Rotation.from_euler("xyz", [10, 20, 30], degrees=True).as_matrix()
+    wrists, op_elbows = operator_view(hands, elbows, R, np.array([0.1, 0.2, 0.3]), 1.1,
+                                      {s: Rotation.from_euler("y", 30, degrees=True).as_matrix() for s in SIDES})
+    wrists["right"][:3, 3] += 0.01
+    cal = calibrate(wrists, op_elbows, hands, elbows)
+    path = cal.save(tmp_path / "sub" / "calibration.yaml")
+    loaded = Calibration.load(path)
+    assert not loaded.is_default
+    assert loaded.to_dict() == cal.to_dict()
+    probe = make_transform([0.05, -0.2, 0.1], Rotation.from_euler("x", 40, degrees=True).as_matrix())
+    for side in SIDES:
+        np.testing.assert_array_equal(loaded.map_wrist(side, probe), cal.map_wrist(side, probe))
+        np.testing.assert_array_equal(loaded.map_elbow(side, probe[:3, 3]), cal.map_elbow(side, probe[:3, 3]))
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda d: d.update(format_version=99), "format_version"),
+        (lambda d: d["alignment"].update(rotation=[[2, 0, 0], [0, 1, 0], [0, 0, 1]]), "alignment.rotation"),
+        (lambda d: d["alignment"].update(scale=50.0), "alignment.scale"),
+        (lambda d: d["wrist_offsets"]["left"].update(position=[0, 0]), "wrist_offsets.left.position"),
+        (lambda d: d.pop("elbow_offsets"), "elbow_offsets"),
+    ],
+)
+def test_invalid_calibration_files_name_the_problem(tmp_path, edit, match):
+    data = Calibration(is_default=False).to_dict()
+    edit(data)
+    path = tmp_path / "cal.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigurationError, match=match):
+        Calibration.load(path)
+
+
+def test_missing_or_unwritable_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ConfigurationError, match="cannot read"):
+        Calibration.load(tmp_path / "nope.yaml")
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigurationError, match="cannot write"):
+        Calibration().save(blocker / "cal.yaml")
+
+
+def test_synthetic_operator_calibrates_onto_the_robot_home(robot, home):
+    """The synthetic operator's home posture, through TrackerSet and the controller."""
+    serials = {r: f"LHR-{i:08X}" for i, r in enumerate(ROLES)}
+    source = SyntheticOperator(serials, seed=3)
+    trackers = TrackerSet(serials, timeout=0.1)
+    ctl = ArmTeleop(robot, np.array(DEFAULT_HOME), robot.limits[np.r_[0:14]])
+    source.start(0.0)
+    for sample in source.read(1.0):
+        trackers.update(sample)
+    with pytest.raises(ConfigurationError, match="no fresh left wrist"):
+        ctl.calibrate(1.0)
+    for side in SIDES:
+        rel = trackers.relative(side, 1.0)
+        ctl.set_operator(side, rel.wrist, rel.elbow[:3, 3], rel.stamp)
+    cal = ctl.calibrate(1.0)
+    assert not ctl.clutch.engaged
+    assert cal.fit_residual < 0.03  # the operator's posture resembles the robot's home
+    assert 1.0 < cal.scale < 1.6  # robot arms (0.29 + 0.44 m) are longer than the operator's (0.30 + 0.27 m)
+    hands, _ = home
+    for side in SIDES:
+        rel = trackers.relative(side, 1.0)
+        err = pose_error(cal.map_wrist(side, rel.wrist), hands[side])
+        assert err.position < 1e-9 and err.orientation < 1e-7
+    with pytest.raises(ConfigurationError, match="no fresh"):
+        ctl.calibrate(5.0)  # samples are 4 s old
+
+
+def test_similarity_fit_is_exact_for_exact_data():
+    rng = np.random.default_rng(0)
+    pts = rng.normal(size=(6, 3))
+    R = Rotation.random(random_state=1).as_matrix()
+    sim = fit_similarity(pts, 2.5 * pts @ R.T + [1, 2, 3])
+    np.testing.assert_allclose(sim.rotation, R, atol=1e-12)
+    assert sim.scale == pytest.approx(2.5)
+    np.testing.assert_allclose(sim.translation, [1, 2, 3], atol=1e-12)
+    reflected = pts * [1, 1, -1]  # a mirror image is not a rotation: best proper rotation, det +1
+    assert np.linalg.det(fit_similarity(pts, reflected).rotation) == pytest.approx(1.0)
