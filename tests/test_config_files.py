@@ -7,11 +7,23 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from rynn_teleop.nodes import REGISTRY, node_class
 from rynn_teleop.paths import share_dir
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def _flatten(params: dict, prefix: str = "") -> dict:
+    """Nested YAML mappings -> dotted parameter names, as ROS reads them."""
+    out = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 @pytest.mark.parametrize("name", sorted(REGISTRY))
@@ -20,9 +32,7 @@ def test_config_file_declares_exactly_the_schema(name):
     assert schema.node_name == name
     path = share_dir() / "config" / f"{name}.yaml"
     values = schema.load_yaml(path)  # raises on unknown keys or bad values
-    import yaml
-
-    raw = yaml.safe_load(path.read_text())[name]["ros__parameters"]
+    raw = _flatten(yaml.safe_load(path.read_text())[name]["ros__parameters"])
     assert set(raw) == set(schema.params), f"{path} must list every parameter of {name}"
     assert set(values) == set(schema.params)
 

@@ -20,6 +20,8 @@ NODES = {
     "robot_description": "rynn_teleop.nodes.robot_description:main",
     "joint_sweep": "rynn_teleop.nodes.joint_sweep:main",
     "robot_markers": "rynn_teleop.nodes.robot_markers:main",
+    "tracker": "rynn_teleop.nodes.tracker:main",
+    "arm_ik": "rynn_teleop.nodes.arm_ik:main",
 }
 
 

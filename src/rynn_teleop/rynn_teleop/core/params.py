@@ -303,12 +303,21 @@ class ParamSchema:
         """
         lines = [f"# Parameters of node {self.node_name!r} (defaults).", f"{self.node_name}:",
                  "  ros__parameters:"]
+        open_path: list[str] = []  # dotted names are written as nested mappings
         for name, param in self.params.items():
-            lines.append(f"    # {param.describe()}")
+            *path, leaf = name.split(".")
+            common = 0
+            while common < min(len(path), len(open_path)) and path[common] == open_path[common]:
+                common += 1
+            for depth in range(common, len(path)):
+                lines.append(f"{'  ' * (depth + 2)}{path[depth]}:")
+            open_path = path
+            indent = "  " * (len(path) + 2)
+            lines.append(f"{indent}# {param.describe()}")
             text = yaml.safe_dump(param.default, default_flow_style=True, width=math.inf)
             text = text.strip().removesuffix("...").strip()
             empty = param.is_list and not param.default
-            lines.append(f"    {'# ' if empty else ''}{name}: {text}")
+            lines.append(f"{indent}{'# ' if empty else ''}{leaf}: {text}")
         return "\n".join(lines) + "\n"
 
 

@@ -14,6 +14,8 @@ REGISTRY: dict[str, str] = {
     "robot_description": "rynn_teleop.nodes.robot_description:RobotDescriptionNode",
     "joint_sweep": "rynn_teleop.nodes.joint_sweep:JointSweepNode",
     "robot_markers": "rynn_teleop.nodes.robot_markers:RobotMarkersNode",
+    "tracker": "rynn_teleop.nodes.tracker:TrackerNode",
+    "arm_ik": "rynn_teleop.nodes.arm_ik:ArmIKNode",
 }
 
 

@@ -1,0 +1,165 @@
+"""tracker and arm_ik nodes on real rclpy (composed in one process)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool
+from std_srvs.srv import SetBool, Trigger
+
+from rynn_teleop.core.calibration import Calibration
+from rynn_teleop.core.robot_model import arm_joint_names
+from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError, ParameterError
+from rynn_teleop.runner import Composition
+
+ARM_NAMES = list(arm_joint_names("left") + arm_joint_names("right"))
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class Probe:
+    """A node recording /arms/command, a wrist topic and the latched clutch state."""
+
+    def __init__(self, comp: Composition) -> None:
+        self.node = Node("probe", context=comp.context)
+        self.lock = threading.Lock()
+        self.commands: list[tuple[float, JointState]] = []
+        self.wrists: list[PoseStamped] = []
+        self.engaged: list[bool] = []
+        self.node.create_subscription(JointState, "/arms/command", self._on_command, 100)
+        self.node.create_subscription(PoseStamped, "/operator/wrist_in_chest/left", self._on_wrist, 100)
+        self.node.create_subscription(Bool, "/arm_ik/engaged", lambda m: self.engaged.append(m.data), LATCHED)
+        comp.add_node(self.node)
+
+    def _on_command(self, msg: JointState) -> None:
+        with self.lock:
+            self.commands.append((time.monotonic(), msg))
+
+    def _on_wrist(self, msg: PoseStamped) -> None:
+        with self.lock:
+            self.wrists.append(msg)
+
+    def call(self, srv_type, name: str, request, timeout: float = 10.0):
+        client = self.node.create_client(srv_type, name)
+        assert client.wait_for_service(timeout_sec=timeout), f"service {name} not available"
+        future = client.call_async(request)
+        deadline = time.monotonic() + timeout
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert future.done(), f"service {name} did not answer"
+        return future.result()
+
+
+def wait_for(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_synthetic_trackers_drive_arm_commands_at_200hz(ros_domain_id, tmp_path):
+    cal_file = tmp_path / "cal.yaml"
+    comp = Composition(
+        ["tracker", "arm_ik"],
+        overrides={
+            "tracker": {"source": "synthetic", "synthetic.hold_s": 3.0},
+            "arm_ik": {"start_from": "home", "calibration_file": str(cal_file)},
+        },
+        domain_id=ros_domain_id,
+    )
+    try:
+        probe = Probe(comp)
+        assert wait_for(lambda: len(probe.commands) > 50 and len(probe.wrists) > 20, 20.0), "no commands or poses"
+        # uncalibrated: engaging is refused and the arms hold
+        refused = probe.call(SetBool, "/arm_ik/set_clutch", SetBool.Request(data=True))
+        assert not refused.success and "calibrate" in refused.message
+        # the synthetic operator holds the calibration posture for its first 3 s
+        result = probe.call(Trigger, "/arm_ik/calibrate", Trigger.Request())
+        assert result.success, result.message
+        assert cal_file.exists() and not Calibration.load(cal_file).is_default
+        engaged = probe.call(SetBool, "/arm_ik/set_clutch", SetBool.Request(data=True))
+        assert engaged.success
+        assert wait_for(lambda: probe.engaged and probe.engaged[-1], 5.0)
+
+        with probe.lock:
+            start = len(probe.commands)
+        t0 = time.monotonic()
+        time.sleep(4.0)  # the operator starts reaching after 3 s
+        with probe.lock:
+            window = [m for t, m in probe.commands[start:] if t >= t0]
+            wrist = probe.wrists[-1]
+        span = 4.0
+        rate = len(window) / span
+        assert 150.0 <= rate <= 230.0, f"command rate {rate:.1f} Hz"
+        assert all(list(m.name) == ARM_NAMES for m in window)
+        assert all(len(m.position) == 14 and len(m.velocity) == 14 for m in window)
+        positions = np.array([m.position for m in window])
+        assert np.all(np.isfinite(positions))
+        assert np.abs(positions - positions[0]).max() > 0.05, "the arms did not follow the operator"
+        stamps = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in window]
+        assert all(b > a for a, b in zip(stamps, stamps[1:]))
+        # tracker poses carry sample-time stamps and the chest frame
+        assert wrist.header.frame_id == "operator_chest"
+        node = comp.node("arm_ik")
+        p99 = node.meters["command"].latency_percentiles(99)[0]
+        assert 0.0 < p99 < 0.1  # tracker sample -> command [s]
+        assert comp.node("tracker").trackers.rejected == 0
+    finally:
+        comp.shutdown()
+    assert not comp.errors
+
+
+def test_arm_ik_waits_for_measured_joint_states(ros_domain_id, tmp_path):
+    comp = Composition(
+        ["arm_ik"], overrides={"arm_ik": {"calibration_file": str(tmp_path / "none.yaml")}}, domain_id=ros_domain_id
+    )
+    try:
+        probe = Probe(comp)
+        time.sleep(1.0)
+        assert not probe.commands  # start_from: measured, nothing measured yet
+        pub = probe.node.create_publisher(JointState, "/joint_states", 10)
+        measured = np.linspace(-0.5, 0.5, 14) * 0.5
+        measured[3] = measured[10] = -1.0  # joint 4 within its limits
+        msg = JointState(name=ARM_NAMES, position=measured.tolist())
+
+        def publish_and_check():
+            msg.header.stamp = probe.node.get_clock().now().to_msg()
+            pub.publish(msg)
+            return len(probe.commands) > 5
+
+        assert wait_for(publish_and_check, 10.0)
+        with probe.lock:
+            first = probe.commands[0][1]
+        np.testing.assert_allclose(first.position, measured, atol=1e-9)  # starts where the robot is
+    finally:
+        comp.shutdown()
+
+
+def test_motion_limits_above_the_robot_are_refused(ros_domain_id):
+    with pytest.raises(ParameterError, match="max_velocity") as err:
+        Composition(["arm_ik"], overrides={"arm_ik": {"max_velocity": [5.0] * 7}}, domain_id=ros_domain_id)
+    assert "3.14" in str(err.value)
+    with pytest.raises(ParameterError, match="home_position"):
+        Composition(["arm_ik"], overrides={"arm_ik": {"home_position": [3.0] * 14}}, domain_id=ros_domain_id)
+
+
+def test_openvr_source_without_steamvr_is_a_clear_error(ros_domain_id, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))  # no SteamVR path registry
+    with pytest.raises(HardwareUnavailableError, match="SteamVR|OpenVR"):
+        Composition(["tracker"], overrides={"tracker": {"source": "openvr"}}, domain_id=ros_domain_id)
+
+
+def test_replay_of_a_missing_session_is_a_clear_error(ros_domain_id, tmp_path):
+    with pytest.raises(ConfigurationError, match="no_such_bag"):
+        Composition(
+            ["tracker"], overrides={"tracker": {"source": "replay", "replay.path": str(tmp_path / "no_such_bag")}},
+            domain_id=ros_domain_id,
+        )
