@@ -9,25 +9,31 @@
 2. Ours: the recorded cycles are replayed through a fresh loop, per cycle
    ``ArmIK.solve`` for each side with a new target (warm start: that side's
    previous solution), then one 14-joint ``JerkLimitedFollower.step``.
-3. Pink, same cycles, same loop, same Ruckig follower: per side a pink
+3. pink, same cycles, same loop, same Ruckig follower: per side a pink
    ``Configuration`` on a copy of ArmIK's reduced 7-joint model (position
-   limits set to ArmIK's shrunk limits, so both solvers have the same
-   feasible set), ``FrameTask`` on the tip frame (position and orientation
-   cost 1) with the target in the reduced model's world frame, a
-   ``PostureTask`` (cost 1e-3, target: the warm start) as regulariser, pink's
-   default limits (configuration + velocity). Per cycle, ``solve_ik`` +
-   ``integrate_inplace`` are iterated until ArmIK's tolerances or
-   ``max_iterations``. ``dt = 1`` with task gain 1 makes each QP step a full
-   Gauss-Newton step (``dt`` then only scales the velocity limit, which does
-   not bind: 3.14 rad per step); smaller ``dt`` (velocity limit binding) or
-   gain < 1 need more iterations. No elbow task by default: a position task
-   on the elbow towards the hint, projected on the upper-arm sphere, costs
-   ~30 % more per solve and, being a soft compromise with the wrist task,
-   makes pink's wrist accuracy worse (``--pink-elbow-cost 0.01`` tries it);
-   without it pink does less work than ours, a conservative baseline.
+   limits set to ArmIK's shrunk limits, so both have the same feasible set),
+   a ``FrameTask`` on the tip frame (position and orientation cost 1, target
+   in the reduced model's world frame), a ``PostureTask`` (cost 1e-3, target:
+   the warm start) as regulariser, pink's default limits (configuration +
+   velocity). Per cycle ``solve_ik`` + ``integrate_inplace`` are iterated
+   until ArmIK's tolerances or ``max_iterations``. ``dt = 1`` with task gain 1
+   makes each QP step a full Gauss-Newton step (``dt`` then only scales the
+   velocity limit, which does not bind: 3.14 rad per step). Tried and worse:
+   ``dt = 5 ms`` (the velocity limit binds: more iterations, p99 +40 %),
+   gain 0.5 (~4.7 iterations per solve), no velocity limit or posture cost
+   0 / 1e-4 / 1e-2 or LM damping 1e-3 (no measurable difference).
+   The headline "pink" has no elbow task: it does less work than ours (its
+   swivel drifts off the hint), the conservative baseline. Column
+   "pink+elbow" adds a position-only ``FrameTask`` on the elbow frame towards
+   the hint projected on the upper-arm sphere around the shoulder (the hint
+   is an upper-arm point), cost ``--pink-elbow-cost`` (0.01; 0.03 gives
+   worse wrist accuracy, 0.1 fights the wrist task and hits max_iterations).
+   The chains take turns every ``--block`` cycles (50), so slow machine noise
+   hits them alike; ``--block 1`` alternates every cycle, which adds each
+   chain's cache misses after the others' work (ours: ~+25 % p50, pink ~+5 %).
 4. Per-cycle time (both arms' IK + Ruckig, time.perf_counter) is reported for
    cycles that solve; the first 200 replayed cycles are warm-up and excluded;
-   gc stays enabled, ``gc.collect()`` runs before each timed pass. Accuracy:
+   gc stays enabled, ``gc.collect()`` runs before the timed pass. Accuracy:
    ``pose_error(ArmIK.forward(q), target)`` of every solve; swivel error: the
    angle about the shoulder-wrist axis between the elbow and the hint.
 5. Node pair (``tracker`` + ``arm_ik`` composed, see :func:`measure_node_pair`):
@@ -35,7 +41,7 @@
    tracker-to-command latency; null while those nodes are not registered.
 
     .venv/bin/python bench/arm_ik.py [--seconds 30] [--seed 1] [--solver daqp]
-                                     [--pink-elbow-cost 0] [--node-seconds 10]
+                                     [--pink-elbow-cost 0.01] [--node-seconds 10]
 
 Last line: one JSON object.
 """
@@ -49,7 +55,8 @@ import os
 import random
 import tempfile
 import time
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pinocchio as pin
@@ -102,11 +109,12 @@ def record_targets(robot: RobotModel, seconds: float, seed: int) -> list[list[So
         solve = ctl.ik[side].solve
 
         def recording(target, q_init, hint=None, _solve=solve, _side=side):
-            cycles[-1].append(Solve(_side, np.array(target), None if hint is None else np.array(hint), np.array(q_init)))
+            h = None if hint is None else np.array(hint)
+            cycles[-1].append(Solve(_side, np.array(target), h, np.array(q_init)))
             return _solve(target, q_init, hint)
 
         ctl.ik[side].solve = recording
-    for k in range(int(round((CALIBRATE_AT + seconds) / DT))):
+    for k in range(round((CALIBRATE_AT + seconds) / DT)):
         now = k * DT
         for sample in src.read(now):
             trackers.update(sample)
@@ -138,7 +146,7 @@ def ours_solver(ik: ArmIK) -> SolveFn:
 
 
 def pick_pink_solver(wanted: str) -> str:
-    import qpsolvers  # noqa: PLC0415
+    import qpsolvers
 
     available = qpsolvers.available_solvers
     if wanted in available:
@@ -153,8 +161,8 @@ def pick_pink_solver(wanted: str) -> str:
 def pink_solver(ik: ArmIK, home: np.ndarray, qp: str, *, elbow_cost: float = 0.0, posture_cost: float = 1e-3,
                 dt: float = 1.0, gain: float = 1.0) -> SolveFn:
     """pink on ArmIK's reduced model, iterated to ArmIK's tolerances (see the module docstring)."""
-    from pink import Configuration, solve_ik  # noqa: PLC0415
-    from pink.tasks import FrameTask, PostureTask  # noqa: PLC0415
+    from pink import Configuration, solve_ik
+    from pink.tasks import FrameTask, PostureTask
 
     s = ik.settings
     model = ik.model.copy()
@@ -190,7 +198,8 @@ def pink_solver(ik: ArmIK, home: np.ndarray, qp: str, *, elbow_cost: float = 0.0
             cur = conf.data.oMf[tip]
             dp = goal.translation - cur.translation
             rot = pin.log3(cur.rotation.T @ goal.rotation)
-            if (dp @ dp <= s.position_tolerance**2 and rot @ rot <= s.orientation_tolerance**2) or it >= s.max_iterations:
+            converged = dp @ dp <= s.position_tolerance**2 and rot @ rot <= s.orientation_tolerance**2
+            if converged or it >= s.max_iterations:
                 break
             v = solve_ik(conf, active, dt, solver=qp, safety_break=False)
             conf.integrate_inplace(v, dt)
@@ -226,9 +235,12 @@ class _Chain:
         self.times[k] = time.perf_counter() - t0
 
 
-def replay(cycles: list[list[Solve]], chains: dict[str, dict[str, SolveFn]], limits: JointLimits) -> dict[str, _Chain]:
-    """Replay ``cycles`` through every chain, interleaved cycle by cycle (order rotating), so
-    that machine noise (other processes, frequency changes) hits all of them alike.
+def replay(cycles: list[list[Solve]], chains: dict[str, dict[str, SolveFn]], limits: JointLimits,
+           block: int = 50) -> dict[str, _Chain]:
+    """Replay ``cycles`` through every chain, taking turns every ``block`` cycles (order
+    rotating), so that slow machine noise (other processes, frequency changes) hits all
+    chains alike while each runs warm within its turn (``block=1``: strict alternation,
+    where each chain's code is evicted from the caches by the others every cycle).
 
     Each chain's per-cycle wall time covers the IK of every side with a new
     target plus one Ruckig step.
@@ -236,9 +248,11 @@ def replay(cycles: list[list[Solve]], chains: dict[str, dict[str, SolveFn]], lim
     runs = {name: _Chain(solvers, limits, len(cycles)) for name, solvers in chains.items()}
     order = list(runs.values())
     gc.collect()
-    for k, solves in enumerate(cycles):
+    for turn, start in enumerate(range(0, len(cycles), block)):
         for i in range(len(order)):
-            order[(k + i) % len(order)].cycle(k, solves)
+            chain = order[(turn + i) % len(order)]
+            for k in range(start, min(start + block, len(cycles))):
+                chain.cycle(k, cycles[k])
     return runs
 
 
@@ -253,7 +267,9 @@ def swivel_angle(robot_q: np.ndarray, ik: ArmIK, hint: np.ndarray, frames: dict[
     return float(np.arctan2(np.linalg.norm(np.cross(u, v)), u @ v))
 
 
-def evaluate(name: str, cycles: list[list[Solve]], times: np.ndarray, solved: list[Solved], iks: dict[str, ArmIK]) -> dict:
+def evaluate(
+    name: str, cycles: list[list[Solve]], times: np.ndarray, solved: list[Solved], iks: dict[str, ArmIK]
+) -> dict:
     frames = {
         s: {"shoulder": ik.model.getFrameId(f"{s}_arm_link2"), "elbow": ik.model.getFrameId(ik.elbow_frame),
             "wrist": ik.model.getFrameId(f"{s}_arm_link6")}
@@ -290,7 +306,8 @@ def evaluate(name: str, cycles: list[list[Solve]], times: np.ndarray, solved: li
         "pos_err_p50_mm": 1e3 * float(np.percentile(pos, 50)),
         "pos_err_p99_mm": 1e3 * float(np.percentile(pos, 99)),
         "rot_err_p99_deg": float(np.degrees(np.percentile(rot, 99))),
-        "within_tol": float(np.mean((pos <= tol.position_tolerance + 1e-9) & (rot <= tol.orientation_tolerance + 1e-9))),
+        "within_tol": float(np.mean((pos <= tol.position_tolerance + 1e-9)
+                                    & (rot <= tol.orientation_tolerance + 1e-9))),
         "swivel_err_p50_deg": float(np.degrees(np.percentile(swivel, 50))) if swivel.size else float("nan"),
         "swivel_err_p99_deg": float(np.degrees(np.percentile(swivel, 99))) if swivel.size else float("nan"),
     }
@@ -318,7 +335,7 @@ def measure_node_pair(seconds: float) -> dict:
     path (receive time - ``header.stamp``) is reported beside it.
     """
     none = {"period_jitter_p99_ms": None, "latency_p99_ms": None, "publish_latency_p99_ms": None}
-    from rynn_teleop.nodes import REGISTRY  # noqa: PLC0415  (does not import rclpy)
+    from rynn_teleop.nodes import REGISTRY  # does not import rclpy
 
     if not ("arm_ik" in REGISTRY and "tracker" in REGISTRY):
         print("note: nodes 'tracker' and 'arm_ik' are not registered yet; node-pair timing skipped (null)")
@@ -327,11 +344,11 @@ def measure_node_pair(seconds: float) -> dict:
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rynn_teleop_bench_roslog_"))
     domain_id = random.randint(10, 99)
-    from rclpy.node import Node  # noqa: PLC0415
-    from rclpy.time import Time  # noqa: PLC0415
-    from sensor_msgs.msg import JointState  # noqa: PLC0415
+    from rclpy.node import Node
+    from rclpy.time import Time
+    from sensor_msgs.msg import JointState
 
-    from rynn_teleop.runner import Composition  # noqa: PLC0415
+    from rynn_teleop.runner import Composition
 
     arrivals: list[float] = []  # [s] perf_counter at receive
     publish_lat: list[float] = []  # [s] receive ROS time - header.stamp
@@ -354,7 +371,8 @@ def measure_node_pair(seconds: float) -> dict:
     try:
         comp.spin(seconds)
         arm_ik = comp.node("arm_ik")
-        node_latency = arm_ik.meters["command"].latency_percentiles(99)[0] if "command" in arm_ik.meters else float("nan")
+        meter = arm_ik.meters.get("command")  # the node ticks it with tracker-to-command latency [s]
+        node_latency = meter.latency_percentiles(99)[0] if meter is not None else float("nan")
     finally:
         comp.remove_node(probe)
         comp.shutdown()
@@ -385,13 +403,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1, help="synthetic operator seed")
     parser.add_argument("--cycles", type=int, default=None, help="replay at most this many 200 Hz cycles")
     parser.add_argument("--solver", default="daqp", help="pink's QP solver (falls back to quadprog/proxqp)")
-    parser.add_argument("--pink-elbow-cost", type=float, default=0.0, help="cost of pink's elbow position task (0: none)")
+    parser.add_argument("--pink-elbow-cost", type=float, default=0.01,
+                        help="cost of the elbow task of the extra 'pink+elbow' column (0: no such column)")
+    parser.add_argument("--block", type=int, default=50,
+                        help="chains take turns every this many cycles (1: every cycle)")
     parser.add_argument("--node-seconds", type=float, default=10.0, help="node-pair run time [s] (0: skip)")
     args = parser.parse_args()
 
     robot = RobotModel.default()
     limits = motion_limits(robot)
-    home = np.array(DEFAULT_HOME)
+    home = {"left": np.array(DEFAULT_HOME[:N_ARM]), "right": np.array(DEFAULT_HOME[N_ARM:])}
     t0 = time.perf_counter()
     cycles = record_targets(robot, args.seconds, args.seed)[: args.cycles]
     n_solves = sum(len(c) for c in cycles)
@@ -400,17 +421,20 @@ def main() -> None:
     if len(cycles) <= WARMUP_CYCLES + 100:
         raise SystemExit("too few cycles: raise --seconds / --cycles")
 
-    iks = {s: ArmIK(robot, s) for s in SIDES}
+    iks = {s: ArmIK(robot, s) for s in SIDES}  # pink's models and the error evaluation
     qp = pick_pink_solver(args.solver)
-    ours_fns = {s: ours_solver(ArmIK(robot, s)) for s in SIDES}
-    pink_fns = {s: pink_solver(iks[s], home[:N_ARM] if s == "left" else home[N_ARM:], qp, elbow_cost=args.pink_elbow_cost)
-                for s in SIDES}
-
-    times, solved = replay(cycles, ours_fns, limits)
-    ours = evaluate("ours", cycles, times, solved, iks)
-    drift = check_replay(cycles, solved)
-    times, solved = replay(cycles, pink_fns, limits)
-    pink = evaluate("pink", cycles, times, solved, iks)
+    chains = {
+        "ours": {s: ours_solver(ArmIK(robot, s)) for s in SIDES},
+        "pink": {s: pink_solver(iks[s], home[s], qp) for s in SIDES},
+    }
+    if args.pink_elbow_cost > 0:
+        chains["pink+elbow"] = {s: pink_solver(iks[s], home[s], qp, elbow_cost=args.pink_elbow_cost) for s in SIDES}
+    t0 = time.perf_counter()
+    runs = replay(cycles, chains, limits, args.block)
+    print(f"replayed {len(chains)} chains, turns of {args.block} cycles, in {time.perf_counter() - t0:.1f} s")
+    res = {name: evaluate(name, cycles, run.times, run.solved, iks) for name, run in runs.items()}
+    drift = check_replay(cycles, runs["ours"].solved)
+    ours, pink = res["ours"], res["pink"]
     speedup = pink["cycle_p99_ms"] / ours["cycle_p99_ms"]
 
     rows = [
@@ -428,19 +452,23 @@ def main() -> None:
         ("elbow swivel vs hint p99 [deg]", "swivel_err_p99_deg", "{:.1f}"),
     ]
     print(f"\n{ours['cycles']} cycles with solves timed (first {WARMUP_CYCLES} cycles warm-up); "
-          f"pink: QP {qp}, dt 1, gain 1, posture cost 1e-3, elbow cost {args.pink_elbow_cost:g}; "
-          f"replay warm starts match the controller's to {drift:.1e} rad")
-    print(f"{'':40s} {'ours':>10s} {'pink':>10s}")
+          f"pink: QP {qp}, dt 1, gain 1, posture cost 1e-3, no elbow task"
+          + (f"; pink+elbow: elbow position cost {args.pink_elbow_cost:g}" if "pink+elbow" in res else "")
+          + f"; replay warm starts match the controller's to {drift:.1e} rad")
+    print(f"{'':40s}" + "".join(f" {name:>10s}" for name in res))
     for label, key, fmt in rows:
-        print(f"{label:40s} {fmt.format(ours[key]):>10s} {fmt.format(pink[key]):>10s}")
-    print(f"{'speedup (pink p99 / ours p99)':40s} {speedup:>10.2f}")
+        print(f"{label:40s}" + "".join(f" {fmt.format(r[key]):>10s}" for r in res.values()))
+    print(f"{'speedup vs ours (p99 / ours p99)':40s}" + "".join(
+        f" {r['cycle_p99_ms'] / ours['cycle_p99_ms']:>10.2f}" for r in res.values()))
 
     node = measure_node_pair(args.node_seconds) if args.node_seconds > 0 else {
         "period_jitter_p99_ms": None, "latency_p99_ms": None, "publish_latency_p99_ms": None}
-    fmt_ms = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    fmt_ms = lambda v: "n/a" if v is None else f"{v:.3f}"
     print(f"{'node pair: /arms/command jitter p99 [ms]':40s} {fmt_ms(node['period_jitter_p99_ms']):>10s}")
     print(f"{'node pair: tracker->command p99 [ms]':40s} {fmt_ms(node['latency_p99_ms']):>10s}")
     print(f"{'node pair: publish->receive p99 [ms]':40s} {fmt_ms(node['publish_latency_p99_ms']):>10s}")
+    if node.get("rate_hz") is not None:
+        print(f"{'node pair: /arms/command rate [Hz]':40s} {node['rate_hz']:>10.1f}")
     goal = ours["cycle_p99_ms"] <= 0.5 and speedup >= 2.0
     print(f"goal (p99 <= 0.5 ms and >= 2x faster than pink): {'met' if goal else 'NOT met'}; "
           f"position error p99 ours {ours['pos_err_p99_mm']:.3f} vs pink {pink['pos_err_p99_mm']:.3f} mm "
@@ -462,6 +490,8 @@ def main() -> None:
         "pink_iterations_mean": _r(pink["iterations_mean"]),
         "publish_latency_p99_ms": _r(node["publish_latency_p99_ms"]),
         "pink_solver": qp,
+        "pink_elbow_cycle_p99_ms": _r(res["pink+elbow"]["cycle_p99_ms"]) if "pink+elbow" in res else None,
+        "pink_elbow_pos_err_p99_mm": _r(res["pink+elbow"]["pos_err_p99_mm"]) if "pink+elbow" in res else None,
         "pink_elbow_cost": args.pink_elbow_cost,
         "cycles": ours["cycles"],
         "seconds": args.seconds,

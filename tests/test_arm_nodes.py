@@ -31,6 +31,7 @@ class Probe:
         self.lock = threading.Lock()
         self.commands: list[tuple[float, JointState]] = []
         self.wrists: list[PoseStamped] = []
+        self.wrist_times: list[float] = []
         self.engaged: list[bool] = []
         self.node.create_subscription(JointState, "/arms/command", self._on_command, 100)
         self.node.create_subscription(PoseStamped, "/operator/wrist_in_chest/left", self._on_wrist, 100)
@@ -44,6 +45,7 @@ class Probe:
     def _on_wrist(self, msg: PoseStamped) -> None:
         with self.lock:
             self.wrists.append(msg)
+            self.wrist_times.append(time.monotonic())
 
     def call(self, srv_type, name: str, request, timeout: float = 10.0):
         client = self.node.create_client(srv_type, name)
@@ -96,7 +98,9 @@ def test_synthetic_trackers_drive_arm_commands_at_200hz(ros_domain_id, tmp_path)
         with probe.lock:
             window = [m for t, m in probe.commands[start:] if t >= t0]
             wrist = probe.wrists[-1]
+            wrist_rate = sum(1 for t in probe.wrist_times if t >= t0) / 4.0
         span = 4.0
+        assert 100.0 <= wrist_rate <= 130.0, f"wrist-in-chest rate {wrist_rate:.1f} Hz (source: 120 Hz)"
         rate = len(window) / span
         assert 150.0 <= rate <= 230.0, f"command rate {rate:.1f} Hz"
         assert all(list(m.name) == ARM_NAMES for m in window)
@@ -163,3 +167,44 @@ def test_replay_of_a_missing_session_is_a_clear_error(ros_domain_id, tmp_path):
             ["tracker"], overrides={"tracker": {"source": "replay", "replay.path": str(tmp_path / "no_such_bag")}},
             domain_id=ros_domain_id,
         )
+
+
+def test_calibration_file_is_loaded_at_start_and_a_broken_one_refused(ros_domain_id, tmp_path):
+    cal = Calibration(rotation=np.array([[0, -1, 0], [1, 0, 0], [0, 0, 1.0]]), scale=1.2, is_default=False)
+    path = cal.save(tmp_path / "cal.yaml")
+    comp = Composition(
+        ["arm_ik"], overrides={"arm_ik": {"calibration_file": str(path), "start_from": "home"}},
+        domain_id=ros_domain_id,
+    )
+    try:
+        assert comp.node("arm_ik").ctl.calibration.to_dict() == Calibration.load(path).to_dict()
+    finally:
+        comp.shutdown()
+    path.write_text("format_version: 1\nalignment: {}\n")
+    with pytest.raises(ConfigurationError, match="calibration"):
+        Composition(["arm_ik"], overrides={"arm_ik": {"calibration_file": str(path)}}, domain_id=ros_domain_id)
+
+
+def test_auto_calibration_and_the_clutch_topic(ros_domain_id, tmp_path):
+    comp = Composition(
+        ["tracker", "arm_ik"],
+        overrides={
+            "tracker": {"source": "synthetic"},
+            "arm_ik": {"start_from": "home", "calibration_file": str(tmp_path / "cal.yaml"),
+                       "auto_calibrate": True, "auto_engage": True, "auto_calibrate_delay_s": 0.5},
+        },
+        domain_id=ros_domain_id,
+    )
+    try:
+        probe = Probe(comp)
+        node = comp.node("arm_ik")
+        assert wait_for(lambda: node.ctl.clutch.engaged, 10.0), "auto calibration + engage did not happen"
+        assert not (tmp_path / "cal.yaml").exists()  # automatic calibrations are not saved
+        pedal = probe.node.create_publisher(Bool, "/operator/clutch", 10)
+        assert wait_for(lambda: (pedal.publish(Bool(data=False)), not node.ctl.clutch.engaged)[1], 5.0)
+        assert wait_for(lambda: probe.engaged and probe.engaged[-1] is False, 5.0)
+        assert wait_for(lambda: (pedal.publish(Bool(data=True)), node.ctl.clutch.engaged)[1], 5.0)
+        assert wait_for(lambda: probe.engaged and probe.engaged[-1] is True, 5.0)
+    finally:
+        comp.shutdown()
+    assert not comp.errors

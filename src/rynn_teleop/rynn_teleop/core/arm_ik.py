@@ -12,10 +12,10 @@ Per iteration (all in the tip frame, ``LOCAL``):
   Jacobian ``J = U S V^T``; ``lambda`` grows smoothly from 0 as the smallest
   singular value falls below ``singular_threshold`` (damping near singularities);
 * null space: a 7-DoF arm has one redundant DoF (the elbow swivel), spanned by
-  the last right singular vector ``n``. Along it the solver takes the step that
-  best (least squares) moves the elbow towards the elbow hint (tangentially,
-  so the hint only chooses the swivel) and pushes joints out of the zone near
-  their limits;
+  the last right singular vector ``n``. Along it the solver pushes joints out
+  of the zone near their limits or, when none is there, moves the elbow
+  towards the elbow hint (tangentially, so the hint only chooses the swivel),
+  at most ``max_null_step`` per iteration;
 * the step is scaled to at most ``max_step`` and the result clipped into the
   position limits shrunk by ``limit_margin``.
 
@@ -50,6 +50,7 @@ class IKSettings(NamedTuple):
     limit_zone: float = 0.2  # [rad] distance from a position limit where avoidance starts
     limit_gain: float = 0.5  # [-] fraction of the zone violation corrected per iteration
     limit_margin: float = 0.01  # [rad] solutions stay this far inside the position limits
+    max_null_step: float = 0.01  # [rad] largest null-space (swivel / limit avoidance) step per iteration
 
 
 class IKResult(NamedTuple):
@@ -152,12 +153,12 @@ class ArmIK:
         model, data = self.model, self.data
         goal = self._world_base * pin.SE3(np.asarray(target, dtype=float))
         hint = None if elbow_hint is None else self._world_base.act(np.asarray(elbow_hint, dtype=float))
-        q = np.clip(np.asarray(q_init, dtype=float), self.lower, self.upper)
+        q = np.minimum(np.maximum(np.asarray(q_init, dtype=float), self.lower), self.upper)
         best = (np.inf, q, np.inf, np.inf)
         iterations = 0
         prev_score = np.inf
         while True:
-            pin.computeJointJacobians(model, data, q)
+            pin.forwardKinematics(model, data, q)
             current = pin.updateFramePlacement(model, data, self._tip)
             err = pin.log6(current.actInv(goal)).vector
             dp = goal.translation - current.translation  # log6's linear part is not the distance
@@ -175,6 +176,7 @@ class ArmIK:
             # so the swivel keeps following the hint across calls.
             if (converged and (hint is None or iterations > 0)) or stalled or iterations >= s.max_iterations:
                 break
+            pin.computeJointJacobians(model, data)  # uses the forward kinematics above
             J = pin.getFrameJacobian(model, data, self._tip, pin.LOCAL)
             U, sv, Vt, info = dgesvd(J)  # LAPACK directly: half the overhead of np.linalg.svd
             if info != 0:
@@ -184,7 +186,7 @@ class ArmIK:
             if smin < s.singular_threshold:
                 lam2 = (1.0 - (smin / s.singular_threshold) ** 2) * s.damping**2
             dq = Vt[:6].T @ ((sv / (sv * sv + lam2)) * (U.T @ err))
-            dq += self._null_step(q, Vt[6], hint)
+            dq += self._null_alpha(q, Vt[6], hint) * Vt[6]
             peak = float(np.abs(dq).max())
             if peak > s.max_step:
                 dq *= s.max_step / peak
@@ -196,31 +198,29 @@ class ArmIK:
             bool(pos_best <= s.position_tolerance and rot_best <= s.orientation_tolerance),
         )
 
-    def _null_step(self, q: np.ndarray, n: np.ndarray, hint: np.ndarray | None) -> np.ndarray:
-        """Step along the null-space direction ``n`` (7,) for the elbow hint and the limits.
+    def _null_alpha(self, q: np.ndarray, n: np.ndarray, hint: np.ndarray | None) -> float:
+        """Signed step [rad] along the unit null-space direction ``n`` (7,).
 
-        Uses the Jacobians computed for ``q`` by the caller's ``computeJointJacobians``.
+        Joint-limit avoidance has priority: while a joint is inside the zone
+        near a limit, the step is the least-squares move of the zone
+        violation back towards zero. Otherwise the elbow hint: the step that
+        moves the elbow a share ``elbow_gain`` of its error along the swivel
+        tangent. Capped at ``max_null_step`` so the second-order drift it
+        causes in the wrist stays far below the tolerance. Uses the Jacobians
+        computed for ``q`` by the caller.
         """
         s = self.settings
-        num = 0.0
-        den = 0.0
-        if hint is not None:
-            pin.updateFramePlacement(self.model, self.data, self._elbow)
-            p_elbow = self.data.oMf[self._elbow].translation
+        g = np.minimum(q - self._zone_lo, 0.0) + np.maximum(q - self._zone_hi, 0.0)  # [rad] zone violation
+        if g.any():
+            alpha = -s.limit_gain * float(n @ g)
+        elif hint is not None:
+            p_elbow = pin.updateFramePlacement(self.model, self.data, self._elbow).translation
             Je = pin.getFrameJacobian(self.model, self.data, self._elbow, pin.LOCAL_WORLD_ALIGNED)[:3]
-            t = Je @ n  # elbow velocity per unit motion along n [m]
+            t = Je @ n  # elbow velocity per unit motion along n [m/rad]
             tt = float(t @ t)
-            if tt > 1e-12:
-                # only the component of the error along the swivel tangent
-                d = s.elbow_gain * (t @ (hint - p_elbow)) / tt * t
-                num += float(t @ d)
-                den += tt
-        # limit avoidance: desired joint change back out of the zone near each limit
-        g = np.minimum(q - self._zone_lo, 0.0) + np.maximum(q - self._zone_hi, 0.0)
-        if np.any(g):
-            w = 1.0  # [-] weight of the limit term relative to the elbow term (both ~1/m^2 scaled)
-            num -= w * s.limit_gain * float(n @ g)
-            den += w
-        if den == 0.0:
-            return np.zeros(7)
-        return (num / den) * n
+            if tt < 1e-12:
+                return 0.0
+            alpha = s.elbow_gain * float(t @ (hint - p_elbow)) / tt
+        else:
+            return 0.0
+        return max(-s.max_null_step, min(s.max_null_step, alpha))

@@ -235,10 +235,12 @@ class ArmTeleop:
                 continue
             if sample.stamp != st.solved_stamp:
                 t0 = time.perf_counter()
+                robot_now = None
                 if self.clutch.offset(side) is None:  # first target after engaging: start from the command
                     st.q_goal = self.follower.state.position[sl].copy()
+                    robot_now = self.commanded_hand_pose(side)
                 mapped = self.calibration.map_wrist(side, sample.wrist)
-                target = self.clutch.apply(side, mapped, self.commanded_hand_pose(side))
+                target = self.clutch.apply(side, mapped, robot_now)
                 hint = None
                 if sample.elbow is not None:
                     hint = self.clutch.apply_point(side, self.calibration.map_elbow(side, sample.elbow))

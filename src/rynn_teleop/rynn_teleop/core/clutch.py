@@ -47,19 +47,21 @@ class Clutch:
     def offset(self, side: str) -> ClutchOffset | None:
         return self._offsets.get(side)
 
-    def apply(self, side: str, mapped: np.ndarray, robot_now: np.ndarray) -> np.ndarray | None:
+    def apply(self, side: str, mapped: np.ndarray, robot_now: np.ndarray | None) -> np.ndarray | None:
         """Robot target (4, 4) for the mapped operator pose, or None when disengaged.
 
         Args:
             side: arm side.
             mapped: (4, 4) operator pose mapped into the torso frame (calibration applied).
-            robot_now: (4, 4) the robot hand's current commanded pose (used only to
-                capture the offset at the first call after engaging).
+            robot_now: (4, 4) the robot hand's current commanded pose; needed only at
+                the first call after engaging, when the offset is captured.
         """
         if not self.engaged:
             return None
         off = self._offsets.get(side)
         if off is None:
+            if robot_now is None:
+                raise ValueError(f"clutch offset of the {side} side not captured yet: robot_now is required")
             off = ClutchOffset(robot_now[:3, 3] - mapped[:3, 3], mapped[:3, :3].T @ robot_now[:3, :3])
             self._offsets[side] = off
         return make_transform(mapped[:3, 3] + off.position, mapped[:3, :3] @ off.rotation)
