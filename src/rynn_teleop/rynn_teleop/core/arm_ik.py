@@ -26,6 +26,7 @@ are spent first the best configuration seen is returned with
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -39,7 +40,7 @@ from .robot_model import GROUPS, RobotModel
 class IKSettings(NamedTuple):
     """Tuning of :class:`ArmIK` (units beside each field)."""
 
-    position_tolerance: float = 2e-4  # [m] wrist position error accepted as converged
+    position_tolerance: float = 3e-4  # [m] wrist position error accepted as converged
     orientation_tolerance: float = 2e-3  # [rad] wrist orientation error accepted as converged
     max_iterations: int = 20  # [-] per solve
     stall_ratio: float = 0.95  # [-] stop early (when within 10x tolerance) once an iteration keeps more than this share of the error
@@ -122,6 +123,7 @@ class ArmIK:
         self.upper = limits.upper - settings.limit_margin
         self._zone_lo = limits.lower + settings.limit_zone
         self._zone_hi = limits.upper - settings.limit_zone
+        self._zone_lo_list, self._zone_hi_list = self._zone_lo.tolist(), self._zone_hi.tolist()
 
     def _depends_on_arm(self, frame_id: int) -> bool:
         return self.model.frames[frame_id].parentJoint != 0
@@ -150,53 +152,54 @@ class ArmIK:
             :class:`IKResult`; ``q`` always lies within the (shrunk) limits.
         """
         s = self.settings
-        model, data = self.model, self.data
+        model, data, tip = self.model, self.data, self._tip
         goal = self._world_base * pin.SE3(np.asarray(target, dtype=float))
+        p_goal = goal.translation
         hint = None if elbow_hint is None else self._world_base.act(np.asarray(elbow_hint, dtype=float))
         q = np.minimum(np.maximum(np.asarray(q_init, dtype=float), self.lower), self.upper)
-        best = (np.inf, q, np.inf, np.inf)
+        ptol, rtol = s.position_tolerance, s.orientation_tolerance
+        best_score, best = math.inf, (q, math.inf, math.inf)
         iterations = 0
-        prev_score = np.inf
+        prev_score = math.inf
         while True:
             pin.forwardKinematics(model, data, q)
-            current = pin.updateFramePlacement(model, data, self._tip)
+            current = pin.updateFramePlacement(model, data, tip)
             err = pin.log6(current.actInv(goal)).vector
-            dp = goal.translation - current.translation  # log6's linear part is not the distance
-            pos_err = float(np.sqrt(dp @ dp))
-            rot_err = float(np.sqrt(err[3] ** 2 + err[4] ** 2 + err[5] ** 2))
-            # excess over tolerance, 1 rad counting as 10 cm; ties go to the newer q
-            score = max(pos_err - s.position_tolerance, 0.0) + 0.1 * max(rot_err - s.orientation_tolerance, 0.0)
+            dp = p_goal - current.translation  # log6's linear part is not the distance
+            pos_err = math.sqrt(dp @ dp)
+            rot_err = math.sqrt(err[3] * err[3] + err[4] * err[4] + err[5] * err[5])
+            # excess over tolerance, 1 rad counting as 10 cm: 0 when converged; ties go to the newer q
+            score = (pos_err - ptol if pos_err > ptol else 0.0) + 0.1 * (rot_err - rtol if rot_err > rtol else 0.0)
             # slow convergence near a singularity: stop once close and no longer improving
-            stalled = 0.0 < score < 10 * s.position_tolerance and iterations >= 2 and score > s.stall_ratio * prev_score
+            stalled = 0.0 < score < 10 * ptol and iterations >= 2 and score > s.stall_ratio * prev_score
             prev_score = score
-            if score <= best[0]:
-                best = (score, q, pos_err, rot_err)
-            converged = pos_err <= s.position_tolerance and rot_err <= s.orientation_tolerance
+            if score <= best_score:
+                best_score, best = score, (q, pos_err, rot_err)
             # With an elbow hint, one null-space step is taken even when converged,
             # so the swivel keeps following the hint across calls.
-            if (converged and (hint is None or iterations > 0)) or stalled or iterations >= s.max_iterations:
+            if (score == 0.0 and (hint is None or iterations > 0)) or stalled or iterations >= s.max_iterations:
                 break
             pin.computeJointJacobians(model, data)  # uses the forward kinematics above
-            J = pin.getFrameJacobian(model, data, self._tip, pin.LOCAL)
+            J = pin.getFrameJacobian(model, data, tip, pin.LOCAL)
             U, sv, Vt, info = dgesvd(J)  # LAPACK directly: half the overhead of np.linalg.svd
             if info != 0:
                 break
-            smin = sv[-1]
-            lam2 = 0.0
+            smin = sv[5]
             if smin < s.singular_threshold:
                 lam2 = (1.0 - (smin / s.singular_threshold) ** 2) * s.damping**2
-            dq = Vt[:6].T @ ((sv / (sv * sv + lam2)) * (U.T @ err))
-            dq += self._null_alpha(q, Vt[6], hint) * Vt[6]
-            peak = float(np.abs(dq).max())
+                dq = Vt[:6].T @ ((sv / (sv * sv + lam2)) * (U.T @ err))
+            else:
+                dq = Vt[:6].T @ ((U.T @ err) / sv)
+            alpha = self._null_alpha(q, Vt[6], hint)
+            if alpha:
+                dq += alpha * Vt[6]
+            peak = np.abs(dq).max()
             if peak > s.max_step:
                 dq *= s.max_step / peak
             q = np.minimum(np.maximum(q + dq, self.lower), self.upper)
             iterations += 1
-        _, q_best, pos_best, rot_best = best
-        return IKResult(
-            q_best, pos_best, rot_best, iterations,
-            bool(pos_best <= s.position_tolerance and rot_best <= s.orientation_tolerance),
-        )
+        q_best, pos_best, rot_best = best
+        return IKResult(q_best, pos_best, rot_best, iterations, best_score == 0.0)
 
     def _null_alpha(self, q: np.ndarray, n: np.ndarray, hint: np.ndarray | None) -> float:
         """Signed step [rad] along the unit null-space direction ``n`` (7,).
@@ -210,8 +213,8 @@ class ArmIK:
         computed for ``q`` by the caller.
         """
         s = self.settings
-        g = np.minimum(q - self._zone_lo, 0.0) + np.maximum(q - self._zone_hi, 0.0)  # [rad] zone violation
-        if g.any():
+        if any(v < lo or v > hi for v, lo, hi in zip(q.tolist(), self._zone_lo_list, self._zone_hi_list)):
+            g = np.minimum(q - self._zone_lo, 0.0) + np.maximum(q - self._zone_hi, 0.0)  # [rad] zone violation
             alpha = -s.limit_gain * float(n @ g)
         elif hint is not None:
             p_elbow = pin.updateFramePlacement(self.model, self.data, self._elbow).translation

@@ -71,7 +71,8 @@ class JerkLimitedFollower:
         self._in.synchronization = Synchronization.No
         self._in.target_velocity = [0.0] * n
         self._in.target_acceleration = [0.0] * n
-        self._pos_if = [ControlInterface.Position] * n
+        self._in.control_interface = ControlInterface.Position
+        self._per_dof = False  # a per-joint control interface list is set (some joints braking)
         self.errors = 0  # Ruckig calls that failed (the joints were then held)
         self._state = MotionState(np.zeros(n), np.zeros(n), np.zeros(n))
         self._initialised = False
@@ -119,16 +120,18 @@ class JerkLimitedFollower:
             follow = np.isfinite(goal)
             if active is not None:
                 follow &= np.asarray(active, dtype=bool)
-            goal = np.where(follow, np.clip(np.nan_to_num(goal), self._lo, self._hi), 0.0)
         if follow.all():
-            inp.control_interface = ControlInterface.Position
-            inp.per_dof_control_interface = None
+            if self._per_dof:
+                inp.per_dof_control_interface = None
+                self._per_dof = False
+            inp.target_position = np.minimum(np.maximum(goal, self._lo), self._hi).tolist()
         else:
-            inp.control_interface = ControlInterface.Position
+            goal = np.where(follow, np.clip(np.nan_to_num(goal), self._lo, self._hi), 0.0)
             inp.per_dof_control_interface = [
                 ControlInterface.Position if f else ControlInterface.Velocity for f in follow.tolist()
             ]
-        inp.target_position = goal.tolist()
+            self._per_dof = True
+            inp.target_position = goal.tolist()
         result = self._otg.update(inp, self._out)
         if result not in (Result.Working, Result.Finished):
             self.errors += 1
@@ -136,6 +139,8 @@ class JerkLimitedFollower:
             inp.per_dof_control_interface = None
             inp.control_interface = ControlInterface.Velocity
             result = self._otg.update(inp, self._out)
+            inp.control_interface = ControlInterface.Position
+            self._per_dof = False
             if result not in (Result.Working, Result.Finished):
                 _log.error("Ruckig brake failed (%s); holding position", result)
                 self.reset(np.asarray(inp.current_position))

@@ -78,7 +78,7 @@ class ArmIKNode(TeleopNode):
                   min=1e-4, max=0.5),
             Param("unreachable_orientation_rad", float, 0.035, "IK orientation error flagged as unreachable",
                   "rad", min=1e-3, max=3.2),
-            Param("ik.position_tolerance", float, 2e-4, "IK convergence tolerance, position", "m", min=1e-6, max=0.01),
+            Param("ik.position_tolerance", float, 3e-4, "IK convergence tolerance, position", "m", min=1e-6, max=0.01),
             Param("ik.orientation_tolerance", float, 2e-3, "IK convergence tolerance, orientation", "rad",
                   min=1e-5, max=0.1),
             Param("ik.max_iterations", int, 20, "IK iterations per solve", min=1, max=200),
