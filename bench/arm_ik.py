@@ -22,15 +22,18 @@
    ``dt = 5 ms`` (the velocity limit binds: more iterations, p99 +40 %),
    gain 0.5 (~4.7 iterations per solve), no velocity limit or posture cost
    0 / 1e-4 / 1e-2 or LM damping 1e-3 (no measurable difference).
-   The headline "pink" has no elbow task: it does less work than ours (its
-   swivel drifts off the hint), the conservative baseline. Column
-   "pink+elbow" adds a position-only ``FrameTask`` on the elbow frame towards
+   Column "pink" has no elbow task: it does less work than ours (its swivel
+   drifts off the hint). Column "pink+elbow" adds a position-only ``FrameTask`` on the elbow frame towards
    the hint projected on the upper-arm sphere around the shoulder (the hint
    is an upper-arm point), cost ``--pink-elbow-cost`` (0.01; 0.03 gives
    worse wrist accuracy, 0.1 fights the wrist task and hits max_iterations).
    Column "ours-wrist" is ours without the elbow hint: the same task set as
    plain pink, so its accuracy compares like for like (the hint changes which
    configurations the arm passes through, and with them the residuals).
+   Headline JSON keys: the same task set on both sides, i.e. "ours" (as the
+   node runs it: wrist + elbow) against "pink+elbow"; the wrist-only pair
+   ("ours-wrist" vs "pink") follows under ``wrist_only_*`` keys, and the goal
+   line is printed for both pairs.
    The chains take turns every ``--block`` cycles (50), so slow machine noise
    hits them alike; ``--block 1`` alternates every cycle, which adds each
    chain's cache misses after the others' work (ours: ~+25 % p50, pink ~+5 %).
@@ -439,8 +442,15 @@ def main() -> None:
     print(f"replayed {len(chains)} chains, turns of {args.block} cycles, in {time.perf_counter() - t0:.1f} s")
     res = {name: evaluate(name, cycles, run.times, run.solved, iks) for name, run in runs.items()}
     drift = check_replay(cycles, runs["ours"].solved)
-    ours, pink = res["ours"], res["pink"]
+    # Headline: the same task set on both sides. With the elbow column (default) that is the
+    # controller as the node runs it (wrist + elbow swivel) against pink given the elbow task;
+    # the wrist-only pair (ours-wrist vs plain pink) is reported beside it.
+    if "pink+elbow" in res:
+        ours, pink = res["ours"], res["pink+elbow"]
+    else:
+        ours, pink = res["ours-wrist"], res["pink"]
     speedup = pink["cycle_p99_ms"] / ours["cycle_p99_ms"]
+    wrist_speedup = res["pink"]["cycle_p99_ms"] / res["ours-wrist"]["cycle_p99_ms"]
 
     rows = [
         ("cycle p50 [ms] (2x IK + Ruckig)", "cycle_p50_ms", "{:.3f}"),
@@ -474,11 +484,18 @@ def main() -> None:
     print(f"{'node pair: publish->receive p99 [ms]':40s} {fmt_ms(node['publish_latency_p99_ms']):>10s}")
     if node.get("rate_hz") is not None:
         print(f"{'node pair: /arms/command rate [Hz]':40s} {node['rate_hz']:>10.1f}")
-    goal = ours["cycle_p99_ms"] <= 0.5 and speedup >= 2.0
-    print(f"goal (p99 <= 0.5 ms and >= 2x faster than pink): {'met' if goal else 'NOT met'}; "
-          f"position error p99 ours {ours['pos_err_p99_mm']:.3f} (wrist task only: "
-          f"{res['ours-wrist']['pos_err_p99_mm']:.3f}) vs pink {pink['pos_err_p99_mm']:.3f} mm "
-          f"(tolerance {1e3 * iks['left'].settings.position_tolerance:.1f} mm)")
+    def goal_met(a: dict, b: dict, ratio: float) -> bool:
+        as_accurate = a["pos_err_p99_mm"] <= b["pos_err_p99_mm"] + 1e-3 and a["rot_err_p99_deg"] <= b["rot_err_p99_deg"] + 1e-3
+        return a["cycle_p99_ms"] <= 0.5 and ratio >= 2.0 and as_accurate
+
+    for label, a, b, ratio in (
+        (f"{ours['name']} vs {pink['name']} (headline)", ours, pink, speedup),
+        ("ours-wrist vs pink (wrist task only)", res["ours-wrist"], res["pink"], wrist_speedup),
+    ):
+        print(f"goal (p99 <= 0.5 ms, >= 2x faster, equal or better accuracy), {label}: "
+              f"{'met' if goal_met(a, b, ratio) else 'NOT met'}: p99 {a['cycle_p99_ms']:.3f} vs "
+              f"{b['cycle_p99_ms']:.3f} ms ({ratio:.2f}x), position error p99 {a['pos_err_p99_mm']:.3f} vs "
+              f"{b['pos_err_p99_mm']:.3f} mm, orientation {a['rot_err_p99_deg']:.3f} vs {b['rot_err_p99_deg']:.3f} deg")
 
     print(json.dumps({
         "cycle_p99_ms": _r(ours["cycle_p99_ms"]),
@@ -496,11 +513,13 @@ def main() -> None:
         "pink_iterations_mean": _r(pink["iterations_mean"]),
         "publish_latency_p99_ms": _r(node["publish_latency_p99_ms"]),
         "pink_solver": qp,
-        "pink_elbow_cycle_p99_ms": _r(res["pink+elbow"]["cycle_p99_ms"]) if "pink+elbow" in res else None,
-        "pink_elbow_pos_err_p99_mm": _r(res["pink+elbow"]["pos_err_p99_mm"]) if "pink+elbow" in res else None,
+        "headline": f"{ours['name']} vs {pink['name']}",
         "pink_elbow_cost": args.pink_elbow_cost,
-        "ours_wrist_cycle_p99_ms": _r(res["ours-wrist"]["cycle_p99_ms"]),
-        "ours_wrist_pos_err_p99_mm": _r(res["ours-wrist"]["pos_err_p99_mm"]),
+        "wrist_only_cycle_p99_ms": _r(res["ours-wrist"]["cycle_p99_ms"]),
+        "wrist_only_pink_cycle_p99_ms": _r(res["pink"]["cycle_p99_ms"]),
+        "wrist_only_speedup_vs_pink": _r(wrist_speedup),
+        "wrist_only_pos_err_p99_mm": _r(res["ours-wrist"]["pos_err_p99_mm"]),
+        "wrist_only_pink_pos_err_p99_mm": _r(res["pink"]["pos_err_p99_mm"]),
         "cycles": ours["cycles"],
         "seconds": args.seconds,
         "seed": args.seed,

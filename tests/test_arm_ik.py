@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rynn_teleop.core.arm_ik import ArmIK
+from rynn_teleop.core.arm_ik import ArmIK, IKSettings
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.core.transforms import make_transform, pose_error
 from rynn_teleop.errors import ConfigurationError, FrameNotFoundError
@@ -124,14 +124,23 @@ def test_joint_limit_avoidance_moves_a_joint_out_of_its_limit_zone(ik):
     assert pose_error(ik.forward(qk), target).position <= s.position_tolerance * 1.01
 
 
-def test_damping_keeps_steps_bounded_at_a_singularity(ik):
-    q = np.zeros(7)  # stretched arm: elbow and shoulder singular
+def test_damping_shortens_the_step_at_a_singularity(robot, ik):
+    """Stretched arm (elbow joint at 0), target beyond reach along the arm: the undamped
+    step is large, the damped one stays small and the error still falls."""
+    q = np.array([0.3, 0.8, 0.2, 0.0, 0.1, 0.3, 0.1])
     target = ik.forward(q)
-    target[:3, 3] += [0.0, 0.0, 0.01]
+    shoulder = robot.frame_pose(np.zeros(54), f"{ik.side}_arm_link2", base="torso_link")[:3, 3]
+    out = target[:3, 3] - shoulder
+    target[:3, 3] += 0.002 * out / np.linalg.norm(out)  # 2 mm past full reach
+    damped = ArmIK(robot, ik.side, settings=IKSettings(max_iterations=1))
+    undamped = ArmIK(robot, ik.side, settings=IKSettings(max_iterations=1, damping=0.0))
+    step_damped = np.abs(damped.solve(target, q).q - q).max()
+    step_undamped = np.abs(undamped.solve(target, q).q - q).max()
+    assert step_undamped > 2 * step_damped
+    assert step_damped < 0.05
     result = ik.solve(target, q)
     assert np.all(np.isfinite(result.q))
-    assert np.abs(result.q - q).max() <= ik.settings.max_step * ik.settings.max_iterations
-    assert result.position_error < 0.01
+    assert result.position_error <= 0.002 + 1e-9
 
 
 def test_bad_configuration_is_refused(robot):

@@ -244,6 +244,82 @@ def test_unreachable_target_is_flagged_and_the_nearest_solution_used(robot):
     assert reached @ np.array([1.0, 1.0, 0.0]) / np.sqrt(2) > 0.2  # moved a long way towards it
 
 
+def test_engaging_again_while_engaged_does_not_re_anchor(robot):
+    """A pedal that keeps publishing "engaged" must not eat the operator's motion."""
+    ctl, hands, elbows = make_controller(robot)
+    ctl.engage()
+    for k in range(400):
+        now = k * DT
+        for s in SIDES:
+            T = hands[s].copy()
+            T[:3, 3] += [0.0, 0.0, 0.1 * min(1.0, now / 1.0)]
+            ctl.set_operator(s, T, elbows[s], now)
+        if k % 4 == 0:
+            ctl.engage()
+        ctl.step(now)
+    assert ctl.clutch.engagements == 1
+    for s in SIDES:
+        moved = ctl.commanded_hand_pose(s)[:3, 3] - hands[s][:3, 3]
+        np.testing.assert_allclose(moved, [0.0, 0.0, 0.1], atol=2e-3)
+
+
+def test_resuming_after_a_dropout_re_anchors_that_side_only(robot):
+    ctl, hands, elbows = make_controller(robot)
+    ctl.engage()
+    positions = []
+    for k in range(500):
+        now = k * DT
+        left = hands["left"].copy()
+        if k >= 100:
+            left[:3, 3] += [0.0, 0.25, 0.0]  # moved 25 cm while its wrist tracker was lost
+        if not 50 <= k < 250:
+            ctl.set_operator("left", left, elbows["left"] + left[:3, 3] - hands["left"][:3, 3], now)
+        ctl.set_operator("right", hands["right"], elbows["right"], now)
+        positions.append(ctl.step(now).state.position.copy())
+    positions = np.array(positions)
+    assert ctl.sides["left"].stale_events == 1 and not ctl.sides["left"].stale
+    # the left arm stopped where it was and stayed there after tracking resumed
+    assert np.abs(positions[-1] - positions[0]).max() < 1e-3
+    assert np.abs(np.diff(positions[250:, :7], axis=0)).max() < 1e-4
+    # and follows relative motion again from there
+    for k in range(500, 800):
+        left = hands["left"].copy()
+        left[:3, 3] += [0.0, 0.25, 0.05]
+        ctl.set_operator("left", left, elbows["left"] + left[:3, 3] - hands["left"][:3, 3], k * DT)
+        ctl.set_operator("right", hands["right"], elbows["right"], k * DT)
+        ctl.step(k * DT)
+    moved = ctl.commanded_hand_pose("left")[:3, 3] - hands["left"][:3, 3]
+    np.testing.assert_allclose(moved, [0.0, 0.0, 0.05], atol=2e-3)
+    check_stream(positions, ctl.follower.limits)
+
+
+def test_reset_while_engaged_continues_from_the_new_position(robot):
+    ctl, hands, elbows = make_controller(robot)
+    ctl.engage()
+    for k in range(20):
+        for s in SIDES:
+            ctl.set_operator(s, hands[s], elbows[s], k * DT)
+        ctl.step(k * DT)
+    moved = np.array(DEFAULT_HOME) + np.array([0.3, -0.2, 0.1, 0.2, 0.1, 0.1, 0.1] * 2)
+    ctl.reset(moved)
+    out = []
+    for k in range(20, 200):
+        for s in SIDES:
+            ctl.set_operator(s, hands[s], None, k * DT)  # operator holds still (no elbow hint)
+        out.append(ctl.step(k * DT).state.position)
+    assert np.abs(np.array(out) - moved).max() < 1e-3  # no drive back to the old target
+
+
+def test_poses_stamped_in_the_future_are_not_fresh(robot):
+    ctl, hands, elbows = make_controller(robot)
+    ctl.engage()
+    for k in range(50):
+        for s in SIDES:
+            ctl.set_operator(s, hands[s], elbows[s], k * DT + 10.0)  # a clock 10 s ahead
+        ctl.step(k * DT)
+    assert all(ctl.sides[s].stale and not ctl.sides[s].active for s in SIDES)
+
+
 # ---------------------------------------------------------------------------------------------- property
 EVENTS = st.one_of(
     st.tuples(st.just("hold"), st.integers(1, 30)),  # no new sample for n cycles (> 20 = stale)
@@ -252,27 +328,35 @@ EVENTS = st.one_of(
     st.tuples(st.just("far"), st.lists(st.floats(-3.0, 3.0), min_size=3, max_size=3)),  # likely unreachable
     st.tuples(st.just("nan"), st.integers(0, 15)),
     st.tuples(st.just("clutch"), st.booleans()),
+    st.tuples(st.just("drop"), st.tuples(st.sampled_from(SIDES), st.integers(1, 40))),  # one side silent
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(events=st.lists(EVENTS, min_size=5, max_size=25), side_mask=st.sampled_from(["both", "left", "right"]))
-def test_command_stream_respects_every_limit_for_arbitrary_inputs(robot, events, side_mask):
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    events=st.lists(EVENTS, min_size=5, max_size=25),
+    side_mask=st.sampled_from(["both", "left", "right"]),
+    start=st.lists(st.floats(0.0, 1.0), min_size=14, max_size=14),
+)
+def test_command_stream_respects_every_limit_for_arbitrary_inputs(robot, events, side_mask, start):
     from scipy.spatial.transform import Rotation
 
     ctl, hands, elbows = make_controller(robot)
+    lim = ctl.follower.limits
+    ctl.reset(lim.lower + np.asarray(start) * (lim.upper - lim.lower))  # anywhere in the limits
     ctl.engage()
     sides = SIDES if side_mask == "both" else (side_mask,)
     targets = {s: hands[s].copy() for s in SIDES}
     positions = [ctl.follower.state.position.copy()]
     k = 0
 
-    def cycle(send: bool, poses: dict) -> None:
+    def cycle(send: bool, poses: dict, skip: str | None = None) -> None:
         nonlocal k
         now = k * DT
         if send:
             for s in sides:
-                ctl.set_operator(s, poses[s], elbows[s], now)
+                if s != skip:
+                    ctl.set_operator(s, poses[s], elbows[s], now)
         positions.append(ctl.step(now).state.position.copy())
         k += 1
 
@@ -299,6 +383,11 @@ def test_command_stream_respects_every_limit_for_arbitrary_inputs(robot, events,
             continue
         elif kind == "clutch":
             ctl.engage() if arg else ctl.disengage()
+        elif kind == "drop":
+            silent, n = arg
+            for _ in range(n):
+                cycle(True, targets, skip=silent)
+            continue
         for _ in range(8):  # a new operator sample every cycle for a while (tracker rate ~ command rate)
             cycle(True, targets)
     for _ in range(200):  # finally silence: stale after 0.1 s, then braking to rest

@@ -7,6 +7,7 @@ import time
 
 import numpy as np
 import pytest
+from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
@@ -16,7 +17,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from rynn_teleop.core.calibration import Calibration
 from rynn_teleop.core.robot_model import arm_joint_names
-from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError, ParameterError
+from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError, ParameterError, RynnTeleopError
 from rynn_teleop.runner import Composition
 
 ARM_NAMES = list(arm_joint_names("left") + arm_joint_names("right"))
@@ -110,8 +111,13 @@ def test_synthetic_trackers_drive_arm_commands_at_200hz(ros_domain_id, tmp_path)
         assert np.abs(positions - positions[0]).max() > 0.05, "the arms did not follow the operator"
         stamps = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in window]
         assert all(b > a for a, b in zip(stamps, stamps[1:]))
-        # tracker poses carry sample-time stamps and the chest frame
+        # tracker poses carry sample-time stamps (the synthetic source's 120 Hz grid) and the chest frame
         assert wrist.header.frame_id == "operator_chest"
+        with probe.lock:
+            wrist_stamps = np.array([w.header.stamp.sec + 1e-9 * w.header.stamp.nanosec for w in probe.wrists[-50:]])
+        ticks = np.diff(wrist_stamps) * 120.0
+        np.testing.assert_allclose(ticks, np.round(ticks), atol=1e-3)
+        assert np.all(np.round(ticks) >= 1)
         node = comp.node("arm_ik")
         p99 = node.meters["command"].latency_percentiles(99)[0]
         assert 0.0 < p99 < 0.1  # tracker sample -> command [s]
@@ -208,3 +214,87 @@ def test_auto_calibration_and_the_clutch_topic(ros_domain_id, tmp_path):
     finally:
         comp.shutdown()
     assert not comp.errors
+
+
+def test_measured_start_outside_the_limits_is_refused_and_slightly_outside_clipped(ros_domain_id, tmp_path):
+    from rynn_teleop.core.robot_model import RobotModel
+
+    lim = RobotModel.default().limits
+    comp = Composition(
+        ["arm_ik"], overrides={"arm_ik": {"calibration_file": str(tmp_path / "none.yaml")}}, domain_id=ros_domain_id
+    )
+    try:
+        probe = Probe(comp)
+        node = comp.node("arm_ik")
+        pub = probe.node.create_publisher(JointState, "/joint_states", 10)
+        measured = np.array(node.params["home_position"])
+        measured[2] = lim.upper[2] + 0.3  # left joint 3 far past its limit
+        msg = JointState(name=ARM_NAMES)
+
+        def publish(position):
+            msg.position = position.tolist()
+            msg.header.stamp = probe.node.get_clock().now().to_msg()
+            pub.publish(msg)
+
+        assert wait_for(lambda: (publish(measured), bool(node._start_error))[1], 10.0)
+        assert "left_arm_joint3" in node._start_error
+        assert node.diagnostic_level()[0] == DiagnosticStatus.ERROR
+        time.sleep(0.3)
+        assert not probe.commands
+        measured[2] = lim.upper[2] + 0.005  # within start_tolerance: clipped, and commanding starts
+        assert wait_for(lambda: (publish(measured), len(probe.commands) > 3)[1], 10.0)
+        with probe.lock:
+            first = np.array(probe.commands[0][1].position)
+        assert first[2] == pytest.approx(lim.upper[2])
+        assert not node._start_error
+    finally:
+        comp.shutdown()
+
+
+def test_deadman_pedal_disengages_when_silent(ros_domain_id, tmp_path):
+    cal = Calibration(is_default=False).save(tmp_path / "cal.yaml")
+    comp = Composition(
+        ["arm_ik"],
+        overrides={"arm_ik": {"start_from": "home", "calibration_file": str(cal), "clutch_topic_timeout_s": 0.3}},
+        domain_id=ros_domain_id,
+    )
+    try:
+        probe = Probe(comp)
+        node = comp.node("arm_ik")
+        pedal = probe.node.create_publisher(Bool, "/operator/clutch", 10)
+        assert wait_for(lambda: (pedal.publish(Bool(data=True)), node.ctl.clutch.engaged)[1], 5.0)
+        for _ in range(10):  # held: keeps publishing true, stays engaged
+            pedal.publish(Bool(data=True))
+            time.sleep(0.1)
+        assert node.ctl.clutch.engaged and node.ctl.clutch.engagements == 1
+        assert wait_for(lambda: not node.ctl.clutch.engaged, 3.0)  # pedal node "died"
+    finally:
+        comp.shutdown()
+
+
+def test_a_failed_calibration_save_keeps_the_old_calibration(ros_domain_id, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    comp = Composition(
+        ["tracker", "arm_ik"],
+        overrides={"tracker": {"source": "synthetic", "synthetic.hold_s": 5.0},
+                   "arm_ik": {"start_from": "home", "calibration_file": str(blocker / "cal.yaml")}},
+        domain_id=ros_domain_id,
+    )
+    try:
+        probe = Probe(comp)
+        assert wait_for(lambda: len(probe.wrists) > 20, 10.0)
+        result = probe.call(Trigger, "/arm_ik/calibrate", Trigger.Request())
+        assert not result.success and "cannot write" in result.message
+        assert comp.node("arm_ik").ctl.calibration.is_default
+    finally:
+        comp.shutdown()
+
+
+def test_a_role_without_a_serial_is_refused(ros_domain_id, tmp_path, monkeypatch):
+    with pytest.raises(ConfigurationError, match="serials.left_wrist"):
+        Composition(["tracker"], overrides={"tracker": {"serials.left_wrist": ""}}, domain_id=ros_domain_id)
+    monkeypatch.setenv("HOME", str(tmp_path))  # openvr: the runtime is missing, so that error comes first
+    with pytest.raises(RynnTeleopError):
+        Composition(["tracker"], overrides={"tracker": {"source": "openvr", "serials.chest": ""}},
+                    domain_id=ros_domain_id)

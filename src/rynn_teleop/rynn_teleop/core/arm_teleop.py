@@ -16,7 +16,8 @@ One :meth:`ArmTeleop.step` per control cycle (200 Hz in the node):
 Bad input never reaches the robot: non-finite or non-rigid poses are
 rejected at :meth:`ArmTeleop.set_operator` (counted, the last good target
 kept); an unreachable target yields the nearest reachable solution and the
-side's ``unreachable`` flag.
+side's ``unreachable`` flag. A side whose tracking resumes after going stale
+is re-anchored (its clutch offset re-captured), like a re-engage.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class ArmTeleopSettings(NamedTuple):
 
     rate_hz: float = 200.0  # [Hz] control rate (Ruckig cycle time 1 / rate_hz)
     stale_timeout: float = 0.1  # [s] an operator pose older than this is stale: the side brakes
+    future_tolerance: float = 0.05  # [s] a pose stamped further in the future than this is not fresh (clock skew)
     unreachable_position: float = 0.005  # [m] IK position error above which the target counts as unreachable
     unreachable_orientation: float = 0.035  # [rad] same for orientation (2 deg)
     target_margin: float = 0.02  # [rad] Ruckig targets stay this far inside the position limits
@@ -68,6 +70,7 @@ class SideState:
     stale: bool = True  # no fresh operator pose
     unreachable: bool = False  # last IK result outside the unreachable thresholds
     rejected: int = 0  # operator poses rejected (NaN, inf, not rigid)
+    elbow_rejected: int = 0  # non-finite elbow hints dropped (the wrist pose was used)
     unreachable_count: int = 0  # IK solves flagged unreachable
     stale_events: int = 0  # fresh -> stale transitions
     last_ik: IKResult | None = None
@@ -125,8 +128,14 @@ class ArmTeleop:
 
     # ------------------------------------------------------------------ state
     def reset(self, position: np.ndarray) -> None:
-        """Restart from ``position`` (14,) [rad] at rest (e.g. the measured joint state)."""
+        """Restart from ``position`` (14,) [rad] at rest (e.g. the measured joint state).
+
+        Clutch offsets are re-captured at the next targets, so an engaged
+        clutch continues from the new position instead of driving back.
+        """
         self.follower.reset(position)
+        for s in SIDES:
+            self.clutch.release(s)
         for s in SIDES:
             self.sides[s].q_goal = self.follower.state.position[self._slices[s]].copy()
             self.sides[s].solved_stamp = float("nan")
@@ -151,6 +160,7 @@ class ArmTeleop:
             elbow = np.asarray(elbow, dtype=float)
             if elbow.shape != (3,) or not np.all(np.isfinite(elbow)):
                 elbow = None  # the hint is optional: keep the wrist, drop the hint
+                st.elbow_rejected += 1
         if not ok:
             st.rejected += 1
             return False
@@ -188,12 +198,11 @@ class ArmTeleop:
             elbows[s] = 0.5 * (shoulder + elbow)
         return hands, elbows
 
-    def calibrate(self, now: float) -> Calibration:
-        """Capture the calibration from the current (fresh) operator poses.
+    def capture_calibration(self, now: float) -> Calibration:
+        """A calibration from the current (fresh) operator poses, not yet applied.
 
-        The clutch is disengaged (the mapping changes). Raises
-        ConfigurationError when a pose is missing or stale or the posture is
-        not the calibration posture.
+        Raises ConfigurationError when a pose is missing or stale or the
+        posture is not the calibration posture.
         """
         wrists, elbows = {}, {}
         for s in SIDES:
@@ -204,14 +213,23 @@ class ArmTeleop:
                 raise ConfigurationError(f"cannot calibrate: no fresh {s} upper-arm tracker pose")
             wrists[s], elbows[s] = sample.wrist, sample.elbow
         hands, robot_elbows = self.robot_home_points()
-        cal = calibrate(wrists, elbows, hands, robot_elbows)
+        return calibrate(wrists, elbows, hands, robot_elbows)
+
+    def set_calibration(self, calibration: Calibration) -> None:
+        """Use ``calibration`` from now on; the clutch disengages (the mapping changes)."""
         self.clutch.disengage()
-        self.calibration = cal
+        self.calibration = calibration
+
+    def calibrate(self, now: float) -> Calibration:
+        """:meth:`capture_calibration` and :meth:`set_calibration` in one step."""
+        cal = self.capture_calibration(now)
+        self.set_calibration(cal)
         return cal
 
     # ------------------------------------------------------------------ cycle
     def _fresh(self, sample: OperatorSample, now: float) -> bool:
-        return now - sample.stamp <= self.settings.stale_timeout
+        age = now - sample.stamp
+        return -self.settings.future_tolerance <= age <= self.settings.stale_timeout
 
     def step(self, now: float) -> ArmCommand:
         """One control cycle at time ``now`` [s]; returns the 14-joint command."""
@@ -226,6 +244,10 @@ class ArmTeleop:
             fresh = sample is not None and self._fresh(sample, now)
             if st.stale is False and not fresh:
                 st.stale_events += 1
+            if st.stale and fresh:
+                # tracking resumed: re-anchor this side like a re-engage, so the arm does not
+                # race to wherever the operator moved while untracked
+                self.clutch.release(side)
             st.stale = not fresh
             st.active = bool(fresh and self.clutch.engaged)
             if not st.active:

@@ -34,11 +34,21 @@ class Clutch:
         self.engagements = 0  # [-] number of engage() calls that engaged
 
     def engage(self) -> None:
-        """Engage; offsets are captured at each side's next :meth:`apply`."""
-        if not self.engaged:
-            self.engagements += 1
+        """Engage; offsets are captured at each side's next :meth:`apply`.
+
+        Engaging while engaged changes nothing (a pedal that keeps publishing
+        "engaged" must not re-anchor the motion every message).
+        """
+        if self.engaged:
+            return
+        self.engagements += 1
         self.engaged = True
         self._offsets.clear()
+
+    def release(self, side: str) -> None:
+        """Forget ``side``'s offset: it is re-captured at its next :meth:`apply`
+        (e.g. when its tracking resumes after a dropout)."""
+        self._offsets.pop(side, None)
 
     def disengage(self) -> None:
         self.engaged = False

@@ -50,9 +50,14 @@ class JointStateBuffer:
             self.stamp[i] = stamp
         return True
 
-    def fresh(self, now: float, timeout: float) -> np.ndarray:
-        """Boolean mask of joints updated within ``timeout`` [s] before ``now`` [s]."""
-        return (now - self.stamp) <= timeout
+    def fresh(self, now: float, timeout: float, future_tolerance: float = 0.05) -> np.ndarray:
+        """Boolean mask of joints updated within ``timeout`` [s] before ``now`` [s].
+
+        A stamp more than ``future_tolerance`` [s] after ``now`` (clock skew)
+        does not count as fresh.
+        """
+        age = now - self.stamp
+        return (age <= timeout) & (age >= -future_tolerance)
 
     @property
     def latest_stamp(self) -> float:

@@ -94,6 +94,12 @@ class ArmIKNode(TeleopNode):
                   "operator only: it holds the calibration posture at start); not saved to calibration_file"),
             Param("auto_calibrate_delay_s", float, 1.0, "delay of auto_calibrate", "s", min=0.0, max=60.0),
             Param("auto_engage", bool, False, "engage the clutch as soon as a calibration exists"),
+            Param("clutch_topic_timeout_s", float, 0.0,
+                  "deadman pedal: when > 0, an engagement made on <operator_prefix>/clutch ends unless a true "
+                  "message arrives at least this often; 0 = the topic only switches", "s", min=0.0, max=10.0),
+            Param("start_tolerance", float, 0.01,
+                  "start_from measured: a measured position at most this far outside its limit is clipped "
+                  "(logged); further out the node does not start commanding", "rad", min=0.0, max=0.1),
             Param("start_from", str, "measured",
                   "initial command: the measured arm positions (waits for joint_states_topic) or home_position",
                   choices=("measured", "home")),
@@ -158,7 +164,10 @@ class ArmIKNode(TeleopNode):
                 PoseStamped, f"{prefix}/elbow_in_chest/{side}", lambda m, s=side: self._on_elbow(s, m),
                 qos_profile_sensor_data,
             )
-        self.create_subscription(Bool, f"{prefix}/clutch", self._on_clutch, 10)
+        # best effort: accepts reliable and best-effort pedal publishers alike
+        self.create_subscription(Bool, f"{prefix}/clutch", self._on_clutch, qos_profile_sensor_data)
+        self._clutch_topic_stamp: float | None = None  # last true on the clutch topic while it holds the clutch
+        self._start_error = ""
         if not self._started:
             self.create_subscription(JointState, p["joint_states_topic"], self._on_joint_states, qos_profile_sensor_data)
         self._pub = self.create_publisher(JointState, p["command_topic"], COMMAND_QOS)
@@ -209,7 +218,14 @@ class ArmIKNode(TeleopNode):
         self._measured.update(msg.name, msg.position, stamp_to_seconds(msg.header.stamp))
 
     def _on_clutch(self, msg: Bool) -> None:
-        self._set_clutch(bool(msg.data))
+        if msg.data:
+            if not self.ctl.clutch.engaged:
+                self._set_clutch(True)
+            if self.ctl.clutch.engaged:
+                self._clutch_topic_stamp = self.now_s()
+        else:
+            self._clutch_topic_stamp = None
+            self._set_clutch(False)
 
     def _set_clutch(self, engage: bool) -> tuple[bool, str]:
         was = self.ctl.clutch.engaged
@@ -222,13 +238,17 @@ class ArmIKNode(TeleopNode):
         return ok, message
 
     def _srv_clutch(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
+        self._clutch_topic_stamp = None  # the service takes over from a deadman pedal
         response.success, response.message = self._set_clutch(bool(request.data))
         return response
 
     def _calibrate(self, save: bool) -> str:
-        cal = self.ctl.calibrate(self.now_s())
-        self._engaged_pub.publish(Bool(data=False))
+        """Capture, save (if asked; a failed save leaves the old calibration in use), apply."""
+        cal = self.ctl.capture_calibration(self.now_s())
         where = f"; saved to {cal.save(self.calibration_path)}" if save else " (not saved)"
+        self.ctl.set_calibration(cal)
+        self._clutch_topic_stamp = None
+        self._engaged_pub.publish(Bool(data=False))
         return f"calibrated: arm-length scale {cal.scale:.3f}, fit residual {cal.fit_residual * 100:.1f} cm{where}"
 
     def _srv_calibrate(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
@@ -248,7 +268,25 @@ class ArmIKNode(TeleopNode):
         fresh = self._measured.fresh(now, 0.5)[self._arm_idx]
         if not fresh.all():
             return False
-        self.ctl.reset(self._measured.position[self._arm_idx])
+        measured = self._measured.position[self._arm_idx]
+        lim = self.ctl.follower.limits
+        excess = np.maximum(lim.lower - measured, measured - lim.upper)  # > 0: outside [rad]
+        tol = self.params["start_tolerance"]
+        if np.any(excess > tol):
+            j = int(np.argmax(excess))
+            message = (
+                f"measured {self.names[j]} = {measured[j]:.4f} rad is {excess[j]:.4f} rad outside its limits "
+                f"[{lim.lower[j]:.4f}, {lim.upper[j]:.4f}]; not commanding until it is back in range"
+            )
+            if message != self._start_error:
+                self.get_logger().error(message)
+            self._start_error = message
+            return False
+        if np.any(excess > 0):
+            clipped = [f"{self.names[j]} by {excess[j]:.4f} rad" for j in np.nonzero(excess > 0)[0]]
+            self.get_logger().warning(f"measured positions clipped into the limits: {', '.join(clipped)}")
+        self._start_error = ""
+        self.ctl.reset(measured)
         self._started = True
         self.get_logger().info("starting from the measured arm positions")
         return True
@@ -262,6 +300,11 @@ class ArmIKNode(TeleopNode):
                     self.get_logger().info(self._calibrate(save=False))
                 except RynnTeleopError as exc:
                     self.get_logger().error(f"auto calibration failed: {exc}")
+        timeout = p["clutch_topic_timeout_s"]
+        if timeout > 0 and self._clutch_topic_stamp is not None and now - self._clutch_topic_stamp > timeout:
+            self._clutch_topic_stamp = None
+            self.get_logger().warning(f"clutch pedal silent for {timeout} s: disengaging")
+            self._set_clutch(False)
         if p["auto_engage"] and not self.ctl.clutch.engaged and not self.ctl.calibration.is_default:
             if self.ctl.clutch.engagements == 0:  # once: a later disengage is the operator's choice
                 self._set_clutch(True)
@@ -300,11 +343,14 @@ class ArmIKNode(TeleopNode):
             values[f"{side}.stale"] = st.stale
             values[f"{side}.unreachable"] = st.unreachable
             values[f"{side}.rejected"] = st.rejected
+            values[f"{side}.elbow_rejected"] = st.elbow_rejected
             values[f"{side}.unreachable_count"] = st.unreachable_count
             values[f"{side}.stale_events"] = st.stale_events
         return values
 
     def diagnostic_level(self):
+        if self._start_error:
+            return DiagnosticStatus.ERROR, self._start_error
         if not self._started:
             return DiagnosticStatus.WARN, f"waiting for {self.params['joint_states_topic']}"
         if self.ctl.follower.errors:

@@ -26,6 +26,7 @@ from rclpy.time import Time
 
 from ..core.params import Param, ParamSchema
 from ..core.trackers import TrackerSet
+from ..errors import ConfigurationError
 from ..sources.trackers import ROLES, SIDES, make_tracker_source
 from .base import TeleopNode, run_single
 from .conversions import matrix_to_pose
@@ -77,7 +78,13 @@ class TrackerNode(TeleopNode):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         p = self.params
-        serials = {role: p[f"serials.{role}"] for role in ROLES}
+        serials = {role: p[f"serials.{role}"].strip() for role in ROLES}
+        unset = [role for role in ROLES if not serials[role]]
+        if unset:
+            raise ConfigurationError(
+                f"no serial configured for tracker role(s) {', '.join(unset)} (parameters "
+                f"{', '.join('serials.' + r for r in unset)}); {self._serials_seen_note(p, serials)}"
+            )
         self.trackers = TrackerSet(serials, p["dropout_timeout_s"])
         self.source = self._make_source(p, serials)
         self.source.start(self.now_s())
@@ -115,6 +122,22 @@ class TrackerNode(TeleopNode):
         else:
             kwargs = dict(universe=p["openvr.universe"])
         return make_tracker_source(kind, **kwargs)
+
+    def _serials_seen_note(self, p, serials) -> str:
+        """For a configuration error: the serials a live source reports (openvr only)."""
+        if p["source"] != "openvr":
+            return f"source {p['source']!r} impersonates the configured serials"
+        source = self._make_source(p, serials)
+        try:
+            source.start(self.now_s())
+            deadline = time.monotonic() + p["discovery_timeout_s"]
+            while time.monotonic() < deadline:
+                source.read(self.now_s())
+                time.sleep(0.05)
+            seen = sorted(source.serials_seen())
+        finally:
+            source.close()
+        return f"serials seen: {', '.join(seen) if seen else 'none'}"
 
     def _discover(self, timeout: float) -> None:
         """Read until every configured serial was seen, or fail listing the serials seen."""
@@ -200,7 +223,9 @@ class TrackerNode(TeleopNode):
         return DiagnosticStatus.OK, "tracking"
 
     def destroy_node(self) -> None:
-        self.source.close()
+        source = getattr(self, "source", None)  # absent when the constructor failed
+        if source is not None:
+            source.close()
         super().destroy_node()
 
 
