@@ -1,13 +1,17 @@
 """``rynn-teleop demo``: the most complete end-to-end slice that runs without hardware.
 
-Until the teleoperation nodes land (trackers, IK, retargeting, drivers, world
-model, recorder), the slice is: the generated description is published
-(``robot_description``), a limit-respecting joint test pattern drives
-``/joint_states`` (``joint_sweep``), and the robot's geometry follows it as
-RViz markers (``robot_markers``), all on real rclpy in one process. A probe
-node measures rates and end-to-end latency (joint-state stamp -> markers
-received). Output: a table on stdout, ``summary.json`` and the ``robot.urdf``
-used, in the output folder, whose path is the last line printed.
+Until the remaining nodes land (retargeting, drivers, camera, world model,
+recorder), the slice is, all on real rclpy in one process: the generated
+description is published (``robot_description``); a synthetic operator wears
+five trackers (``tracker``, source ``synthetic``: it holds the calibration
+posture for 2 s, then does bimanual pick-and-place); ``arm_ik`` calibrates
+itself on that posture, engages, and drives the 14 arm joints at 200 Hz (its
+commands go straight to ``/joint_states``, standing in for the arm driver);
+a limit-respecting test pattern moves the 40 hand joints (``joint_sweep``,
+standing in for the hand driver); the robot's geometry follows as RViz
+markers (``robot_markers``). A probe node measures rates and latencies.
+Output: a table on stdout, ``summary.json`` and the ``robot.urdf`` used, in
+the output folder, whose path is the last line printed.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import json
 import time
 from pathlib import Path
 
+from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
@@ -26,7 +31,20 @@ from .core.stats import RateMeter
 from .nodes.robot_description import LATCHED
 from .runner import Composition
 
-DEMO_NODES = ("robot_description", "joint_sweep", "robot_markers")
+DEMO_NODES = ("robot_description", "tracker", "arm_ik", "joint_sweep", "robot_markers")
+
+
+def demo_overrides(out: Path) -> dict:
+    """Per-node parameters of the demo (everything else from config/)."""
+    return {
+        "tracker": {"source": "synthetic"},
+        "arm_ik": {
+            "start_from": "home", "auto_calibrate": True, "auto_engage": True,
+            "calibration_file": str(out / "arm_calibration.yaml"),  # never the lab's own calibration
+            "command_topic": "/joint_states",
+        },
+        "joint_sweep": {"groups": ["left_hand", "right_hand"]},
+    }
 
 
 class _Probe(Node):
@@ -34,11 +52,16 @@ class _Probe(Node):
 
     def __init__(self, context) -> None:
         super().__init__("demo_probe", context=context)
-        self.joint_states = RateMeter(window=1e9)
+        self.arm_states = RateMeter(window=1e9)
+        self.hand_states = RateMeter(window=1e9)
+        self.wrists = RateMeter(window=1e9)
         self.markers = RateMeter(window=1e9)
+        self.arm_min: list[float] | None = None
+        self.arm_max: list[float] | None = None
         self.description: str | None = None
         self.max_marker_count = 0
-        self.create_subscription(JointState, "/joint_states", self._on_js, 10)
+        self.create_subscription(JointState, "/joint_states", self._on_js, 50)
+        self.create_subscription(PoseStamped, "/operator/wrist_in_chest/left", self._on_wrist, 50)
         self.create_subscription(MarkerArray, "/robot_markers", self._on_markers, 10)
         self.create_subscription(String, "/robot_description", self._on_desc, LATCHED)
 
@@ -47,7 +70,18 @@ class _Probe(Node):
 
     def _on_js(self, msg: JointState) -> None:
         now = self._now()
-        self.joint_states.tick(now, now - Time.from_msg(msg.header.stamp).nanoseconds * 1e-9)
+        latency = now - Time.from_msg(msg.header.stamp).nanoseconds * 1e-9
+        if len(msg.name) == 14:  # arm_ik's commands
+            self.arm_states.tick(now, latency)
+            q = list(msg.position)
+            self.arm_min = q if self.arm_min is None else [min(a, b) for a, b in zip(self.arm_min, q)]
+            self.arm_max = q if self.arm_max is None else [max(a, b) for a, b in zip(self.arm_max, q)]
+        else:
+            self.hand_states.tick(now, latency)
+
+    def _on_wrist(self, msg: PoseStamped) -> None:
+        now = self._now()
+        self.wrists.tick(now, now - Time.from_msg(msg.header.stamp).nanoseconds * 1e-9)
 
     def _on_markers(self, msg: MarkerArray) -> None:
         now = self._now()
@@ -69,25 +103,43 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     """Run the slice for ``duration`` [s]; returns the output folder."""
     out = Path(out_dir) if out_dir else Path("demo_runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    with Composition(DEMO_NODES) as comp:
+    with Composition(DEMO_NODES, overrides=demo_overrides(out)) as comp:
         probe = _Probe(comp.context)
         comp.add_node(probe)
         comp.spin(duration)
         now = probe._now()
-        rows = [_row("/joint_states (joint_sweep -> probe)", probe.joint_states, now),
+        rows = [_row("/operator/wrist_in_chest/left (sample -> probe)", probe.wrists, now),
+                _row("/joint_states arms (arm_ik -> probe)", probe.arm_states, now),
+                _row("/joint_states hands (joint_sweep -> probe)", probe.hand_states, now),
                 _row("/robot_markers (joint state stamp -> probe)", probe.markers, now)]
+        arm_ik = comp.node("arm_ik")
+        command = arm_ik.meters.get("command")
+        tracker_to_command = command.latency_percentiles(50, 99) if command else (float("nan"),) * 2
+        arm = {
+            "calibrated": not arm_ik.ctl.calibration.is_default,
+            "engaged": arm_ik.ctl.clutch.engaged,
+            "arm_scale": round(arm_ik.ctl.calibration.scale, 3),
+            "tracker_to_command_p50_ms": round(1e3 * tracker_to_command[0], 2),
+            "tracker_to_command_p99_ms": round(1e3 * tracker_to_command[1], 2),
+            "arm_joint_range_rad": None if probe.arm_min is None else round(
+                max(b - a for a, b in zip(probe.arm_min, probe.arm_max)), 3),
+            "unreachable": {s: st.unreachable_count for s, st in arm_ik.ctl.sides.items()},
+        }
         description = probe.description
         markers = probe.max_marker_count
         comp.remove_node(probe)
-    summary = {"duration_s": duration, "nodes": list(DEMO_NODES), "streams": rows,
+    summary = {"duration_s": duration, "nodes": list(DEMO_NODES), "streams": rows, "arms": arm,
                "robot_description_received": description is not None, "markers_per_message": markers}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if description is not None:
         (out / "robot.urdf").write_text(description)
-    header = f"{'stream':<46} {'msgs':>6} {'rate Hz':>8} {'p50 ms':>8} {'p99 ms':>8}"
+    header = f"{'stream':<48} {'msgs':>6} {'rate Hz':>8} {'p50 ms':>8} {'p99 ms':>8}"
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['stream']:<46} {r['messages']:>6} {r['rate_hz']:>8} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8}")
+        print(f"{r['stream']:<48} {r['messages']:>6} {r['rate_hz']:>8} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8}")
     print(f"robot description received: {'yes' if description else 'NO'}; markers per message: {markers}")
+    print(f"arms: calibrated {arm['calibrated']}, engaged {arm['engaged']}, arm-length scale {arm['arm_scale']}, "
+          f"largest joint excursion {arm['arm_joint_range_rad']} rad, tracker sample -> command "
+          f"p50 {arm['tracker_to_command_p50_ms']} / p99 {arm['tracker_to_command_p99_ms']} ms")
     return out
