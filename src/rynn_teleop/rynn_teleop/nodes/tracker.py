@@ -87,6 +87,7 @@ class TrackerNode(TeleopNode):
             )
         self.trackers = TrackerSet(serials, p["dropout_timeout_s"])
         self.source = self._make_source(p, serials)
+        self._pending: list = []  # samples read while discovering the trackers
         self.source.start(self.now_s())
         self._discover(p["discovery_timeout_s"])
         self.world_frame = p["world_frame"] or self.source.world_frame
@@ -144,8 +145,7 @@ class TrackerNode(TeleopNode):
         wanted = set(self.trackers.serials.values())
         deadline = time.monotonic() + timeout
         while True:
-            for sample in self.source.read(self.now_s()):
-                self.trackers.update(sample)
+            self._pending.extend(self.source.read(self.now_s()))  # published by the first tick
             if wanted <= self.source.serials_seen() or time.monotonic() >= deadline:
                 break
             time.sleep(0.01)
@@ -158,7 +158,8 @@ class TrackerNode(TeleopNode):
     def _tick(self) -> None:
         now = self.now_s()
         published = 0
-        for sample in self.source.read(now):
+        samples, self._pending = self._pending + self.source.read(now), []
+        for sample in samples:
             role = self.trackers.update(sample)
             if role is None:
                 continue
