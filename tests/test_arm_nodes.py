@@ -362,3 +362,43 @@ def test_a_recorded_session_replays_through_the_tracker_node(ros_domain_id, tmp_
     dt_rec = np.diff([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in original[start:start + 60]])
     dt_rep = np.diff([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in replayed[:60]])
     np.testing.assert_allclose(dt_rep, dt_rec, atol=1e-6)
+
+
+def test_a_tracker_dropout_is_reported_stale_and_the_arm_holds_then_resumes(ros_domain_id, tmp_path):
+    comp = Composition(
+        ["tracker", "arm_ik"],
+        overrides={
+            "tracker": {"source": "synthetic", "synthetic.hold_s": 1.0, "synthetic.dropouts": ["left_wrist:3.0:4.0"]},
+            "arm_ik": {"start_from": "home", "calibration_file": str(tmp_path / "cal.yaml"),
+                       "auto_calibrate": True, "auto_engage": True, "auto_calibrate_delay_s": 0.3},
+        },
+        domain_id=ros_domain_id,
+    )
+    try:
+        probe = Probe(comp)
+        tracker, arm_ik = comp.node("tracker"), comp.node("arm_ik")
+        assert wait_for(lambda: tracker.diagnostic_level()[0] == DiagnosticStatus.WARN, 10.0)
+        level, message = tracker.diagnostic_level()
+        assert "left_wrist" in message and "right" not in message
+        assert "left_wrist" in tracker.diagnostic_values()["stale"]
+        assert wait_for(lambda: arm_ik.ctl.sides["left"].stale, 2.0)
+        assert not arm_ik.ctl.sides["right"].stale
+        with probe.lock:
+            n_during = len(probe.wrists)
+        time.sleep(0.5)
+        with probe.lock:
+            assert len(probe.wrists) == n_during  # left wrist-in-chest poses stopped
+        assert wait_for(lambda: tracker.diagnostic_level()[0] == DiagnosticStatus.OK, 5.0)  # tracking again
+        assert wait_for(lambda: not arm_ik.ctl.sides["left"].stale, 2.0)
+        assert arm_ik.ctl.sides["left"].stale_events == 1
+        assert tracker.trackers.stale_events["left_wrist"] == 1
+        with probe.lock:
+            assert len(probe.wrists) > n_during
+            commands = np.array([m.position for _, m in probe.commands])
+        # the command stream stayed smooth through the loss and the recovery
+        v = np.diff(commands, axis=0) / 0.005
+        assert np.all(np.isfinite(commands)) and np.abs(v).max() < 10.0
+        assert arm_ik.ctl.clutch.engaged
+    finally:
+        comp.shutdown()
+    assert not comp.errors

@@ -24,9 +24,9 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.time import Time
 
-from ..core.params import Param, ParamSchema
+from ..core.params import STR_LIST, Param, ParamSchema
 from ..core.trackers import TrackerSet
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ParameterError
 from ..sources.trackers import ROLES, SIDES, make_tracker_source
 from .base import TeleopNode, run_single
 from .conversions import matrix_to_pose
@@ -67,6 +67,8 @@ class TrackerNode(TeleopNode):
                   min=0.0, max=60.0),
             Param("synthetic.cycle_s", float, 8.0, "duration of one synthetic pick-and-place", "s",
                   min=2.0, max=120.0),
+            Param("synthetic.dropouts", STR_LIST, [],
+                  "simulated tracking losses, each 'role:start_s:end_s' (seconds after start)"),
             Param("replay.path", str, "", "rosbag2 directory of a recorded session (source replay)"),
             Param("replay.rate_scale", float, 1.0, "replay speed factor", min=0.05, max=20.0),
             Param("replay.loop", bool, False, "restart the replay at its end"),
@@ -114,6 +116,7 @@ class TrackerNode(TeleopNode):
                 serials=serials, rate_hz=p["rate_hz"], seed=p["synthetic.seed"],
                 position_noise=p["synthetic.position_noise"], rotation_noise=p["synthetic.rotation_noise"],
                 hold_s=p["synthetic.hold_s"], cycle_s=p["synthetic.cycle_s"],
+                dropouts=[_parse_dropout(d) for d in p["synthetic.dropouts"]],
             )
         elif kind == "replay":
             kwargs = dict(
@@ -228,6 +231,21 @@ class TrackerNode(TeleopNode):
         if source is not None:
             source.close()
         super().destroy_node()
+
+
+def _parse_dropout(text: str) -> tuple[str, float, float]:
+    """'role:start_s:end_s' -> (role, start, end); ParameterError naming the entry otherwise."""
+    parts = text.split(":")
+    try:
+        role, t0, t1 = parts[0], float(parts[1]), float(parts[2])
+        if len(parts) != 3 or role not in ROLES or not 0 <= t0 < t1:
+            raise ValueError
+    except (ValueError, IndexError):
+        raise ParameterError(
+            "synthetic.dropouts", f"synthetic.dropouts entry {text!r} must be 'role:start_s:end_s' with a role of "
+            f"{', '.join(ROLES)} and 0 <= start_s < end_s"
+        ) from None
+    return role, t0, t1
 
 
 def main(args=None) -> int:
