@@ -155,3 +155,27 @@ class JerkLimitedFollower:
     def at_rest(self, velocity_tol: float = 1e-6) -> bool:
         """True when every joint's velocity and acceleration are (nearly) zero."""
         return bool(np.all(np.abs(self._state.velocity) <= velocity_tol) and np.all(np.abs(self._state.acceleration) <= 1e3 * velocity_tol))
+
+
+class ExponentialSmoother:
+    """Exponential moving average ``y <- alpha * x + (1 - alpha) * y`` of a vector.
+
+    A convex combination of in-limit values stays within the limits, so it
+    can smooth commands that were clipped before.
+    """
+
+    def __init__(self, alpha: float, initial: np.ndarray) -> None:
+        """
+        Args:
+            alpha: weight of the newest sample, in (0, 1] (1 = no smoothing).
+            initial: the starting value.
+        """
+        if not 0.0 < alpha <= 1.0:
+            raise ConfigurationError(f"EMA factor must be in (0, 1], got {alpha}")
+        self.alpha = float(alpha)
+        self.value = np.array(initial, dtype=float)
+
+    def update(self, x: np.ndarray) -> np.ndarray:
+        """Blend in ``x``; returns the new value (a new array)."""
+        self.value = self.alpha * np.asarray(x, dtype=float) + (1.0 - self.alpha) * self.value
+        return self.value

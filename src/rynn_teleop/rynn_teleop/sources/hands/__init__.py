@@ -1,0 +1,53 @@
+"""Hand-skeleton sources: a synthetic glove pair and a rosbag2 replay, plus the Manus converter.
+
+Every source yields the 21 MediaPipe keypoints of each hand in its wrist frame
+(:class:`HandSample`). :func:`make_hand_source` builds one by name; a new
+backend subclasses :class:`HandSource` and registers itself in
+:data:`HAND_SOURCES`. Manus gloves arrive as ROS messages, so they have no
+source here: :func:`manus_to_mediapipe` converts one message.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ...errors import ConfigurationError
+from .base import SIDES, HandSample, HandSource
+from .manus import ManusHand, ManusSkeletonError, manus_to_mediapipe
+from .replay import ReplayHands
+from .synthetic import KEY_POSES, SyntheticGlove
+
+HAND_SOURCES: dict[str, type[HandSource]] = {cls.kind: cls for cls in (SyntheticGlove, ReplayHands)}
+
+
+def make_hand_source(kind: str, **kwargs: Any) -> HandSource:
+    """A not-yet-started source of the given ``kind`` built with ``kwargs``.
+
+    Raises:
+        ConfigurationError: unknown kind, arguments that kind does not take,
+            or invalid values (from the source's constructor).
+    """
+    cls = HAND_SOURCES.get(kind)
+    if cls is None:
+        raise ConfigurationError(f"unknown hand source {kind!r}; choose one of {', '.join(sorted(HAND_SOURCES))}")
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as exc:
+        raise ConfigurationError(f"hand source {kind!r}: {exc}") from exc
+    return cls(**kwargs)
+
+
+__all__ = [
+    "HAND_SOURCES",
+    "KEY_POSES",
+    "SIDES",
+    "HandSample",
+    "HandSource",
+    "ManusHand",
+    "ManusSkeletonError",
+    "ReplayHands",
+    "SyntheticGlove",
+    "make_hand_source",
+    "manus_to_mediapipe",
+]

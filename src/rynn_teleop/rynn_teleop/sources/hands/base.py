@@ -1,0 +1,74 @@
+"""Common interface of the hand-skeleton sources (ROS-free).
+
+A source yields :class:`HandSample` records: the 21 MediaPipe keypoints of one
+hand (layout in :mod:`rynn_teleop.core.hand_skeleton`) in that hand's own
+wrist frame. Which wrist-frame convention a source uses is its own business:
+the consumer builds its palm frame from the points alone
+(:func:`rynn_teleop.core.hand_skeleton.palm_frame`), so any consistent,
+right-handed-or-mirrored convention works.
+
+Sources do not validate the skeletons they hand out: a sample may have the
+wrong number of points or NaN coordinates, and the consumer checks every one
+(:func:`rynn_teleop.core.hand_skeleton.check`), counts the bad ones and holds
+the last good pose.
+
+Times are caller-supplied [s] (``now`` arguments), so tests and replays can
+drive a source without a wall clock. A new backend subclasses
+:class:`HandSource`, sets ``kind`` and implements ``start``, ``read`` and
+``close``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar, NamedTuple
+
+import numpy as np
+
+SIDES: tuple[str, ...] = ("left", "right")
+
+
+class HandSample(NamedTuple):
+    """The skeleton of one hand at one time."""
+
+    side: str  # "left" | "right"
+    stamp: float  # capture time [s] on the caller's clock (the ``now`` values given to read)
+    points: np.ndarray  # (21, 3) MediaPipe keypoints [m] in the hand's wrist frame (may be malformed, see module doc)
+
+
+class HandSource(ABC):
+    """A non-blocking supplier of hand skeletons.
+
+    Life cycle: construct (cheap, no device or file access) -> :meth:`start`
+    -> any number of :meth:`read` -> :meth:`close`. Used as a context manager,
+    ``__enter__`` returns the source *without* starting it and ``__exit__``
+    closes it.
+    """
+
+    kind: ClassVar[str]  # "synthetic" | "replay"
+
+    @abstractmethod
+    def start(self, now: float) -> None:
+        """Open the device or file at time ``now`` [s].
+
+        Raises:
+            HardwareUnavailableError: the SDK, runtime or device is missing.
+            ConfigurationError: the configuration does not fit what was found.
+        """
+
+    @abstractmethod
+    def read(self, now: float) -> list[HandSample]:
+        """Every sample produced since the previous call, oldest first (never blocks).
+
+        Raises RuntimeError when called before :meth:`start` or after :meth:`close`.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the device or file; calling it again does nothing."""
+
+    def __enter__(self) -> "HandSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

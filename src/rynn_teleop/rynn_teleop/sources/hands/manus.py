@@ -1,0 +1,216 @@
+"""Manus glove raw skeletons -> the 21 MediaPipe keypoints (ROS-free).
+
+The vendor's ROS 2 package (``manus_ros2``, not public) publishes
+``manus_ros2_msgs/msg/ManusGlove`` messages. The message package is not
+available here, so :func:`manus_to_mediapipe` reads the fields by name (duck
+typing) and works on the real message or any stand-in with the same fields:
+
+* ``side``: "Left" / "Right" (compared lower-cased);
+* ``raw_node_count`` (optional here): must equal ``len(raw_nodes)`` if present;
+* ``raw_nodes[]``, each with ``node_id``, ``parent_node_id``, ``joint_type``,
+  ``chain_type`` and ``pose`` (``geometry_msgs/Pose``: ``position.x/y/z``,
+  ``orientation.x/y/z/w``).
+
+Raw skeleton (Manus SDK): 25 nodes per hand, the wrist (the node of chain
+``Hand``), 4 thumb nodes (CMC, MCP, IP, tip) and 5 nodes per other finger
+(carpometacarpal, MCP, PIP, DIP, tip). Every finger chain is a path hanging
+off the wrist; the MediaPipe points are the wrist and the LAST FOUR nodes of
+each chain towards the tip (for fingers 2-5 this drops the carpometacarpal
+node). ``joint_type`` is not used: the SDK's names for it are shifted (its
+thumb "MCP" node is the anatomical CMC), the tree structure is not.
+
+Chain types: the vendor publisher sends strings ("Hand", "Thumb", "Index",
+"Middle", "Ring", "Pinky"). Also accepted: the SDK's enum names
+("ChainType_FingerIndex", "FingerIndex"), Python enum members (their
+``name``), and integers with the SDK's ``ChainType`` values
+(:data:`SDK_CHAIN_TYPES`: FingerThumb = 5 ... FingerPinky = 9, Hand = 13).
+
+Frames (ASSUMPTION): every node position is given in one common frame (the
+glove's, as the SDK's raw skeleton reports them), so the wrist-relative
+points are ``R @ (p_node - p_wrist)`` with ``R = glove_to_wrist``. Node
+orientations, the wrist's included, are not used. Which ``glove_to_wrist``
+is right depends on the SDK build (the SDK's own frames are left-handed in
+some builds, so a reflection, det = -1, is accepted); any fixed rotation or
+reflection only changes the frame the points are expressed in, which the
+consumer's palm frame absorbs, except that a reflection also swaps what looks
+like a left and a right hand.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ...core.hand_skeleton import FINGERS, N_POINTS
+from ...errors import ConfigurationError
+from .base import SIDES
+
+HAND_CHAIN = "hand"
+CHAIN_TYPES: tuple[str, ...] = (HAND_CHAIN, *FINGERS)
+"""Chain labels after normalisation: "hand", "thumb", "index", "middle", "ring", "pinky"."""
+
+SDK_CHAIN_TYPES: dict[int, str] = {5: "thumb", 6: "index", 7: "middle", 8: "ring", 9: "pinky", 13: "hand"}
+"""Integer values of the Manus SDK ``ChainType`` enum for the hand chains (0 Invalid, 1 Arm, ... 13 Hand)."""
+
+MIN_CHAIN_NODES = 4  # a finger chain needs at least the four MediaPipe nodes
+
+
+class ManusSkeletonError(ValueError):
+    """A glove message whose raw skeleton cannot be turned into the 21 keypoints.
+
+    The glove node counts these and holds its last good skeleton.
+    """
+
+
+class ManusHand(NamedTuple):
+    """One glove skeleton in MediaPipe order."""
+
+    side: str  # "left" | "right"
+    points: np.ndarray  # (21, 3) keypoints [m] relative to the wrist node, rotated by glove_to_wrist
+
+
+def chain_label(value: Any) -> str | None:
+    """The normalised chain label of a ``chain_type`` value, or None if it is not a hand chain.
+
+    Accepts "Index", "index", "FingerIndex", "ChainType_FingerIndex", an
+    object with a ``name`` attribute holding one of those (Python enums),
+    and the SDK's integer values (:data:`SDK_CHAIN_TYPES`).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return SDK_CHAIN_TYPES.get(int(value))
+    if not isinstance(value, str):
+        name = getattr(value, "name", None)
+        if not isinstance(name, str):
+            return None
+        value = name
+    label = value.strip().lower()
+    for prefix in ("chaintype_", "chaintype.", "finger"):
+        label = label.removeprefix(prefix)
+    return label if label in CHAIN_TYPES else None
+
+
+def side_label(value: Any) -> str:
+    """"left" / "right" from a glove's ``side`` ("Left", "Right", "Side_Left", an enum member ...).
+
+    Raises:
+        ManusSkeletonError: anything else.
+    """
+    raw = value if isinstance(value, str) else getattr(value, "name", value)
+    label = str(raw).strip().lower()
+    label = label.removeprefix("side_")
+    if label not in SIDES:
+        raise ManusSkeletonError(f"glove side {value!r} is neither 'Left' nor 'Right'")
+    return label
+
+
+def _glove_rotation(glove_to_wrist: np.ndarray | None) -> np.ndarray:
+    if glove_to_wrist is None:
+        return np.eye(3)
+    R = np.asarray(glove_to_wrist, dtype=float)
+    if R.shape != (3, 3) or not np.all(np.isfinite(R)):
+        raise ConfigurationError(f"glove_to_wrist must be a finite 3x3 matrix, got shape {R.shape}")
+    if not np.allclose(R @ R.T, np.eye(3), atol=1e-6):
+        raise ConfigurationError("glove_to_wrist must be a rotation (or reflection) matrix: R @ R.T != I")
+    return R
+
+
+def _position(node: Any) -> np.ndarray:
+    p = node.pose.position
+    return np.array([float(p.x), float(p.y), float(p.z)])
+
+
+def manus_to_mediapipe(glove: Any, glove_to_wrist: np.ndarray | None = None) -> ManusHand:
+    """The side and the (21, 3) MediaPipe keypoints [m] of a ``ManusGlove``-like message.
+
+    Args:
+        glove: a ``manus_ros2_msgs/msg/ManusGlove`` or a stand-in with its fields
+            (see the module doc).
+        glove_to_wrist: (3, 3) rotation (or reflection) from the glove frame of
+            the node positions to the wrist frame wanted; default identity.
+
+    Returns:
+        :class:`ManusHand` (a (side, points) tuple). Non-finite coordinates are
+        passed through: the consumer's skeleton check rejects them.
+
+    Raises:
+        ManusSkeletonError: unknown side, ``raw_node_count`` disagreeing with
+            the nodes, a repeated node id, an unknown chain type, not exactly
+            one ``Hand`` node, a missing finger chain, a chain with fewer than
+            four nodes, a chain that branches, or a chain node not reachable
+            from the wrist through ``parent_node_id`` (a broken parent link or
+            a cycle).
+        ConfigurationError: ``glove_to_wrist`` is not a 3x3 orthogonal matrix.
+    """
+    R = _glove_rotation(glove_to_wrist)
+    side = side_label(getattr(glove, "side", None))
+    nodes = list(getattr(glove, "raw_nodes", None) or [])
+    count = getattr(glove, "raw_node_count", None)
+    if count is not None and int(count) != len(nodes):
+        raise ManusSkeletonError(f"raw_node_count is {int(count)} but the glove has {len(nodes)} raw nodes")
+    if not nodes:
+        raise ManusSkeletonError("the glove has no raw nodes")
+
+    by_id: dict[int, Any] = {}
+    chain_of: dict[int, str] = {}
+    for node in nodes:
+        node_id = int(node.node_id)
+        if node_id in by_id:
+            raise ManusSkeletonError(f"node id {node_id} appears twice")
+        label = chain_label(node.chain_type)
+        if label is None:
+            raise ManusSkeletonError(
+                f"node {node_id} has chain type {node.chain_type!r}; expected one of "
+                "Hand, Thumb, Index, Middle, Ring, Pinky"
+            )
+        by_id[node_id] = node
+        chain_of[node_id] = label
+
+    wrists = [i for i, c in chain_of.items() if c == HAND_CHAIN]
+    if len(wrists) != 1:
+        raise ManusSkeletonError(f"expected exactly one node of chain 'Hand' (the wrist), found {len(wrists)}")
+    wrist = wrists[0]
+
+    children: dict[int, list[int]] = {}
+    for node_id, node in by_id.items():
+        if node_id == wrist:
+            continue  # the wrist's own parent (itself, -1, another body part) does not matter
+        parent = int(node.parent_node_id)
+        if parent not in by_id:
+            raise ManusSkeletonError(
+                f"node {node_id} ({chain_of[node_id]}) has parent {parent}, which is not in the glove"
+            )
+        children.setdefault(parent, []).append(node_id)
+
+    p_wrist = _position(by_id[wrist])
+    points = np.zeros((N_POINTS, 3))
+    for f, finger in enumerate(FINGERS):
+        members = [i for i, c in chain_of.items() if c == finger]
+        if not members:
+            raise ManusSkeletonError(f"the glove has no {finger} chain")
+        path: list[int] = []
+        current = wrist
+        while True:
+            nxt = [c for c in children.get(current, []) if chain_of[c] == finger]
+            if len(nxt) > 1:
+                raise ManusSkeletonError(f"the {finger} chain branches at node {current} (children {sorted(nxt)})")
+            if not nxt or nxt[0] in path:
+                break
+            current = nxt[0]
+            path.append(current)
+        if len(path) != len(members):
+            lost = sorted(set(members) - set(path))
+            raise ManusSkeletonError(
+                f"{finger} node(s) {lost} are not reachable from the wrist {wrist} through parent_node_id "
+                "(a broken parent link or a cycle)"
+            )
+        if len(path) < MIN_CHAIN_NODES:
+            raise ManusSkeletonError(
+                f"the {finger} chain has {len(path)} node(s); at least {MIN_CHAIN_NODES} are needed"
+            )
+        for k, node_id in enumerate(path[-MIN_CHAIN_NODES:]):
+            points[1 + 4 * f + k] = _position(by_id[node_id]) - p_wrist
+    return ManusHand(side, points @ R.T)
+

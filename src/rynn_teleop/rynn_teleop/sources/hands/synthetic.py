@@ -1,0 +1,383 @@
+"""A procedural pair of human hands performing gestures (deterministic, ROS-free).
+
+Hand model (:func:`hand_points`): an adult human hand, NOT the robot's (the
+bones are longer and the palm is shaped differently, as for a real operator),
+with 20 joint angles and forward kinematics to the 21 MediaPipe keypoints.
+
+Wrist frame (right hand; the left hand is its exact mirror image, y -> -y):
+
+* origin at the wrist (keypoint 0, the middle of the wrist crease);
+* +z from the wrist towards the fingers (the middle MCP lies almost on +z);
+* +y towards the thumb side (radial): from the pinky MCP towards the index MCP;
+* +x = y x z, out of the PALM: the fingers flex towards +x.
+
+This is the convention of :func:`rynn_teleop.core.hand_skeleton.palm_frame`
+and of the robot's ``{side}_palm_link`` (for a right hand), so the wrist frame
+is close to the palm frame the consumer computes from points 0, 5, 9 and 17.
+For the left hand x and z are the same and y points to its thumb side, -y
+(the frame is mirrored, i.e. left-handed, exactly as the core's palm frame of
+a left hand is the mirror image of a right hand's).
+
+Joint angles (:data:`JOINT_NAMES`): a (5, 4) array [rad], rows
+:data:`~rynn_teleop.core.hand_skeleton.FINGERS` (thumb ... pinky), columns
+proximal to distal like the Wuji SDK: fingers 2-5 (MCP flexion, MCP
+abduction, PIP flexion, DIP flexion); thumb (CMC flexion, CMC abduction, MCP
+flexion, IP flexion). Flexion is positive towards the palm. Finger abduction
+is positive towards the thumb side (index spreads with +, ring and pinky with
+-). Thumb CMC flexion swings the thumb across the palm towards the pinky,
+CMC abduction lifts it out of the palm plane (palmar abduction, opposition);
+both are 0 with the thumb lying along the radial side of the palm.
+
+Gestures: each cycle of ``cycle_s`` runs :data:`SCRIPT` = OPEN -> FIST ->
+OPEN -> PINCH -> OPEN -> GRASP -> (OPEN, the next cycle). Each of the six
+segments holds its pose for :data:`HOLD_FRACTION` of the segment, then moves
+to the next key pose by a minimum-jerk blend of the joint angles. The right
+hand runs ``phase_shift_s`` behind the left one and holds OPEN until its
+script starts.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+import numpy as np
+
+from ...core.hand_skeleton import BONES, FINGERS, N_POINTS
+from ...errors import ConfigurationError
+from .base import SIDES, HandSample, HandSource
+
+_LOG = logging.getLogger(__name__)
+
+# ------------------------------------------------------------------ the hand model (right hand, scale 1)
+
+METACARPAL: dict[str, float] = {"index": 0.085, "middle": 0.086, "ring": 0.080, "pinky": 0.074}
+"""Wrist -> MCP distance [m] of fingers 2-5."""
+
+MCP_DIRECTION: dict[str, float] = {
+    "index": math.radians(16.0),
+    "middle": math.radians(3.0),
+    "ring": math.radians(-10.0),
+    "pinky": math.radians(-24.0),
+}
+"""Angle [rad] of the wrist -> MCP line from +z towards +y (the thumb side), in the palm plane (x = 0)."""
+
+PHALANGES: dict[str, tuple[float, float, float]] = {
+    "thumb": (0.045, 0.032, 0.028),  # CMC->MCP (metacarpal), MCP->IP, IP->tip [m]
+    "index": (0.040, 0.023, 0.020),  # MCP->PIP, PIP->DIP, DIP->tip [m]
+    "middle": (0.045, 0.027, 0.021),
+    "ring": (0.042, 0.026, 0.021),
+    "pinky": (0.033, 0.018, 0.018),
+}
+"""Bone lengths [m] distal of the MCP (fingers 2-5) or of the CMC (thumb)."""
+
+THUMB_CMC = np.array([0.012, 0.020, 0.026])
+"""Thumb CMC position [m] in the wrist frame (palmar and radial of the wrist; |.| = 0.035 m)."""
+
+
+def _unit(v: np.ndarray) -> np.ndarray:
+    return v / np.linalg.norm(v)
+
+
+def _thumb_base() -> np.ndarray:
+    """(3, 3) thumb frame at zero angles: z along the metacarpal, x its flexion direction."""
+    z = _unit(np.array([0.10, 0.60, 0.80]))  # up the radial side of the palm, slightly palmar
+    x = np.array([0.7, -0.7, 0.0])  # flexion: towards the palm centre (palmar and ulnar)
+    x = _unit(x - (x @ z) * z)
+    return np.column_stack([x, np.cross(z, x), z])
+
+
+THUMB_BASE = _thumb_base()
+"""(3, 3) orientation of the thumb metacarpal at zero CMC angles in the wrist frame (columns x, y, z)."""
+
+FINGER_BASE = np.eye(3)
+"""Orientation of fingers 2-5 at zero angles: straight along +z, flexing towards +x."""
+
+JOINT_NAMES: tuple[tuple[str, str, str, str], ...] = (
+    ("thumb_cmc_flex", "thumb_cmc_abd", "thumb_mcp", "thumb_ip"),
+    *(
+        (f"{f}_mcp_flex", f"{f}_mcp_abd", f"{f}_pip", f"{f}_dip")
+        for f in FINGERS[1:]
+    ),
+)
+"""Names of the (5, 4) joint-angle array's entries (rows thumb ... pinky)."""
+
+
+def _rot_x(a: float) -> np.ndarray:
+    c, s = math.cos(a), math.sin(a)
+    return np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+
+
+def _rot_y(a: float) -> np.ndarray:
+    c, s = math.cos(a), math.sin(a)
+    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+
+def _mcp_positions() -> dict[str, np.ndarray]:
+    return {
+        f: METACARPAL[f] * np.array([0.0, math.sin(MCP_DIRECTION[f]), math.cos(MCP_DIRECTION[f])])
+        for f in FINGERS[1:]
+    }
+
+
+MCP_POSITIONS = _mcp_positions()
+"""MCP positions [m] of fingers 2-5 in the right wrist frame (scale 1)."""
+
+
+def as_angle_array(angles: np.ndarray | Mapping[str, float]) -> np.ndarray:
+    """A (5, 4) joint-angle array [rad] from an array-like or a name -> angle mapping.
+
+    A mapping may leave joints out (they are 0); unknown names raise ValueError.
+    """
+    if isinstance(angles, Mapping):
+        out = np.zeros((5, 4))
+        index = {name: (i, j) for i, row in enumerate(JOINT_NAMES) for j, name in enumerate(row)}
+        unknown = sorted(set(angles) - set(index))
+        if unknown:
+            raise ValueError(f"unknown joint name(s) {', '.join(unknown)}; see JOINT_NAMES")
+        for name, value in angles.items():
+            out[index[name]] = float(value)
+        return out
+    out = np.asarray(angles, dtype=float)
+    if out.shape != (5, 4):
+        raise ValueError(f"joint angles must have shape (5, 4), got {out.shape}")
+    return out
+
+
+def hand_points(angles: np.ndarray | Mapping[str, float], side: str = "right", scale: float = 1.0) -> np.ndarray:
+    """(21, 3) MediaPipe keypoints [m] in the wrist frame for joint angles [rad] (no noise).
+
+    Args:
+        angles: (5, 4) array or name -> angle mapping (see :data:`JOINT_NAMES`).
+        side: "left" gives the mirror image (y -> -y) of the right hand.
+        scale: hand size factor [-]; every length is multiplied by it.
+    """
+    if side not in SIDES:
+        raise ValueError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
+    q = as_angle_array(angles)
+    p = np.zeros((N_POINTS, 3))
+    for f, finger in enumerate(FINGERS):
+        flex1, abd, flex2, flex3 = q[f]
+        if finger == "thumb":
+            base, R = THUMB_CMC, THUMB_BASE
+        else:
+            base, R = MCP_POSITIONS[finger], FINGER_BASE
+        R = R @ _rot_x(-abd) @ _rot_y(flex1)
+        lengths = PHALANGES[finger]
+        k = 1 + 4 * f
+        p[k] = base
+        p[k + 1] = p[k] + R[:, 2] * lengths[0]
+        R = R @ _rot_y(flex2)
+        p[k + 2] = p[k + 1] + R[:, 2] * lengths[1]
+        R = R @ _rot_y(flex3)
+        p[k + 3] = p[k + 2] + R[:, 2] * lengths[2]
+    p *= scale
+    if side == "left":
+        p[:, 1] = -p[:, 1]
+    return p
+
+
+def bone_lengths(scale: float = 1.0) -> np.ndarray:
+    """(20,) model bone lengths [m] in :data:`rynn_teleop.core.hand_skeleton.BONES` order."""
+    p = hand_points(np.zeros((5, 4)), "right", scale)
+    return np.array([np.linalg.norm(p[b] - p[a]) for a, b in BONES])
+
+
+# ------------------------------------------------------------------ key poses and the gesture script
+
+
+def _pose(thumb: Sequence[float], fingers: Mapping[str, Sequence[float]]) -> np.ndarray:
+    """(5, 4) [rad] from degrees: thumb (cmc_flex, cmc_abd, mcp, ip); finger (mcp_flex, abd, pip); DIP = 2/3 PIP."""
+    q = np.zeros((5, 4))
+    q[0] = thumb
+    for f, finger in enumerate(FINGERS[1:], start=1):
+        mcp, abd, pip = fingers[finger]
+        q[f] = (mcp, abd, pip, pip * 2.0 / 3.0)
+    return np.radians(q)
+
+
+KEY_POSES: dict[str, np.ndarray] = {
+    # fingers straight and slightly spread, thumb relaxed beside the palm
+    "open": _pose(
+        (-10.0, 3.0, 11.0, 13.0),
+        {"index": (5.0, 8.0, 5.0), "middle": (5.0, 1.0, 5.0), "ring": (5.0, -6.0, 5.0), "pinky": (5.0, -12.0, 5.0)},
+    ),
+    # every finger closed, the thumb folded over the index and middle middle phalanges
+    "fist": _pose(
+        (16.0, -6.5, 68.5, 55.0),
+        {"index": (85.0, 2.0, 95.0), "middle": (85.0, 0.0, 95.0), "ring": (85.0, -2.0, 95.0), "pinky": (85.0, -4.0, 95.0)},
+    ),
+    # thumb tip on the index tip, the other fingers relaxed and partly curled
+    "pinch": _pose(
+        (19.6, -5.6, 27.5, 27.7),
+        {"index": (40.0, 0.0, 45.0), "middle": (30.0, 0.0, 40.0), "ring": (35.0, -3.0, 45.0), "pinky": (40.0, -6.0, 50.0)},
+    ),
+    # power grasp around a ~6 cm cylinder, thumb opposed
+    "grasp": _pose(
+        (3.8, 46.3, 70.6, 62.2),
+        {"index": (52.0, 0.0, 52.0), "middle": (54.0, 0.0, 52.0), "ring": (56.0, -2.0, 52.0), "pinky": (58.0, -4.0, 52.0)},
+    ),
+}
+"""Key poses: (5, 4) joint angles [rad] (see :data:`JOINT_NAMES`)."""
+
+SCRIPT: tuple[str, ...] = ("open", "fist", "open", "pinch", "open", "grasp")
+"""Key pose at the start of each of the equal segments of a cycle (the cycle ends back at OPEN)."""
+
+HOLD_FRACTION = 0.3
+"""Part [-] of each segment spent holding its key pose before moving to the next."""
+
+
+class GesturePhase(NamedTuple):
+    """Where a hand is in the gesture script."""
+
+    pose: str  # key pose the hand is leaving (or holding)
+    target: str  # key pose it moves to next
+    blend: float  # minimum-jerk progress [-] from ``pose`` (0) to ``target`` (1); 0 while holding
+
+
+def _min_jerk(tau: float) -> float:
+    """Minimum-jerk progress 0..1 for normalised time ``tau`` in 0..1."""
+    return tau**3 * (10.0 - 15.0 * tau + 6.0 * tau * tau)
+
+
+class SyntheticGlove(HandSource):
+    """Two scripted human hands sampled on a fixed time grid with noise.
+
+    Samples exist at t_k = t_start + k / rate_hz [s]; :meth:`read` returns the
+    ones not yet returned with t_k <= now (catching up after a late call), one
+    per configured side per grid time (left before right). The noise comes
+    from ``numpy.random.default_rng(seed)``, drawn in grid order for both
+    sides (even an unconfigured one), so the samples do not depend on when
+    ``read`` is called nor on which sides are configured. Noise is added to
+    keypoints 1-20; the wrist stays at the origin of its own frame.
+    """
+
+    kind = "synthetic"
+
+    def __init__(
+        self,
+        sides: Sequence[str] = SIDES,
+        rate_hz: float = 90.0,
+        seed: int = 0,
+        noise: float = 0.001,
+        cycle_s: float = 6.0,
+        phase_shift_s: float = 0.5,
+        scale: float = 1.0,
+    ) -> None:
+        """
+        Args:
+            sides: the hands to produce ("left", "right").
+            rate_hz: sample rate [Hz] of each hand.
+            seed: seed of the noise generator.
+            noise: std of the Gaussian noise [m] per keypoint coordinate.
+            cycle_s: duration [s] of one gesture cycle (six segments).
+            phase_shift_s: the right hand runs this much [s] behind the left one.
+            scale: hand size factor [-] (1 = the adult hand of this module).
+
+        Raises:
+            ConfigurationError: no side, an unknown or repeated side, or a
+                number out of range.
+        """
+        sides = tuple(sides) if not isinstance(sides, str) else (sides,)
+        if not sides:
+            raise ConfigurationError("synthetic hand source: no side to produce (sides is empty)")
+        unknown = [s for s in sides if s not in SIDES]
+        if unknown:
+            raise ConfigurationError(
+                f"synthetic hand source: unknown side(s) {', '.join(map(repr, unknown))}; sides are {', '.join(SIDES)}"
+            )
+        if len(set(sides)) != len(sides):
+            raise ConfigurationError("synthetic hand source: a side is repeated")
+        if not rate_hz > 0:
+            raise ConfigurationError(f"synthetic hand source: rate_hz must be > 0, got {rate_hz}")
+        if not cycle_s > 0 or not phase_shift_s >= 0:
+            raise ConfigurationError("synthetic hand source: need cycle_s > 0 and phase_shift_s >= 0")
+        if not noise >= 0:
+            raise ConfigurationError(f"synthetic hand source: noise must be >= 0 [m], got {noise}")
+        if not (scale > 0 and math.isfinite(scale)):
+            raise ConfigurationError(f"synthetic hand source: scale must be > 0, got {scale}")
+        self.sides = tuple(s for s in SIDES if s in sides)
+        self.rate_hz = float(rate_hz)
+        self.seed = int(seed)
+        self.noise = float(noise)
+        self.cycle_s = float(cycle_s)
+        self.phase_shift_s = float(phase_shift_s)
+        self.scale = float(scale)
+        self._t_start: float | None = None
+        self._next_k = 0
+        self._rng: np.random.Generator | None = None
+        self._closed = False
+
+    # ---------------------------------------------------------------- motion
+    def gesture_at(self, t: float, side: str = "left") -> GesturePhase:
+        """Where ``side`` is in the script at ``t`` [s since start]."""
+        if side not in SIDES:
+            raise ValueError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
+        task_t = max(float(t) - (self.phase_shift_s if side == "right" else 0.0), 0.0)
+        segment = self.cycle_s / len(SCRIPT)
+        phase = (task_t % self.cycle_s) / segment
+        i = min(int(phase), len(SCRIPT) - 1)
+        tau = (phase - i - HOLD_FRACTION) / (1.0 - HOLD_FRACTION)
+        blend = _min_jerk(min(max(tau, 0.0), 1.0))
+        return GesturePhase(SCRIPT[i], SCRIPT[(i + 1) % len(SCRIPT)], float(blend))
+
+    def joint_angles_at(self, side: str, t: float) -> np.ndarray:
+        """(5, 4) joint angles [rad] of ``side`` at ``t`` [s since start] (see :data:`JOINT_NAMES`)."""
+        g = self.gesture_at(t, side)
+        a, b = KEY_POSES[g.pose], KEY_POSES[g.target]
+        return a + g.blend * (b - a)
+
+    def points_for(self, angles: np.ndarray | Mapping[str, float], side: str) -> np.ndarray:
+        """(21, 3) noise-free keypoints [m] of this glove's hand (its ``scale``) for given angles [rad]."""
+        return hand_points(angles, side, self.scale)
+
+    def pose_blend(self, a: str, b: str, s: float, side: str) -> np.ndarray:
+        """(21, 3) keypoints [m] at fraction ``s`` [-] of the way (linear in the angles) from key pose a to b."""
+        for name in (a, b):
+            if name not in KEY_POSES:
+                raise ValueError(f"unknown key pose {name!r}; key poses are {', '.join(KEY_POSES)}")
+        qa, qb = KEY_POSES[a], KEY_POSES[b]
+        return self.points_for(qa + float(s) * (qb - qa), side)
+
+    def points_at(self, side: str, t: float) -> np.ndarray:
+        """(21, 3) noise-free keypoints [m] of ``side`` at ``t`` [s since start]."""
+        return self.points_for(self.joint_angles_at(side, t), side)
+
+    def bone_lengths(self) -> np.ndarray:
+        """(20,) bone lengths [m] of this glove's hands, in ``core.hand_skeleton.BONES`` order."""
+        return bone_lengths(self.scale)
+
+    # ---------------------------------------------------------------- source
+    def start(self, now: float) -> None:
+        """Start the timeline at ``now`` [s] (restarting it, and the noise, if already started)."""
+        self._t_start = float(now)
+        self._next_k = 0
+        self._rng = np.random.default_rng(self.seed)
+        self._closed = False
+
+    def read(self, now: float) -> list[HandSample]:
+        """Every grid sample with t_k <= ``now`` [s] not returned yet, oldest first."""
+        if self._t_start is None or self._closed or self._rng is None:
+            raise RuntimeError("SyntheticGlove.read() called before start() or after close()")
+        last_k = math.floor((now - self._t_start) * self.rate_hz + 1e-9)
+        out: list[HandSample] = []
+        while self._next_k <= last_k:
+            k = self._next_k
+            self._next_k += 1
+            t = k / self.rate_hz
+            noise = self._rng.standard_normal((len(SIDES), N_POINTS - 1, 3))  # drawn for both sides
+            for i, side in enumerate(SIDES):
+                if side not in self.sides:
+                    continue
+                p = self.points_at(side, t)
+                p[1:] += self.noise * noise[i]
+                out.append(HandSample(side, self._t_start + t, p))
+        return out
+
+    def close(self) -> None:
+        """Stop producing samples (idempotent)."""
+        if not self._closed and self._t_start is not None:
+            _LOG.debug("synthetic glove closed after %d grid steps", self._next_k)
+        self._closed = True

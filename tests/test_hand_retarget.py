@@ -1,0 +1,208 @@
+"""Hand retargeting (core.hand_retarget) and the skeleton layout (core.hand_skeleton)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.spatial.transform import Rotation
+
+from rynn_teleop.core import hand_skeleton as hs
+from rynn_teleop.core.hand_retarget import HandPipeline, HandRetargeter
+from rynn_teleop.core.motion import ExponentialSmoother
+from rynn_teleop.core.robot_model import GROUPS, RobotModel
+from rynn_teleop.errors import ConfigurationError
+
+SIDES = ("left", "right")
+
+
+@pytest.fixture(scope="module")
+def robot() -> RobotModel:
+    return RobotModel.default()
+
+
+@pytest.fixture(scope="module")
+def retargeters(robot) -> dict[str, HandRetargeter]:
+    return {s: HandRetargeter(robot, s) for s in SIDES}
+
+
+def tip_error(rt: HandRetargeter, q: np.ndarray, reference: np.ndarray) -> float:
+    """Largest fingertip distance [m] between the robot at q and reference keypoints (palm frame)."""
+    tips = list(hs.TIPS)
+    return float(np.linalg.norm(rt.keypoints(q)[tips] - reference[tips], axis=1).max())
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_keypoints_and_jacobians_match_the_robot_model(robot, retargeters, side):
+    rt = retargeters[side]
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        q = rng.uniform(rt.lower, rt.upper)
+        full = robot.neutral()
+        full[getattr(GROUPS, f"{side}_hand")] = q
+        ref = robot.forward_kinematics(full, hs.robot_keypoint_frames(side), base=f"{side}_palm_link")[:, :3, 3]
+        np.testing.assert_allclose(rt.keypoints(q), ref, atol=1e-12)
+        J = rt.point_jacobians(q)
+        eps = 1e-6
+        for j in range(20):
+            dq = np.zeros(20)
+            dq[j] = eps
+            numeric = (rt.keypoints(q + dq) - rt.keypoints(q - dq)) / (2 * eps)
+            np.testing.assert_allclose(J[:, :, j], numeric, atol=1e-8)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_recovers_random_robot_configurations_within_2mm(retargeters, side):
+    """Keypoints from the robot's own FK (seen from an arbitrary frame) come back to <= 2 mm at the tips."""
+    rt = retargeters[side]
+    rng = np.random.default_rng(11 if side == "left" else 12)
+    worst = 0.0
+    for k in range(150):
+        q_true = rng.uniform(rt.lower, rt.upper)
+        points = rt.keypoints(q_true)
+        seen = points @ Rotation.random(random_state=k).as_matrix().T + rng.normal(size=3)
+        result = rt.retarget(seen)  # cold start
+        assert np.all(result.q >= rt.lower) and np.all(result.q <= rt.upper)
+        worst = max(worst, tip_error(rt, result.q, points))
+    assert worst <= 2e-3
+
+
+def test_left_and_right_are_mirrored(retargeters):
+    """A mirrored human hand makes the other robot hand take the mirrored posture.
+
+    (The vendor's abduction joints do not mirror their sign, so the angles differ
+    in sign there; the postures must still be mirror images.)"""
+    rng = np.random.default_rng(5)
+    right, left = retargeters["right"], retargeters["left"]
+    mirror = np.array([1.0, -1.0, 1.0])
+    for _ in range(10):
+        q = rng.uniform(right.lower, right.upper)
+        points_right = right.keypoints(q)
+        q_right = right.retarget(points_right).q
+        q_left = left.retarget(points_right * mirror).q
+        np.testing.assert_allclose(left.keypoints(q_left), right.keypoints(q_right) * mirror, atol=1.5e-3)
+
+
+def test_a_warm_started_stream_follows_within_1mm_in_few_iterations(retargeters):
+    rt = retargeters["left"]
+    rng = np.random.default_rng(3)
+    qa, qb = rng.uniform(rt.lower, rt.upper, size=(2, 20))
+    q = None
+    iterations = []
+    for s in np.linspace(0.0, 1.0, 60):  # a smooth 60-frame motion between two postures
+        points = rt.keypoints(qa + s * (qb - qa))
+        result = rt.retarget(points, q)
+        q = result.q
+        iterations.append(result.iterations)
+        assert tip_error(rt, q, points) <= 1e-3
+    assert np.mean(iterations[1:]) <= 3
+
+
+def test_pinch_weighting_closes_the_robot_pinch(retargeters):
+    """Human thumb and index tips touching (other fingers unchanged): the robot's meet too."""
+    rt = retargeters["right"]
+    q = np.zeros(20)
+    q[[0, 1, 2, 3]] = [1.0, 0.5, 0.6, 0.4]  # thumb across the palm
+    q[[4, 6, 7]] = [0.7, 0.6, 0.5]  # index curled
+    points = rt.keypoints(q)
+    # move the human index tip onto the thumb tip (a pinch the robot cannot make exactly)
+    points[hs.TIPS[1]] = points[hs.TIPS[0]] + [0.0, 0.0, 0.002]
+    pinched = rt.retarget(points, q).q
+    tips = rt.keypoints(pinched)
+    gap = np.linalg.norm(tips[hs.TIPS[0]] - tips[hs.TIPS[1]])
+    open_gap = np.linalg.norm(rt.keypoints(q)[hs.TIPS[0]] - rt.keypoints(q)[hs.TIPS[1]])
+    assert gap < 0.01 and gap < 0.5 * open_gap
+    # without the pinch priority the same input leaves the tips further apart
+    plain = HandRetargeter.__new__(HandRetargeter)
+    plain.__dict__.update(rt.__dict__)
+    plain.settings = rt.settings._replace(pinch_weight=rt.settings.tip_weight)
+    plain._weights = rt._weights
+    tips_plain = plain.keypoints(plain.retarget(points, q).q)
+    assert gap < np.linalg.norm(tips_plain[hs.TIPS[0]] - tips_plain[hs.TIPS[1]])
+
+
+def test_skeleton_checks():
+    good = np.zeros((21, 3))
+    good[hs.MIDDLE_MCP] = [0.0, 0.0, 0.09]
+    good[hs.INDEX_MCP] = [0.0, 0.025, 0.09]
+    good[hs.PINKY_MCP] = [0.0, -0.03, 0.08]
+    assert hs.check(good) is None
+    assert hs.check(good[:20]).reason == "count"
+    bad = good.copy()
+    bad[7, 1] = np.nan
+    assert hs.check(bad).reason == "nan"
+    line = good.copy()
+    line[hs.INDEX_MCP] = [0.0, 0.0, 0.05]
+    line[hs.PINKY_MCP] = [0.0, 0.0, 0.07]
+    assert hs.check(line).reason == "degenerate_palm"
+    T = hs.palm_frame(good)
+    np.testing.assert_allclose(T[:3, :3].T @ T[:3, :3], np.eye(3), atol=1e-12)
+    assert np.linalg.det(T[:3, :3]) == pytest.approx(1.0)
+
+
+def test_pipeline_holds_the_last_good_command_on_bad_input(retargeters):
+    rt = retargeters["left"]
+    pipe = HandPipeline(rt, ema_alpha=1.0)
+    good = rt.keypoints(np.full(20, 0.4))
+    first = pipe.step(good)
+    assert not first.held
+    for bad, reason in ((np.full((21, 3), np.nan), "nan"), (np.zeros((5, 3)), "count"),
+                        (np.zeros((21, 3)), "degenerate_palm"), (good[:, :2], "count")):
+        out = pipe.step(bad)
+        assert out.held and out.reason == reason
+        np.testing.assert_array_equal(out.q, first.q)
+    assert pipe.held == {"count": 2, "nan": 1, "degenerate_palm": 1, "solver": 0}
+    assert pipe.frames == 1
+
+
+def test_ema_smooths_with_the_configured_factor():
+    ema = ExponentialSmoother(0.25, np.zeros(3))
+    out = [ema.update(np.ones(3))[0] for _ in range(4)]
+    np.testing.assert_allclose(out, [0.25, 0.4375, 0.578125, 0.68359375])
+    with pytest.raises(ConfigurationError):
+        ExponentialSmoother(0.0, np.zeros(3))
+
+
+POINTS = st.lists(st.floats(-0.3, 0.3, allow_nan=False), min_size=63, max_size=63)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    frames=st.lists(
+        st.one_of(
+            st.tuples(st.just("random"), POINTS),
+            st.tuples(st.just("robot"), st.lists(st.floats(0.0, 1.0), min_size=20, max_size=20)),
+            st.tuples(st.just("nan"), st.integers(0, 62)),
+            st.tuples(st.just("short"), st.integers(0, 20)),
+        ),
+        min_size=1, max_size=12,
+    ),
+    alpha=st.floats(0.05, 1.0),
+)
+def test_commands_stay_finite_and_within_limits_for_any_input(retargeters, frames, alpha):
+    rt = retargeters["right"]
+    pipe = HandPipeline(rt, ema_alpha=alpha)
+    last = pipe.command.copy()
+    for kind, arg in frames:
+        if kind == "random":
+            points = np.array(arg).reshape(21, 3)
+        elif kind == "robot":
+            points = rt.keypoints(rt.lower + np.array(arg) * (rt.upper - rt.lower))
+        elif kind == "nan":
+            points = rt.keypoints(np.zeros(20)).ravel()
+            points[arg] = np.nan
+            points = points.reshape(21, 3)
+        else:
+            points = np.zeros((arg, 3))
+        out = pipe.step(points)
+        assert np.all(np.isfinite(out.q))
+        assert np.all(out.q >= rt.lower - 1e-12) and np.all(out.q <= rt.upper + 1e-12)
+        if out.held:
+            np.testing.assert_array_equal(out.q, last)
+        last = out.q.copy()
+
+
+def test_bad_side_is_refused(robot):
+    with pytest.raises(ConfigurationError):
+        HandRetargeter(robot, "middle")
