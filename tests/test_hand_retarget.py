@@ -206,3 +206,34 @@ def test_commands_stay_finite_and_within_limits_for_any_input(retargeters, frame
 def test_bad_side_is_refused(robot):
     with pytest.raises(ConfigurationError):
         HandRetargeter(robot, "middle")
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_closing_a_human_fist_closes_every_robot_finger_monotonically(retargeters, side):
+    from rynn_teleop.sources.hands import SyntheticGlove
+
+    rt, glove = retargeters[side], SyntheticGlove()
+    q = None
+    flexion, reach = [], []
+    for s in np.linspace(0.0, 1.0, 40):  # a human hand (its own proportions) closing into a fist
+        q = rt.retarget(glove.pose_blend("open", "fist", s, side), q).q
+        flexion.append([q[4 * f] + q[4 * f + 2] + q[4 * f + 3] for f in range(5)])  # MCP + PIP + DIP
+        reach.append(np.linalg.norm(rt.keypoints(q)[list(hs.TIPS)], axis=1))  # tip to wrist [m]
+    flexion, reach = np.array(flexion), np.array(reach)
+    assert np.all(np.diff(reach, axis=0) <= 1e-4)  # every tip comes closer to the wrist, step by step
+    assert np.all(np.diff(flexion[:, 1:], axis=0) >= 0.0)  # fingers 2-5 flex at every step
+    assert np.all(flexion[-1] - flexion[0] > 1.5)  # and end well closed (thumb included)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_a_human_pinch_brings_the_robot_thumb_and_index_tips_together(retargeters, side):
+    from rynn_teleop.sources.hands import SyntheticGlove
+
+    rt, glove = retargeters[side], SyntheticGlove()
+
+    def gap(pose: str) -> float:
+        k = rt.keypoints(rt.retarget(glove.pose_blend("open", pose, 1.0, side)).q)
+        return float(np.linalg.norm(k[hs.TIPS[0]] - k[hs.TIPS[1]]))
+
+    assert gap("pinch") < 0.005
+    assert gap("open") > 0.05

@@ -22,6 +22,7 @@ NODES = {
     "robot_markers": "rynn_teleop.nodes.robot_markers:main",
     "tracker": "rynn_teleop.nodes.tracker:main",
     "arm_ik": "rynn_teleop.nodes.arm_ik:main",
+    "hand_retarget": "rynn_teleop.nodes.hand_retarget:main",
 }
 
 

@@ -16,6 +16,7 @@ REGISTRY: dict[str, str] = {
     "robot_markers": "rynn_teleop.nodes.robot_markers:RobotMarkersNode",
     "tracker": "rynn_teleop.nodes.tracker:TrackerNode",
     "arm_ik": "rynn_teleop.nodes.arm_ik:ArmIKNode",
+    "hand_retarget": "rynn_teleop.nodes.hand_retarget:HandRetargetNode",
 }
 
 

@@ -1,0 +1,216 @@
+"""hand_retarget node: operator hand skeletons -> 20 Wuji joint commands per hand.
+
+Input (parameter ``source``):
+    synthetic  procedural open/fist/pinch/grasp gestures (``sources.hands.SyntheticGlove``)
+    replay     a rosbag2 with ``<skeleton_prefix>/{left,right}/skeleton`` recorded by this stack
+    skeleton   any publisher of 21-point hands: geometry_msgs/PoseArray on
+               ``skeleton.input_topic`` (``{side}`` replaced), positions in the wrist frame,
+               MediaPipe order (camera hand trackers, XR headsets)
+    manus      the Manus SDK's ROS 2 publisher (``manus_ros2_msgs/msg/ManusGlove`` on
+               ``manus.topics``); the message package is imported at start
+
+Each input frame is checked, retargeted (``core.hand_retarget``), smoothed
+(EMA, ``ema_alpha``) and published at the input rate, stamped with the
+frame's capture time; bad frames repeat the last good command (counted).
+
+Topics (out):
+    <skeleton_prefix>/{left,right}/skeleton  geometry_msgs/PoseArray (21 points used, wrist frame)
+    /hands/command  sensor_msgs/JointState: one hand's 20 joints per message (Wuji names,
+                    canonical order), position; reliable
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import deque
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus
+from geometry_msgs.msg import Pose, PoseArray
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.time import Time
+from scipy.spatial.transform import Rotation
+from sensor_msgs.msg import JointState
+
+from ..core.hand_retarget import HandPipeline, HandRetargeter, RetargetSettings
+from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
+from ..core.robot_model import hand_joint_names
+from ..errors import HardwareUnavailableError
+from ..sources.hands import SIDES, HandSample, ManusSkeletonError, make_hand_source, manus_to_mediapipe
+from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
+from .base import TeleopNode, run_single
+from .conversions import stamp_to_seconds
+
+RELIABLE = QoSProfile(depth=20, reliability=ReliabilityPolicy.RELIABLE)
+
+
+class HandRetargetNode(TeleopNode):
+    SCHEMA = ParamSchema(
+        "hand_retarget",
+        [
+            DESCRIPTION_OVERLAY,
+            Param("source", str, "synthetic", "hand input", choices=("synthetic", "replay", "skeleton", "manus")),
+            Param("sides", STR_LIST, list(SIDES), "hands to drive", choices=SIDES),
+            Param("rate_hz", float, 90.0, "polling rate of synthetic/replay input (synthetic: its sample rate)",
+                  "Hz", min=10.0, max=500.0),
+            Param("ema_alpha", float, 0.5, "EMA weight of the newest solution (1 = no smoothing)", min=0.01, max=1.0),
+            Param("retarget.pinch_weight", float, 20.0, "weight of thumb-to-fingertip vectors at a full pinch",
+                  min=0.0, max=1000.0),
+            Param("retarget.pinch_threshold", float, 0.04,
+                  "human thumb-to-fingertip distance where pinch weighting starts", "m", min=0.001, max=0.2),
+            Param("retarget.previous_weight", float, 1e-6, "pull towards the previous solution", "m^2/rad^2",
+                  min=0.0, max=1.0),
+            Param("retarget.max_iterations", int, 30, "solver iterations per frame", min=1, max=200),
+            Param("skeleton_prefix", str, "/operator/hand", "prefix of the published skeletons (and of replayed ones)"),
+            Param("skeleton_frame", str, "{side}_operator_wrist", "frame id of published skeletons ({side} replaced)"),
+            Param("command_topic", str, "/hands/command", "joint command output"),
+            Param("skeleton.input_topic", str, "/hand_tracking/{side}/skeleton",
+                  "source skeleton: PoseArray input per hand ({side} replaced)"),
+            Param("manus.topics", STR_LIST, ["/manus_glove_0", "/manus_glove_1"],
+                  "source manus: ManusGlove topics (the side comes from each message)"),
+            Param("manus.glove_to_wrist_rpy", FLOAT_LIST, [0.0, 0.0, 0.0],
+                  "source manus: rotation from the glove skeleton frame to the wrist frame (roll, pitch, yaw)",
+                  "rad", min=-3.1416, max=3.1416, length=3),
+            Param("synthetic.seed", int, 0, "random seed of the synthetic glove", min=0, max=2**31 - 1),
+            Param("synthetic.noise", float, 0.001, "keypoint noise (std)", "m", min=0.0, max=0.02),
+            Param("synthetic.cycle_s", float, 6.0, "duration of one gesture cycle", "s", min=1.0, max=120.0),
+            Param("replay.path", str, "", "rosbag2 directory of a recorded session (source replay)"),
+            Param("replay.rate_scale", float, 1.0, "replay speed factor", min=0.05, max=20.0),
+            Param("replay.loop", bool, False, "restart the replay at its end"),
+        ],
+    )
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        p = self.params
+        self.sides = tuple(dict.fromkeys(p["sides"]))
+        robot = robot_from_overlay(p["description_overlay"])
+        settings = RetargetSettings(
+            pinch_weight=p["retarget.pinch_weight"], pinch_threshold=p["retarget.pinch_threshold"],
+            previous_weight=p["retarget.previous_weight"], max_iterations=p["retarget.max_iterations"],
+        )
+        self.pipelines = {s: HandPipeline(HandRetargeter(robot, s, settings), p["ema_alpha"]) for s in self.sides}
+        self._names = {s: list(hand_joint_names(s)) for s in self.sides}
+        self._solve_times: deque[float] = deque(maxlen=2000)
+        self.source = None
+        prefix = p["skeleton_prefix"].rstrip("/")
+        self._skeleton_pubs = {s: self.create_publisher(PoseArray, f"{prefix}/{s}/skeleton", RELIABLE)
+                               for s in self.sides}
+        self._command_pub = self.create_publisher(JointState, p["command_topic"], RELIABLE)
+        kind = p["source"]
+        if kind == "manus":
+            self._setup_manus(p)
+        elif kind == "skeleton":
+            for side in self.sides:
+                self.create_subscription(PoseArray, p["skeleton.input_topic"].replace("{side}", side),
+                                         lambda m, s=side: self._on_pose_array(s, m), qos_profile_sensor_data)
+        else:
+            if kind == "synthetic":
+                kwargs = dict(sides=self.sides, rate_hz=p["rate_hz"], seed=p["synthetic.seed"],
+                              noise=p["synthetic.noise"], cycle_s=p["synthetic.cycle_s"])
+            else:
+                kwargs = dict(path=p["replay.path"], topic_prefix=prefix, rate_scale=p["replay.rate_scale"],
+                              loop=p["replay.loop"], sides=self.sides)
+            self.source = make_hand_source(kind, **kwargs)
+            self.source.start(self.now_s())
+            self._timer = self.create_timer(1.0 / p["rate_hz"], self._poll)
+        self.get_logger().info(f"{kind} hands {', '.join(self.sides)} -> {p['command_topic']}")
+
+    # ------------------------------------------------------------------ inputs
+    def _setup_manus(self, p) -> None:
+        try:
+            glove_type = importlib.import_module("manus_ros2_msgs.msg").ManusGlove
+        except (ImportError, AttributeError) as exc:
+            raise HardwareUnavailableError(
+                "source manus needs the Manus SDK's ROS 2 message package manus_ros2_msgs (build it in your "
+                f"workspace and source it); it cannot be imported: {exc}. Use source:=synthetic, replay or skeleton."
+            ) from None
+        self._glove_to_wrist = Rotation.from_euler("xyz", p["manus.glove_to_wrist_rpy"]).as_matrix()
+        self.manus_errors = 0
+        for topic in p["manus.topics"]:
+            self.create_subscription(glove_type, topic, self._on_manus, qos_profile_sensor_data)
+
+    def _on_manus(self, msg) -> None:
+        stamp = self.now_s()
+        header = getattr(msg, "header", None)
+        if header is not None and (header.stamp.sec or header.stamp.nanosec):
+            stamp = stamp_to_seconds(header.stamp)
+        try:
+            hand = manus_to_mediapipe(msg, self._glove_to_wrist)
+        except ManusSkeletonError as exc:
+            self.manus_errors += 1
+            self.get_logger().warning(f"bad Manus skeleton: {exc}", throttle_duration_sec=5.0)
+            return
+        if hand.side in self.pipelines:
+            self._process(HandSample(hand.side, stamp, hand.points))
+
+    def _on_pose_array(self, side: str, msg: PoseArray) -> None:
+        points = np.array([[q.position.x, q.position.y, q.position.z] for q in msg.poses]).reshape(-1, 3)
+        stamp = stamp_to_seconds(msg.header.stamp) if (msg.header.stamp.sec or msg.header.stamp.nanosec) else self.now_s()
+        self._process(HandSample(side, stamp, points))
+
+    def _poll(self) -> None:
+        for sample in self.source.read(self.now_s()):
+            if sample.side in self.pipelines:
+                self._process(sample)
+
+    # ------------------------------------------------------------------ per frame
+    def _process(self, sample: HandSample) -> None:
+        out = self.pipelines[sample.side].step(sample.points)
+        stamp = Time(nanoseconds=int(round(sample.stamp * 1e9))).to_msg()
+        now = self.now_s()
+        if out.solve_time > 0:
+            self._solve_times.append(out.solve_time)
+        points = np.asarray(sample.points, dtype=float)
+        if not out.held:
+            skeleton = PoseArray()
+            skeleton.header.stamp = stamp
+            skeleton.header.frame_id = self.params["skeleton_frame"].replace("{side}", sample.side)
+            skeleton.poses = [_point_pose(x, y, z) for x, y, z in points.tolist()]
+            self._skeleton_pubs[sample.side].publish(skeleton)
+        command = JointState(name=self._names[sample.side], position=out.q.tolist())
+        command.header.stamp = stamp
+        self._command_pub.publish(command)
+        self.meter(f"command.{sample.side}").tick(now, now - sample.stamp)
+
+    # ------------------------------------------------------------------ diagnostics
+    def diagnostic_values(self):
+        values = {"source": self.params["source"]}
+        if self._solve_times:
+            t = np.fromiter(self._solve_times, float)
+            values["solve_time_p50_ms"] = f"{1e3 * np.percentile(t, 50):.3f}"
+            values["solve_time_p99_ms"] = f"{1e3 * np.percentile(t, 99):.3f}"
+        for side, pipe in self.pipelines.items():
+            values[f"{side}.frames"] = pipe.frames
+            for reason, n in pipe.held.items():
+                values[f"{side}.held.{reason}"] = n
+        if self.params["source"] == "manus":
+            values["manus_errors"] = self.manus_errors
+        return values
+
+    def diagnostic_level(self):
+        held = {s: sum(p.held.values()) for s, p in self.pipelines.items()}
+        quiet = [s for s in self.sides if self.meter(f"command.{s}").rate(self.now_s()) == 0.0]
+        if quiet:
+            return DiagnosticStatus.WARN, f"no input for {', '.join(quiet)}"
+        if any(held.values()):
+            return DiagnosticStatus.OK, "retargeting (some frames held: " + ", ".join(
+                f"{s} {n}" for s, n in held.items() if n) + ")"
+        return DiagnosticStatus.OK, "retargeting"
+
+    def destroy_node(self) -> None:
+        source = getattr(self, "source", None)  # absent when the constructor failed
+        if source is not None:
+            source.close()
+        super().destroy_node()
+
+
+def _point_pose(x: float, y: float, z: float) -> Pose:
+    pose = Pose()
+    pose.position.x, pose.position.y, pose.position.z = x, y, z
+    pose.orientation.w = 1.0
+    return pose
+
+
+def main(args=None) -> int:
+    return run_single(HandRetargetNode, args)

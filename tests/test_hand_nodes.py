@@ -1,0 +1,131 @@
+"""hand_retarget node on real rclpy (composed in one process)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from geometry_msgs.msg import Pose, PoseArray
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+
+from rynn_teleop.core.robot_model import RobotModel, hand_joint_names
+from rynn_teleop.errors import HardwareUnavailableError
+from rynn_teleop.runner import Composition
+from rynn_teleop.sources.hands import SyntheticGlove
+
+
+def wait_for(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+class Probe:
+    def __init__(self, comp: Composition) -> None:
+        self.node = Node("probe", context=comp.context)
+        self.lock = threading.Lock()
+        self.commands: list[tuple[float, JointState]] = []
+        self.skeletons: dict[str, list[PoseArray]] = {"left": [], "right": []}
+        self.node.create_subscription(JointState, "/hands/command", self._on_command, 200)
+        for side in ("left", "right"):
+            self.node.create_subscription(PoseArray, f"/operator/hand/{side}/skeleton",
+                                          lambda m, s=side: self._on_skeleton(s, m), 200)
+        comp.add_node(self.node)
+
+    def _on_command(self, msg: JointState) -> None:
+        with self.lock:
+            self.commands.append((time.monotonic(), msg))
+
+    def _on_skeleton(self, side: str, msg: PoseArray) -> None:
+        with self.lock:
+            self.skeletons[side].append(msg)
+
+
+def test_synthetic_glove_drives_both_hands_at_the_input_rate(ros_domain_id):
+    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "synthetic", "rate_hz": 90.0}},
+                       domain_id=ros_domain_id)
+    try:
+        probe = Probe(comp)
+        assert wait_for(lambda: len(probe.commands) > 50, 20.0)
+        with probe.lock:
+            start = len(probe.commands)
+        t0 = time.monotonic()
+        time.sleep(3.0)
+        with probe.lock:
+            window = [m for t, m in probe.commands[start:] if t >= t0]
+            skeletons = {s: list(v) for s, v in probe.skeletons.items()}
+        by_side = {s: [m for m in window if m.name[0].startswith(s)] for s in ("left", "right")}
+        lim = RobotModel.default().limits
+        for side, msgs in by_side.items():
+            rate = len(msgs) / 3.0
+            assert 70.0 <= rate <= 100.0, f"{side} command rate {rate:.1f} Hz (input 90 Hz)"
+            assert all(list(m.name) == list(hand_joint_names(side)) for m in msgs)
+            q = np.array([m.position for m in msgs])
+            idx = RobotModel.default().indices(hand_joint_names(side))
+            assert np.all(np.isfinite(q))
+            assert np.all(q >= lim.lower[idx] - 1e-9) and np.all(q <= lim.upper[idx] + 1e-9)
+            assert np.ptp(q, axis=0).max() > 0.3  # the gestures move the fingers
+            stamps = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in msgs]
+            ticks = np.diff(stamps) * 90.0  # capture stamps on the glove's 90 Hz grid
+            np.testing.assert_allclose(ticks, np.round(ticks), atol=1e-3)
+            assert len(skeletons[side][-1].poses) == 21
+        node = comp.node("hand_retarget")
+        values = node.diagnostic_values()
+        assert float(values["solve_time_p99_ms"]) < 20.0
+        assert values["left.held.nan"] == 0
+    finally:
+        comp.shutdown()
+    assert not comp.errors
+
+
+def test_skeleton_topic_input_and_bad_frames_are_held(ros_domain_id):
+    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "skeleton", "sides": ["right"],
+                                                                      "ema_alpha": 1.0}},
+                       domain_id=ros_domain_id)
+    try:
+        probe = Probe(comp)
+        pub = probe.node.create_publisher(PoseArray, "/hand_tracking/right/skeleton", 10)
+        glove = SyntheticGlove(sides=("right",))
+        fist = glove.pose_blend("open", "fist", 1.0, "right")
+
+        def send(points) -> None:
+            msg = PoseArray()
+            msg.header.stamp = probe.node.get_clock().now().to_msg()
+            for x, y, z in np.asarray(points).tolist():
+                pose = Pose()
+                pose.position.x, pose.position.y, pose.position.z = x, y, z
+                msg.poses.append(pose)
+            pub.publish(msg)
+
+        assert wait_for(lambda: (send(fist), len(probe.commands) > 3)[1], 10.0)
+        time.sleep(0.5)  # every good frame answered
+        with probe.lock:
+            n = len(probe.commands)
+        bad = fist.copy()
+        bad[8, 0] = np.nan
+        for points in (bad, fist[:15]):
+            send(points)
+        assert wait_for(lambda: len(probe.commands) >= n + 2, 5.0)
+        with probe.lock:
+            good = np.array(probe.commands[n - 1][1].position)
+            held = [np.array(m.position) for _, m in probe.commands[n:n + 2]]
+        for q in held:
+            np.testing.assert_array_equal(q, good)  # the last good command, repeated
+        node = comp.node("hand_retarget")
+        assert node.pipelines["right"].held["nan"] == 1 and node.pipelines["right"].held["count"] == 1
+        # a fist closes the robot's fingers: flexion joints well above their open values
+        flex = good[[4, 8, 12, 16]]  # joint1 (MCP flexion) of fingers 2-5
+        assert np.all(flex > 0.8)
+    finally:
+        comp.shutdown()
+
+
+def test_manus_source_without_the_vendor_package_is_a_clear_error(ros_domain_id):
+    with pytest.raises(HardwareUnavailableError, match="manus_ros2_msgs"):
+        Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "manus"}}, domain_id=ros_domain_id)
