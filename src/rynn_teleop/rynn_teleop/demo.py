@@ -7,9 +7,10 @@ five trackers (``tracker``, source ``synthetic``: it holds the calibration
 posture for 2 s, then does bimanual pick-and-place); ``arm_ik`` calibrates
 itself on that posture, engages, and drives the 14 arm joints at 200 Hz (its
 commands go straight to ``/joint_states``, standing in for the arm driver);
-a limit-respecting test pattern moves the 40 hand joints (``joint_sweep``,
-standing in for the hand driver); the robot's geometry follows as RViz
-markers (``robot_markers``). A probe node measures rates and latencies.
+a synthetic glove pair makes open/fist/pinch/grasp gestures and
+``hand_retarget`` turns them into the 40 hand joints (also straight to
+``/joint_states``, standing in for the hand driver); the robot's geometry
+follows as RViz markers (``robot_markers``). A probe node measures rates and latencies.
 Output: a table on stdout, ``summary.json`` and the ``robot.urdf`` used, in
 the output folder, whose path is the last line printed.
 """
@@ -31,7 +32,7 @@ from .core.stats import RateMeter
 from .nodes.robot_description import LATCHED
 from .runner import Composition
 
-DEMO_NODES = ("robot_description", "tracker", "arm_ik", "joint_sweep", "robot_markers")
+DEMO_NODES = ("robot_description", "tracker", "arm_ik", "hand_retarget", "robot_markers")
 
 
 def demo_overrides(out: Path) -> dict:
@@ -43,7 +44,10 @@ def demo_overrides(out: Path) -> dict:
             "calibration_file": str(out / "arm_calibration.yaml"),  # never the lab's own calibration
             "command_topic": "/joint_states",
         },
-        "joint_sweep": {"groups": ["left_hand", "right_hand"]},
+        "hand_retarget": {"source": "synthetic", "command_topic": "/joint_states"},
+        # 10 Hz is plenty to watch; at 30 Hz its MarkerArray work starves the others of the one
+        # Python interpreter they share on a 2-core machine
+        "robot_markers": {"rate_hz": 10.0},
     }
 
 
@@ -71,7 +75,7 @@ class _Probe(Node):
     def _on_js(self, msg: JointState) -> None:
         now = self._now()
         latency = now - Time.from_msg(msg.header.stamp).nanoseconds * 1e-9
-        if len(msg.name) == 14:  # arm_ik's commands
+        if len(msg.name) == 14:  # arm_ik's commands (hand_retarget sends 20 per hand)
             self.arm_states.tick(now, latency)
             q = list(msg.position)
             self.arm_min = q if self.arm_min is None else [min(a, b) for a, b in zip(self.arm_min, q)]
@@ -110,7 +114,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
         now = probe._now()
         rows = [_row("/operator/wrist_in_chest/left (sample -> probe)", probe.wrists, now),
                 _row("/joint_states arms (arm_ik -> probe)", probe.arm_states, now),
-                _row("/joint_states hands (joint_sweep -> probe)", probe.hand_states, now),
+                _row("/joint_states hands (glove sample -> probe)", probe.hand_states, now),
                 _row("/robot_markers (joint state stamp -> probe)", probe.markers, now)]
         arm_ik = comp.node("arm_ik")
         command = arm_ik.meters.get("command")

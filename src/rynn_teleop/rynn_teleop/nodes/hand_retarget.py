@@ -92,6 +92,7 @@ class HandRetargetNode(TeleopNode):
         self.pipelines = {s: HandPipeline(HandRetargeter(robot, s, settings), p["ema_alpha"]) for s in self.sides}
         self._names = {s: list(hand_joint_names(s)) for s in self.sides}
         self._solve_times: deque[float] = deque(maxlen=2000)
+        self.skipped = {s: 0 for s in self.sides}  # polled samples dropped for a newer one (node behind)
         self.source = None
         prefix = p["skeleton_prefix"].rstrip("/")
         self._skeleton_pubs = {s: self.create_publisher(PoseArray, f"{prefix}/{s}/skeleton", RELIABLE)
@@ -150,9 +151,16 @@ class HandRetargetNode(TeleopNode):
         self._process(HandSample(side, stamp, points))
 
     def _poll(self) -> None:
+        # Teleoperation wants the newest hand, not a backlog: when the node fell behind
+        # (a loaded machine), older samples of a hand are skipped and counted.
+        newest: dict[str, HandSample] = {}
         for sample in self.source.read(self.now_s()):
             if sample.side in self.pipelines:
-                self._process(sample)
+                if sample.side in newest:
+                    self.skipped[sample.side] += 1
+                newest[sample.side] = sample
+        for sample in newest.values():
+            self._process(sample)
 
     # ------------------------------------------------------------------ per frame
     def _process(self, sample: HandSample) -> None:
@@ -184,6 +192,7 @@ class HandRetargetNode(TeleopNode):
             values[f"{side}.frames"] = pipe.frames
             for reason, n in pipe.held.items():
                 values[f"{side}.held.{reason}"] = n
+            values[f"{side}.skipped"] = self.skipped[side]
         if self.params["source"] == "manus":
             values["manus_errors"] = self.manus_errors
         return values
