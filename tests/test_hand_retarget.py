@@ -220,7 +220,7 @@ def test_closing_a_human_fist_closes_every_robot_finger_monotonically(retargeter
         flexion.append([q[4 * f] + q[4 * f + 2] + q[4 * f + 3] for f in range(5)])  # MCP + PIP + DIP
         reach.append(np.linalg.norm(rt.keypoints(q)[list(hs.TIPS)], axis=1))  # tip to wrist [m]
     flexion, reach = np.array(flexion), np.array(reach)
-    assert np.all(np.diff(reach, axis=0) <= 1e-4)  # every tip comes closer to the wrist, step by step
+    assert np.all(np.diff(reach, axis=0) <= 2e-4)  # every tip comes closer to the wrist, step by step (0.2 mm)
     assert np.all(np.diff(flexion[:, 1:], axis=0) >= 0.0)  # fingers 2-5 flex at every step
     assert np.all(flexion[-1] - flexion[0] > 1.5)  # and end well closed (thumb included)
 

@@ -47,11 +47,12 @@ class RetargetSettings(NamedTuple):
     max_iterations: int = 30  # [-] Gauss-Newton iterations per frame (a warm-started frame needs 1-3)
     step_tolerance: float = 0.02  # [rad] stop after a step no larger than this (what it leaves is ~its square)
     max_step: float = 1.0  # [rad] largest joint change per iteration
+    cost_tolerance: float = 0.05  # [-] stop when an accepted step lowers the cost by less than this share
     segment_weight: float = 1.0  # [-] finger segment directions
     tip_weight: float = 1.0  # [-] wrist->tip and (outside pinches) thumb->tip vectors
     pinch_weight: float = 20.0  # [-] thumb->tip vectors at a full pinch
     pinch_threshold: float = 0.04  # [m] human thumb-tip to finger-tip distance where pinch weighting starts
-    previous_weight: float = 1e-6  # [m^2/rad^2] pull towards the previous solution (1 rad ~ 1 mm)
+    previous_weight: float = 3e-4  # [m^2/rad^2] pull towards the previous solution (1 rad ~ 17 mm)
     damping: float = 1e-7  # [m^2/rad^2] Levenberg-Marquardt damping added to the normal equations
     min_scale: float = 0.5  # [-] bounds of the robot/human chain length ratio
     max_scale: float = 2.0  # [-]
@@ -132,20 +133,23 @@ class HandRetargeter:
         # Residual Jacobian assembly: moving points are numbered finger * 3 + (0 PIP, 1 DIP, 2 TIP).
         n = len(pairs)
         self._n_res = n
-        self._b_rows, self._b_pts, self._b_cols = self._endpoint_map(self._b)
-        self._a_rows, self._a_pts, self._a_cols = self._endpoint_map(self._a)
+        self._difference = np.zeros((n, 15))  # residual r = P[b] - P[a] over the moving points
+        for rows, pts, sign in (self._endpoint_map(self._b) + (1.0,), self._endpoint_map(self._a) + (-1.0,)):
+            self._difference[rows[:, 0], pts] += sign
+        self._point_rows = np.arange(15)[:, None]
+        self._point_cols = np.repeat(self._cols, 3, axis=0)  # (15, 4): moving point -> its finger's columns
 
-    def _endpoint_map(self, points: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For the residuals whose endpoint moves: residual rows, moving-point numbers, joint columns."""
-        rows, pts, cols = [], [], []
+    @staticmethod
+    def _endpoint_map(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For the residuals whose endpoint moves: residual rows (m, 1) and moving-point numbers (m,)."""
+        rows, pts = [], []
         for r, i in enumerate(points):
             if i == hs.WRIST or (i - 1) % 4 == 0:  # wrist and MCP/CMC are fixed
                 continue
             finger, kind = (i - 1) // 4, (i - 1) % 4 - 1
             rows.append(r)
             pts.append(finger * 3 + kind)
-            cols.append(self._cols[finger])
-        return np.array(rows)[:, None], np.array(pts), np.array(cols)
+        return np.array(rows)[:, None], np.array(pts)
 
     # ------------------------------------------------------------------ kinematics
     def _moving(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -188,11 +192,11 @@ class HandRetargeter:
         return out
 
     def _residual_jacobian(self, block: np.ndarray) -> np.ndarray:
-        """(n, 3, 20) Jacobian of the residual vectors P[b] - P[a]."""
-        Jr = np.zeros((self._n_res, N_HAND, 3))
-        Jr[self._b_rows, self._b_cols] = block[self._b_pts]
-        Jr[self._a_rows, self._a_cols] -= block[self._a_pts]
-        return Jr.transpose(0, 2, 1)
+        """(n, 3, 20) Jacobian of the residual vectors P[b] - P[a], from the moving points' blocks."""
+        dense = np.zeros((15, N_HAND, 3))
+        dense[self._point_rows, self._point_cols] = block  # each moving point's 4 joint columns
+        # residual = (+1 at its end point, -1 at its start point) over the 15 moving points
+        return (self._difference @ dense.reshape(15, -1)).reshape(-1, N_HAND, 3).transpose(0, 2, 1)
 
     # ------------------------------------------------------------------ targets
     def targets(self, human: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -229,6 +233,12 @@ class HandRetargeter:
         are solved again given that (at most a few rounds).
         """
         lower, upper = self.lower, self.upper
+        if not ((q <= lower).any() or (q >= upper).any()):
+            _, delta, info = dposv(A, -g)  # the usual case: nothing at a bound
+            if info != 0:
+                return None
+            if not ((q + delta < lower).any() or (q + delta > upper).any()):
+                return delta
         fixed = ((q <= lower) & (g > 0)) | ((q >= upper) & (g < 0))
         delta = np.zeros(N_HAND)
         for _ in range(5):
@@ -276,13 +286,16 @@ class HandRetargeter:
         sw = np.sqrt(weights)[:, None]
         swJ = sw[:, :, None]
         a, b = self._a, self._b
-        if q_init is None:  # cold start from mid-range: from 0 (on the thumb's bounds) it can stall
+        if q_init is None:
+            # cold start: from mid-range (from 0, on the thumb's bounds, it can stall), no pull
+            # towards it, and converged tightly, since the following frames start from it
             q_prev = 0.5 * (self.lower + self.upper)
+            prior, cost_tolerance, step_tolerance = 0.0, 1e-9, 1e-6
         else:
             q_prev = np.minimum(np.maximum(q_init, self.lower), self.upper)
+            prior, cost_tolerance, step_tolerance = s.previous_weight, s.cost_tolerance, s.step_tolerance
         q = q_prev.copy()
         eye = np.eye(N_HAND)
-        prior = s.previous_weight
 
         def evaluate(q: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
             P, block = self._moving(q)
@@ -308,16 +321,24 @@ class HandRetargeter:
                 peak = s.max_step
             q_new = np.minimum(np.maximum(q + dq, self.lower), self.upper)
             iterations += 1
-            if peak < s.step_tolerance:
-                q = q_new  # inside the quadratic-convergence region: no need to evaluate it
+            step = q_new - q
+            predicted = -(2.0 * float(g @ step) + float(step @ JtJ @ step))  # decrease the linear model promises
+            if peak < step_tolerance or (stale and predicted <= cost_tolerance * cost):
+                # a small step in the region where the model is accurate: take it without another evaluation
+                q = q_new
                 break
             cost_new, r_new, block_new = evaluate(q_new)
-            if cost_new <= cost:  # accept; trust the Gauss-Newton model more
+            gain = (cost - cost_new) / predicted if predicted > 0 else -1.0
+            if gain > 0:  # accept
+                improvement = cost - cost_new
                 q, cost, r, block = q_new, cost_new, r_new, block_new
-                mu = max(mu / 10.0, s.damping)
                 stale = True
-            else:  # reject; damp more (Levenberg-Marquardt) and retry from the same point
-                mu = max(mu * 10.0, 1e-6)
+                # Levenberg-Marquardt (Nielsen): trust the model more when it predicted well
+                mu = max(mu * max(1.0 / 3.0, 1.0 - (2.0 * gain - 1.0) ** 3), s.damping)
+                if improvement <= cost_tolerance * cost:
+                    break  # no longer paying for itself
+            else:  # reject and retry from the same point with more damping
+                mu = max(mu * 4.0, 1e-6)
                 stale = False
                 if mu > 1.0:
                     break

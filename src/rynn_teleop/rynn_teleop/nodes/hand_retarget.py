@@ -58,7 +58,7 @@ class HandRetargetNode(TeleopNode):
                   min=0.0, max=1000.0),
             Param("retarget.pinch_threshold", float, 0.04,
                   "human thumb-to-fingertip distance where pinch weighting starts", "m", min=0.001, max=0.2),
-            Param("retarget.previous_weight", float, 1e-6, "pull towards the previous solution", "m^2/rad^2",
+            Param("retarget.previous_weight", float, 3e-4, "pull towards the previous solution", "m^2/rad^2",
                   min=0.0, max=1.0),
             Param("retarget.max_iterations", int, 30, "solver iterations per frame", min=1, max=200),
             Param("skeleton_prefix", str, "/operator/hand", "prefix of the published skeletons (and of replayed ones)"),
