@@ -129,3 +129,46 @@ def test_skeleton_topic_input_and_bad_frames_are_held(ros_domain_id):
 def test_manus_source_without_the_vendor_package_is_a_clear_error(ros_domain_id):
     with pytest.raises(HardwareUnavailableError, match="manus_ros2_msgs"):
         Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "manus"}}, domain_id=ros_domain_id)
+
+
+def test_a_recorded_session_replays_through_the_node(ros_domain_id, tmp_path):
+    """Record the node's own skeleton output (raw CDR, MCAP) and drive a second run from it."""
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    recorded: list[tuple[str, int, bytes]] = []
+    lock = threading.Lock()
+    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "synthetic", "sides": ["left"]}},
+                       domain_id=ros_domain_id)
+    try:
+        node = Node("recorder", context=comp.context)
+        topic = "/operator/hand/left/skeleton"
+
+        def keep(raw) -> None:
+            with lock:
+                recorded.append((topic, time.time_ns(), bytes(raw)))
+
+        node.create_subscription(PoseArray, topic, keep, 200, raw=True)
+        comp.add_node(node)
+        assert wait_for(lambda: len(recorded) >= 120, 20.0)
+    finally:
+        comp.shutdown()
+    bag = tmp_path / "session"
+    with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        conn = writer.add_connection(topic, "geometry_msgs/msg/PoseArray", typestore=get_typestore(Stores.ROS2_JAZZY))
+        with lock:
+            for _, t_ns, raw in recorded:
+                writer.write(conn, t_ns, raw)
+
+    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {
+        "source": "replay", "replay.path": str(bag), "sides": ["left"]}}, domain_id=ros_domain_id)
+    try:
+        probe = Probe(comp)
+        assert wait_for(lambda: len(probe.commands) >= 60, 15.0)
+        with probe.lock:
+            msgs = [m for _, m in probe.commands]
+        assert all(list(m.name) == list(hand_joint_names("left")) for m in msgs)
+        assert np.ptp(np.array([m.position for m in msgs]), axis=0).max() > 0.05  # the recorded gestures move
+    finally:
+        comp.shutdown()
+    assert not comp.errors
