@@ -53,8 +53,10 @@ def test_synthetic_glove_drives_both_hands_at_the_input_rate(ros_domain_id):
     try:
         probe = Probe(comp)
         assert wait_for(lambda: len(probe.commands) > 50, 20.0)
+        node = comp.node("hand_retarget")
         with probe.lock:
             start = len(probe.commands)
+        skipped_before = dict(node.skipped)
         t0 = time.monotonic()
         time.sleep(3.0)
         with probe.lock:
@@ -75,10 +77,10 @@ def test_synthetic_glove_drives_both_hands_at_the_input_rate(ros_domain_id):
             ticks = np.diff(stamps) * 90.0  # capture stamps on the glove's 90 Hz grid
             np.testing.assert_allclose(ticks, np.round(ticks), atol=1e-3)
             assert len(skeletons[side][-1].poses) == 21
-        node = comp.node("hand_retarget")
         values = node.diagnostic_values()
         assert float(values["solve_time_p99_ms"]) < 20.0
         assert values["left.held.nan"] == 0
+        assert node.skipped == skipped_before  # in steady state every input frame is retargeted
     finally:
         comp.shutdown()
     assert not comp.errors
@@ -94,16 +96,27 @@ def test_skeleton_topic_input_and_bad_frames_are_held(ros_domain_id):
         glove = SyntheticGlove(sides=("right",))
         fist = glove.pose_blend("open", "fist", 1.0, "right")
 
+        sent_stamps = []
+
         def send(points) -> None:
             msg = PoseArray()
             msg.header.stamp = probe.node.get_clock().now().to_msg()
+            msg.header.stamp.nanosec = (msg.header.stamp.nanosec // 1000) * 1000 + 789  # odd ns: exactness
+            sent_stamps.append((msg.header.stamp.sec, msg.header.stamp.nanosec))
             for x, y, z in np.asarray(points).tolist():
                 pose = Pose()
                 pose.position.x, pose.position.y, pose.position.z = x, y, z
                 msg.poses.append(pose)
             pub.publish(msg)
 
+        # before the first good frame nothing is commanded (a mirrored = left hand is not a right hand)
+        assert wait_for(lambda: (send(fist * [1.0, -1.0, 1.0]),
+                                 comp.node("hand_retarget").pipelines["right"].held["wrong_side"] > 2)[1], 10.0)
+        assert not probe.commands
         assert wait_for(lambda: (send(fist), len(probe.commands) > 3)[1], 10.0)
+        with probe.lock:
+            got = [(m.header.stamp.sec, m.header.stamp.nanosec) for _, m in probe.commands]
+        assert set(got) <= set(sent_stamps)  # the capture stamp comes back unchanged, to the nanosecond
         time.sleep(0.5)  # every good frame answered
         with probe.lock:
             n = len(probe.commands)

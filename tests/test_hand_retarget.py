@@ -122,20 +122,27 @@ def test_pinch_weighting_closes_the_robot_pinch(retargeters):
     assert gap < np.linalg.norm(tips_plain[hs.TIPS[0]] - tips_plain[hs.TIPS[1]])
 
 
-def test_skeleton_checks():
-    good = np.zeros((21, 3))
-    good[hs.MIDDLE_MCP] = [0.0, 0.0, 0.09]
-    good[hs.INDEX_MCP] = [0.0, 0.025, 0.09]
-    good[hs.PINKY_MCP] = [0.0, -0.03, 0.08]
-    assert hs.check(good) is None
+def test_skeleton_checks_name_what_is_wrong():
+    from rynn_teleop.sources.hands import SyntheticGlove
+
+    good = SyntheticGlove().pose_blend("open", "grasp", 0.5, "right")
+    assert hs.check(good) is None and hs.check(good, "right") is None
     assert hs.check(good[:20]).reason == "count"
     bad = good.copy()
     bad[7, 1] = np.nan
     assert hs.check(bad).reason == "nan"
     line = good.copy()
-    line[hs.INDEX_MCP] = [0.0, 0.0, 0.05]
-    line[hs.PINKY_MCP] = [0.0, 0.0, 0.07]
+    for i in (hs.INDEX_MCP, hs.PINKY_MCP):  # knuckles on the wrist -> middle knuckle line
+        line[i] = line[hs.MIDDLE_MCP] * (0.8 if i == hs.INDEX_MCP else 0.6)
     assert hs.check(line).reason == "degenerate_palm"
+    assert hs.check(good * 1000.0).reason == "implausible_size"  # millimetres given as metres
+    assert hs.check(good * 1e200).reason == "implausible_size"
+    collapsed = good.copy()
+    collapsed[6:9] = collapsed[5]  # an undetected finger reported at its knuckle
+    assert hs.check(collapsed).reason == "collapsed"
+    mirrored = good * [1.0, -1.0, 1.0]
+    assert hs.check(mirrored, "right").reason == "wrong_side"
+    assert hs.check(mirrored, "left") is None
     T = hs.palm_frame(good)
     np.testing.assert_allclose(T[:3, :3].T @ T[:3, :3], np.eye(3), atol=1e-12)
     assert np.linalg.det(T[:3, :3]) == pytest.approx(1.0)
@@ -145,15 +152,34 @@ def test_pipeline_holds_the_last_good_command_on_bad_input(retargeters):
     rt = retargeters["left"]
     pipe = HandPipeline(rt, ema_alpha=1.0)
     good = rt.keypoints(np.full(20, 0.4))
+    assert pipe.step(np.full((21, 3), np.nan)).q is None  # nothing to hold before the first good frame
     first = pipe.step(good)
     assert not first.held
+    np.testing.assert_allclose(first.q, rt.retarget(good).q, atol=1e-3)  # seeded with the first solution
     for bad, reason in ((np.full((21, 3), np.nan), "nan"), (np.zeros((5, 3)), "count"),
-                        (np.zeros((21, 3)), "degenerate_palm"), (good[:, :2], "count")):
+                        (np.zeros((21, 3)), "implausible_size"), (good[:, :2], "count"),
+                        (good * [1.0, -1.0, 1.0], "wrong_side")):
         out = pipe.step(bad)
         assert out.held and out.reason == reason
         np.testing.assert_array_equal(out.q, first.q)
-    assert pipe.held == {"count": 2, "nan": 1, "degenerate_palm": 1, "solver": 0}
+    assert pipe.held["nan"] == 2 and pipe.held["count"] == 2
+    assert pipe.held["implausible_size"] == 1 and pipe.held["wrong_side"] == 1
     assert pipe.frames == 1
+
+
+def test_pipeline_limits_the_change_per_frame_to_the_joint_velocities(robot, retargeters):
+    rt = retargeters["left"]
+    velocity = robot.limits.velocity[robot.indices(rt.joint_names)]
+    pipe = HandPipeline(rt, ema_alpha=1.0, velocity=velocity)
+    open_hand, fist = rt.keypoints(np.zeros(20)), rt.keypoints(np.clip(np.full(20, 1.4), rt.lower, rt.upper))
+    previous = pipe.step(open_hand, 0.0).q
+    dt = 1.0 / 90.0
+    for k in range(1, 40):  # the human hand jumps to a fist; the command follows at joint speed
+        q = pipe.step(fist, k * dt).q
+        assert np.all(np.abs(q - previous) <= velocity * dt + 1e-9)
+        previous = q
+    assert pipe.limited > 0
+    np.testing.assert_allclose(previous, rt.retarget(fist).q, atol=0.02)  # and gets there
 
 
 def test_ema_smooths_with_the_configured_factor():
@@ -173,6 +199,8 @@ POINTS = st.lists(st.floats(-0.3, 0.3, allow_nan=False), min_size=63, max_size=6
         st.one_of(
             st.tuples(st.just("random"), POINTS),
             st.tuples(st.just("robot"), st.lists(st.floats(0.0, 1.0), min_size=20, max_size=20)),
+            st.tuples(st.just("scaled"), st.floats(-12.0, 12.0)),  # hands from 1e-12 to 1e12 times too big
+            st.tuples(st.just("mirrored"), st.lists(st.floats(0.0, 1.0), min_size=20, max_size=20)),
             st.tuples(st.just("nan"), st.integers(0, 62)),
             st.tuples(st.just("short"), st.integers(0, 20)),
         ),
@@ -180,26 +208,40 @@ POINTS = st.lists(st.floats(-0.3, 0.3, allow_nan=False), min_size=63, max_size=6
     ),
     alpha=st.floats(0.05, 1.0),
 )
-def test_commands_stay_finite_and_within_limits_for_any_input(retargeters, frames, alpha):
+def test_commands_stay_finite_and_within_limits_for_any_input(robot, retargeters, frames, alpha):
     rt = retargeters["right"]
-    pipe = HandPipeline(rt, ema_alpha=alpha)
-    last = pipe.command.copy()
-    for kind, arg in frames:
+    velocity = robot.limits.velocity[robot.indices(rt.joint_names)]
+    pipe = HandPipeline(rt, ema_alpha=alpha, velocity=velocity)
+    last = None
+    last_good = None  # stamp of the last good frame
+    dt = 1.0 / 90.0
+    for k, (kind, arg) in enumerate(frames):
         if kind == "random":
             points = np.array(arg).reshape(21, 3)
-        elif kind == "robot":
+        elif kind in ("robot", "mirrored"):
             points = rt.keypoints(rt.lower + np.array(arg) * (rt.upper - rt.lower))
+            if kind == "mirrored":
+                points = points * [1.0, -1.0, 1.0]
+        elif kind == "scaled":
+            points = rt.keypoints(np.zeros(20)) * 10.0**arg
         elif kind == "nan":
             points = rt.keypoints(np.zeros(20)).ravel()
             points[arg] = np.nan
             points = points.reshape(21, 3)
         else:
             points = np.zeros((arg, 3))
-        out = pipe.step(points)
+        out = pipe.step(points, k * dt)
+        if out.q is None:
+            assert last is None  # nothing is commanded before the first good frame
+            continue
         assert np.all(np.isfinite(out.q))
         assert np.all(out.q >= rt.lower - 1e-12) and np.all(out.q <= rt.upper + 1e-12)
         if out.held:
             np.testing.assert_array_equal(out.q, last)
+        else:
+            if last_good is not None:  # never faster than the joints, over the time since the last good frame
+                assert np.all(np.abs(out.q - last) <= velocity * min(k * dt - last_good, pipe.max_dt) + 1e-9)
+            last_good = k * dt
         last = out.q.copy()
 
 

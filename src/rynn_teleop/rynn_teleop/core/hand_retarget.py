@@ -30,6 +30,7 @@ in a handful of iterations; ``bench/hand_retarget.py`` compares both.
 from __future__ import annotations
 
 import math
+import time
 from typing import NamedTuple
 
 import numpy as np
@@ -38,6 +39,7 @@ from scipy.linalg.lapack import dposv
 
 from ..errors import ConfigurationError
 from . import hand_skeleton as hs
+from .motion import ExponentialSmoother
 from .robot_model import GROUPS, N_HAND, RobotModel, hand_joint_names
 
 
@@ -348,49 +350,64 @@ class HandRetargeter:
 class HandCommand(NamedTuple):
     """Output of :meth:`HandPipeline.step`."""
 
-    q: np.ndarray  # (20,) joint command [rad], always finite and within the limits
+    q: np.ndarray | None  # (20,) joint command [rad], finite and within the limits; None before the first good frame
     held: bool  # True: the input was rejected and the last good command repeated
-    reason: str | None  # why it was held ("count", "nan", "degenerate_palm", "solver"), else None
-    solve_time: float  # [s] wall time of the retargeting (0 when held before solving)
+    reason: str | None  # why it was held (a hand_skeleton.REASONS word or "solver"), else None
+    solve_time: float  # [s] wall time of the retargeting (0 when rejected before solving)
 
 
 class HandPipeline:
-    """One hand: skeleton checks -> :class:`HandRetargeter` -> EMA, holding on bad input.
+    """One hand: skeleton checks -> :class:`HandRetargeter` -> EMA -> velocity limit, holding on bad input.
 
-    Bad input (wrong point count, NaN/inf, degenerate palm, a failed solve)
-    repeats the last good command and counts the event in :attr:`held`.
-    Before the first good frame the command is ``initial`` (default: the
-    retargeter's zero posture clipped into the limits).
+    Bad input (see :func:`hand_skeleton.check`, including the mirror image of
+    this side's hand, or a failed solve) repeats the last good command and
+    counts the event in :attr:`held`. There is no command before the first
+    good frame (``q`` is None): nothing to hold yet, and no posture is
+    invented. The first good solution seeds the EMA; afterwards each command
+    moves at most ``velocity * dt`` from the previous one (``dt`` from the
+    frames' stamps), so a glitch that gets through the checks cannot make the
+    hand jump faster than its joints can move.
     """
 
-    def __init__(self, retargeter: HandRetargeter, ema_alpha: float = 0.5, initial: np.ndarray | None = None) -> None:
+    def __init__(self, retargeter: HandRetargeter, ema_alpha: float = 0.5,
+                 velocity: np.ndarray | None = None, max_dt: float = 0.1) -> None:
         """
         Args:
             retargeter: the hand's retargeter.
             ema_alpha: weight of the newest solution in the exponential moving average
                 (1 = no smoothing; smaller = smoother and more lag), in (0, 1].
+            velocity: (20,) joint velocity limits [rad/s] for the per-frame change; None = no limit.
+            max_dt: [s] largest frame interval used for that limit (after a pause the hand catches up
+                at this many seconds' worth of motion per frame).
         """
-        from .motion import ExponentialSmoother  # noqa: PLC0415
-
         self.retargeter = retargeter
-        lo, hi = retargeter.lower, retargeter.upper
-        start = np.zeros(N_HAND) if initial is None else np.asarray(initial, dtype=float)
-        self.smoother = ExponentialSmoother(ema_alpha, np.minimum(np.maximum(start, lo), hi))
+        self.side = retargeter.side
+        self._ema_alpha = ema_alpha
+        ExponentialSmoother(ema_alpha, np.zeros(1))  # validates the factor now
+        self.smoother: ExponentialSmoother | None = None
+        self.velocity = None if velocity is None else np.asarray(velocity, dtype=float)
+        self.max_dt = max_dt
         self._solution: np.ndarray | None = None  # last raw solution (warm start)
-        self.held: dict[str, int] = {"count": 0, "nan": 0, "degenerate_palm": 0, "solver": 0}
+        self._command: np.ndarray | None = None
+        self._stamp: float | None = None
+        self.held: dict[str, int] = {reason: 0 for reason in (*hs.REASONS, "solver")}
         self.frames = 0  # good frames
+        self.limited = 0  # frames whose change was cut to the velocity limit
 
     @property
-    def command(self) -> np.ndarray:
-        return self.smoother.value
+    def command(self) -> np.ndarray | None:
+        """The last command (None before the first good frame)."""
+        return self._command
 
-    def step(self, points: np.ndarray) -> HandCommand:
-        import time  # noqa: PLC0415
+    def _hold(self, reason: str, solve_time: float = 0.0) -> HandCommand:
+        self.held[reason] += 1
+        return HandCommand(self._command, True, reason, solve_time)
 
-        problem = hs.check(points)
+    def step(self, points: np.ndarray, stamp: float | None = None) -> HandCommand:
+        """Process one frame captured at ``stamp`` [s] (needed for the velocity limit)."""
+        problem = hs.check(points, self.side)
         if problem is not None:
-            self.held[problem.reason] += 1
-            return HandCommand(self.command, True, problem.reason, 0.0)
+            return self._hold(problem.reason)
         t0 = time.perf_counter()
         try:
             result = self.retargeter.retarget(np.asarray(points, dtype=float), self._solution)
@@ -399,9 +416,24 @@ class HandPipeline:
         elapsed = time.perf_counter() - t0
         r = self.retargeter
         if result is None or not np.all(np.isfinite(result.q)):
-            self.held["solver"] += 1
-            return HandCommand(self.command, True, "solver", elapsed)
+            return self._hold("solver", elapsed)
         self._solution = result.q
-        q = self.smoother.update(np.minimum(np.maximum(result.q, r.lower), r.upper))
+        q = np.minimum(np.maximum(result.q, r.lower), r.upper)
+        if self.smoother is None:
+            self.smoother = ExponentialSmoother(self._ema_alpha, q)
+            command = q
+        else:
+            command = self.smoother.update(q)
+            if self.velocity is not None and stamp is not None and self._stamp is not None:
+                dt = min(max(stamp - self._stamp, 0.0), self.max_dt)
+                limit = self.velocity * dt
+                change = command - self._command
+                if np.any(np.abs(change) > limit):
+                    self.limited += 1
+                    command = self._command + np.minimum(np.maximum(change, -limit), limit)
+                    self.smoother.value = command
+        self._command = np.minimum(np.maximum(command, r.lower), r.upper)
+        if stamp is not None:
+            self._stamp = stamp
         self.frames += 1
-        return HandCommand(q, False, None, elapsed)
+        return HandCommand(self._command, False, None, elapsed)

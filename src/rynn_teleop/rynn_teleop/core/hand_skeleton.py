@@ -41,24 +41,58 @@ BONES = tuple((chain[k], chain[k + 1]) for chain in CHAINS for k in range(4))  #
 
 MIN_PALM_SIZE = 0.01  # [m] wrist->middle MCP and pinky->index MCP below this: not a hand
 MIN_PALM_ANGLE = math.radians(10.0)  # [rad] pinky->index direction must be at least this far off the wrist->middle line
+HAND_SIZE_RANGE = (0.03, 0.25)  # [m] plausible wrist -> middle MCP distance (catches mm-for-m and similar)
+MIN_BONE = 0.003  # [m] a bone shorter than this: points collapsed (e.g. undetected fingers set to 0)
+WRONG_SIDE_MARGIN = 0.005  # [m] thumb this far on the other side of the palm plane: a mirrored (other) hand
+
+
+REASONS = ("count", "nan", "degenerate_palm", "implausible_size", "collapsed", "wrong_side")
 
 
 class SkeletonProblem(NamedTuple):
-    """Why a skeleton was rejected (``reason`` is a short machine-friendly word)."""
+    """Why a skeleton was rejected (``reason`` is one of :data:`REASONS`)."""
 
-    reason: str  # "count" | "nan" | "degenerate_palm"
+    reason: str
     detail: str
 
 
-def check(points: np.ndarray) -> SkeletonProblem | None:
-    """None if ``points`` is a usable (21, 3) skeleton, else what is wrong with it."""
+def check(points: np.ndarray, side: str | None = None) -> SkeletonProblem | None:
+    """None if ``points`` is a usable (21, 3) skeleton of a hand (of ``side``, if given), else why not.
+
+    Rejected: a wrong number of points, NaN/infinite coordinates, a degenerate
+    palm (wrist and knuckles nearly collinear), an implausible size (wrist to
+    middle knuckle outside :data:`HAND_SIZE_RANGE`: e.g. millimetres given as
+    metres), collapsed points (a bone shorter than :data:`MIN_BONE`: e.g.
+    undetected fingers reported at the wrist) and, with ``side``, the mirror
+    image of that side's hand (the thumb clearly on the back of the palm
+    frame: a mislabelled glove or a left-handed tracker frame).
+    """
     p = np.asarray(points, dtype=float)
     if p.shape != (N_POINTS, 3):
         return SkeletonProblem("count", f"expected {N_POINTS} points of 3 coordinates, got shape {p.shape}")
     if not np.all(np.isfinite(p)):
         return SkeletonProblem("nan", "skeleton contains NaN or infinite coordinates")
-    if _palm_axes(p) is None:
+    with np.errstate(over="ignore"):  # absurd scales overflow to inf: rejected just below
+        size = float(np.linalg.norm(p[MIDDLE_MCP] - p[WRIST]))
+    if not HAND_SIZE_RANGE[0] <= size <= HAND_SIZE_RANGE[1]:
+        return SkeletonProblem(
+            "implausible_size", f"wrist to middle knuckle is {size:.4g} m, outside {HAND_SIZE_RANGE} m (units?)"
+        )
+    R = _palm_axes(p)
+    if R is None:
         return SkeletonProblem("degenerate_palm", "wrist, index, middle and pinky MCP are (nearly) collinear")
+    bones = np.array(BONES)
+    shortest = float(np.linalg.norm(p[bones[:, 1]] - p[bones[:, 0]], axis=1).min())
+    if shortest < MIN_BONE:
+        return SkeletonProblem("collapsed", f"a bone is {shortest * 1000:.1f} mm long: points collapsed")
+    if side is not None:
+        thumb_x = float(((p[2:5] - p[WRIST]) @ R[:, 0]).mean())  # thumb MCP, IP, tip along the palm normal
+        expected = 1.0 if side == "right" else -1.0  # x = y (to the index) x z (to the fingers): palmar for a right hand
+        if thumb_x * expected < -WRONG_SIDE_MARGIN:
+            return SkeletonProblem(
+                "wrong_side", f"this is a mirrored hand: not a {side} hand (thumb {abs(thumb_x) * 1000:.0f} mm on "
+                "the wrong side of the palm); check the glove's side or the tracker's frame handedness"
+            )
     return None
 
 

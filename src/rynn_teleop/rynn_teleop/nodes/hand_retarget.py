@@ -10,8 +10,11 @@ Input (parameter ``source``):
                ``manus.topics``); the message package is imported at start
 
 Each input frame is checked, retargeted (``core.hand_retarget``), smoothed
-(EMA, ``ema_alpha``) and published at the input rate, stamped with the
-frame's capture time; bad frames repeat the last good command (counted).
+(EMA, ``ema_alpha``), limited to the joints' velocity and published at the
+input rate (polled sources: up to ``max_backlog_s`` behind, older frames are
+skipped when the node falls behind), stamped with the frame's capture time;
+bad frames (including a mirrored, i.e. other-side, hand) repeat the last good
+command (counted); nothing is published before the first good frame.
 
 Topics (out):
     <skeleton_prefix>/{left,right}/skeleton  geometry_msgs/PoseArray (21 points used, wrist frame)
@@ -71,6 +74,14 @@ class HandRetargetNode(TeleopNode):
             Param("manus.glove_to_wrist_rpy", FLOAT_LIST, [0.0, 0.0, 0.0],
                   "source manus: rotation from the glove skeleton frame to the wrist frame (roll, pitch, yaw)",
                   "rad", min=-3.1416, max=3.1416, length=3),
+            Param("manus.mirror", bool, False,
+                  "source manus: the SDK build reports a left-handed frame (mirror y after the rotation)"),
+            Param("velocity_scale", float, 1.0,
+                  "per-frame command change limited to this fraction of the hand's joint velocity limits",
+                  min=0.05, max=1.0),
+            Param("max_backlog_s", float, 0.05,
+                  "polled sources: frames older than this behind the newest of their hand are skipped (node behind)",
+                  "s", min=0.0, max=1.0),
             Param("synthetic.seed", int, 0, "random seed of the synthetic glove", min=0, max=2**31 - 1),
             Param("synthetic.noise", float, 0.001, "keypoint noise (std)", "m", min=0.0, max=0.02),
             Param("synthetic.cycle_s", float, 6.0, "duration of one gesture cycle", "s", min=1.0, max=120.0),
@@ -89,10 +100,16 @@ class HandRetargetNode(TeleopNode):
             pinch_weight=p["retarget.pinch_weight"], pinch_threshold=p["retarget.pinch_threshold"],
             previous_weight=p["retarget.previous_weight"], max_iterations=p["retarget.max_iterations"],
         )
-        self.pipelines = {s: HandPipeline(HandRetargeter(robot, s, settings), p["ema_alpha"]) for s in self.sides}
+        self.pipelines = {}
+        for s in self.sides:
+            velocity = robot.limits.velocity[robot.indices(hand_joint_names(s))] * p["velocity_scale"]
+            self.pipelines[s] = HandPipeline(HandRetargeter(robot, s, settings), p["ema_alpha"], velocity)
+        self._glove_topics: dict[str, str] = {}  # side -> the Manus topic that drives it
+        self.unused = 0  # frames of hands not configured, or of a second glove claiming a side
         self._names = {s: list(hand_joint_names(s)) for s in self.sides}
         self._solve_times: deque[float] = deque(maxlen=2000)
         self.skipped = {s: 0 for s in self.sides}  # polled samples dropped for a newer one (node behind)
+        self._last_counts: dict[str, tuple[int, int]] = {}  # (held, good) at the last diagnostics
         self.source = None
         prefix = p["skeleton_prefix"].rstrip("/")
         self._skeleton_pubs = {s: self.create_publisher(PoseArray, f"{prefix}/{s}/skeleton", RELIABLE)
@@ -126,49 +143,66 @@ class HandRetargetNode(TeleopNode):
                 "source manus needs the Manus SDK's ROS 2 message package manus_ros2_msgs (build it in your "
                 f"workspace and source it); it cannot be imported: {exc}. Use source:=synthetic, replay or skeleton."
             ) from None
-        self._glove_to_wrist = Rotation.from_euler("xyz", p["manus.glove_to_wrist_rpy"]).as_matrix()
+        R = Rotation.from_euler("xyz", p["manus.glove_to_wrist_rpy"]).as_matrix()
+        self._glove_to_wrist = np.diag([1.0, -1.0, 1.0]) @ R if p["manus.mirror"] else R
         self.manus_errors = 0
         for topic in p["manus.topics"]:
-            self.create_subscription(glove_type, topic, self._on_manus, qos_profile_sensor_data)
+            self.create_subscription(glove_type, topic, lambda m, t=topic: self._on_manus(t, m),
+                                     qos_profile_sensor_data)
 
-    def _on_manus(self, msg) -> None:
-        stamp = self.now_s()
+    def _on_manus(self, topic: str, msg) -> None:
         header = getattr(msg, "header", None)
-        if header is not None and (header.stamp.sec or header.stamp.nanosec):
-            stamp = stamp_to_seconds(header.stamp)
+        stamp_msg = header.stamp if header is not None and (header.stamp.sec or header.stamp.nanosec) else None
         try:
             hand = manus_to_mediapipe(msg, self._glove_to_wrist)
         except ManusSkeletonError as exc:
             self.manus_errors += 1
-            self.get_logger().warning(f"bad Manus skeleton: {exc}", throttle_duration_sec=5.0)
+            self.get_logger().warning(f"bad Manus skeleton on {topic}: {exc}", throttle_duration_sec=5.0)
             return
-        if hand.side in self.pipelines:
-            self._process(HandSample(hand.side, stamp, hand.points))
+        owner = self._glove_topics.setdefault(hand.side, topic)
+        if hand.side not in self.pipelines or owner != topic:
+            self.unused += 1
+            if owner != topic:
+                self.get_logger().warning(f"{topic} also reports a {hand.side} glove; {owner} drives that hand",
+                                          throttle_duration_sec=5.0)
+            return
+        self._process(self._sample(hand.side, stamp_msg, hand.points), stamp_msg)
+
+    def _sample(self, side: str, stamp_msg, points: np.ndarray) -> HandSample:
+        return HandSample(side, stamp_to_seconds(stamp_msg) if stamp_msg is not None else self.now_s(), points)
 
     def _on_pose_array(self, side: str, msg: PoseArray) -> None:
         points = np.array([[q.position.x, q.position.y, q.position.z] for q in msg.poses]).reshape(-1, 3)
-        stamp = stamp_to_seconds(msg.header.stamp) if (msg.header.stamp.sec or msg.header.stamp.nanosec) else self.now_s()
-        self._process(HandSample(side, stamp, points))
+        stamp_msg = msg.header.stamp if (msg.header.stamp.sec or msg.header.stamp.nanosec) else None
+        self._process(self._sample(side, stamp_msg, points), stamp_msg)
 
     def _poll(self) -> None:
-        # Teleoperation wants the newest hand, not a backlog: when the node fell behind
-        # (a loaded machine), older samples of a hand are skipped and counted.
-        newest: dict[str, HandSample] = {}
-        for sample in self.source.read(self.now_s()):
-            if sample.side in self.pipelines:
-                if sample.side in newest:
-                    self.skipped[sample.side] += 1
-                newest[sample.side] = sample
-        for sample in newest.values():
-            self._process(sample)
+        # Teleoperation wants the newest hand, not a backlog: frames more than max_backlog_s behind
+        # the newest of their hand (the node fell behind on a loaded machine) are skipped and counted.
+        samples = [s for s in self.source.read(self.now_s()) if s.side in self.pipelines]
+        newest = {}
+        for sample in samples:
+            newest[sample.side] = max(newest.get(sample.side, sample.stamp), sample.stamp)
+        for sample in samples:
+            if newest[sample.side] - sample.stamp > self.params["max_backlog_s"]:
+                self.skipped[sample.side] += 1
+            else:
+                self._process(sample)
 
     # ------------------------------------------------------------------ per frame
-    def _process(self, sample: HandSample) -> None:
-        out = self.pipelines[sample.side].step(sample.points)
-        stamp = Time(nanoseconds=int(round(sample.stamp * 1e9))).to_msg()
+    def _process(self, sample: HandSample, stamp_msg=None) -> None:
+        """Retarget one frame; publish its skeleton and command stamped with its capture time.
+
+        ``stamp_msg``: the input message's own stamp, passed through unchanged (exact).
+        """
+        out = self.pipelines[sample.side].step(sample.points, sample.stamp)
         now = self.now_s()
+        self.meter(f"input.{sample.side}").tick(now)
         if out.solve_time > 0:
             self._solve_times.append(out.solve_time)
+        if out.q is None:
+            return  # no good frame yet: nothing to command
+        stamp = stamp_msg if stamp_msg is not None else Time(nanoseconds=int(round(sample.stamp * 1e9))).to_msg()
         points = np.asarray(sample.points, dtype=float)
         if not out.held:
             skeleton = PoseArray()
@@ -193,18 +227,30 @@ class HandRetargetNode(TeleopNode):
             for reason, n in pipe.held.items():
                 values[f"{side}.held.{reason}"] = n
             values[f"{side}.skipped"] = self.skipped[side]
+            values[f"{side}.velocity_limited"] = pipe.limited
+        values["unused_frames"] = self.unused
         if self.params["source"] == "manus":
             values["manus_errors"] = self.manus_errors
         return values
 
     def diagnostic_level(self):
-        held = {s: sum(p.held.values()) for s, p in self.pipelines.items()}
-        quiet = [s for s in self.sides if self.meter(f"command.{s}").rate(self.now_s()) == 0.0]
+        now = self.now_s()
+        quiet = [s for s in self.sides if self.meter(f"input.{s}").rate(now) == 0.0]
         if quiet:
             return DiagnosticStatus.WARN, f"no input for {', '.join(quiet)}"
-        if any(held.values()):
-            return DiagnosticStatus.OK, "retargeting (some frames held: " + ", ".join(
-                f"{s} {n}" for s, n in held.items() if n) + ")"
+        # frames arrive but (almost) none is usable: say why
+        bad = []
+        for side, pipe in self.pipelines.items():
+            held_now = sum(pipe.held.values())
+            good_now = pipe.frames
+            last = self._last_counts.get(side, (0, 0))
+            self._last_counts[side] = (held_now, good_now)
+            d_held, d_good = held_now - last[0], good_now - last[1]
+            if d_held > d_good:
+                worst = max(pipe.held, key=pipe.held.get)
+                bad.append(f"{side}: most frames held (mostly {worst})")
+        if bad:
+            return DiagnosticStatus.WARN, "; ".join(bad)
         return DiagnosticStatus.OK, "retargeting"
 
     def destroy_node(self) -> None:
