@@ -17,6 +17,8 @@ REGISTRY: dict[str, str] = {
     "tracker": "rynn_teleop.nodes.tracker:TrackerNode",
     "arm_ik": "rynn_teleop.nodes.arm_ik:ArmIKNode",
     "hand_retarget": "rynn_teleop.nodes.hand_retarget:HandRetargetNode",
+    "arm_driver": "rynn_teleop.nodes.arm_driver:ArmDriverNode",
+    "hand_driver": "rynn_teleop.nodes.hand_driver:HandDriverNode",
 }
 
 

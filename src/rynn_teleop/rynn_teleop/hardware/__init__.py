@@ -1,0 +1,1 @@
+"""Robot hardware behind one small interface (ROS-free): vendor adapters and their simulation."""

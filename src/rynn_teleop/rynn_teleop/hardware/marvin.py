@@ -1,0 +1,624 @@
+"""TIANJI "Marvin" M6 arms through the vendor's Python wrapper ``fx_robot.py`` (ROS-free).
+
+The vendor SDK is not on PyPI: labs have its ``SDK_PYTHON`` folder (``fx_robot.py``
+next to ``libMarvinSDK.so``, which the wrapper loads from its own directory).
+:class:`MarvinBackend` imports ``fx_robot`` from the folder given as ``sdk_path``
+when :meth:`MarvinBackend.connect` runs, never at import time, so this module
+imports everywhere.
+
+Units: the controller speaks DEGREES (positions) and deg/s (velocities);
+everything crossing :class:`~rynn_teleop.hardware.base.JointBackend` is SI
+(rad, rad/s, N·m). :func:`to_vendor` is the one place targets are converted,
+and returns exactly what is sent.
+
+Arms: the controller drives two arms, ``'A'`` (feedback index 0) and ``'B'``
+(index 1). ``arm_map`` says which side each is (default left = A, right = B;
+unverified on the real robot, hence a parameter).
+
+Effort: :attr:`JointReading.effort` is ``fb_joint_sToq`` by default, the joint
+torque sensors' reading [N·m] (the whole joint torque, gravity included).
+``effort_field="est_joint_force"`` publishes the controller's estimate of the
+EXTERNAL joint torque instead [N·m]. (``fb_joint_cToq`` is motor current in
+per mille of the rated current, not a torque, and is not offered.)
+
+Streaming: position-follow mode accepts targets up to 200 Hz; :meth:`write`
+drops a target that comes sooner than ``1 / rate_limit_hz`` after the last one
+sent (a drop, not a delay: the next write carries the newer target) and
+counts it in :meth:`status`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from types import MappingProxyType, ModuleType
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from ..core.robot_model import N_ARM, SIDES, arm_joint_names
+from ..errors import ConfigurationError, HardwareUnavailableError
+from .base import JointBackend, JointReading
+
+_LOG = logging.getLogger(__name__)
+
+ARMS = ("A", "B")
+ARM_INDEX: Mapping[str, int] = MappingProxyType({"A": 0, "B": 1})  # index into the feedback's states / outputs
+DEFAULT_ARM_MAP: Mapping[str, str] = MappingProxyType({"left": "A", "right": "B"})
+EFFORT_FIELDS = ("fb_joint_sToq", "est_joint_force")  # both [N·m]
+
+# Controller states (set_state / cur_state)
+STATE_IDLE = 0  # servo off
+STATE_POSITION = 1  # position follow
+STATE_ERROR = 100  # cur_state only
+STATE_NAMES: Mapping[int, str] = MappingProxyType(
+    {0: "idle", 1: "position", 2: "pvt", 3: "torque", 4: "release", 100: "error"}
+)
+
+FEEDBACK_CHECK_READS = 10  # subscribe() reads when confirming that UDP feedback flows
+FEEDBACK_CHECK_PERIOD = 0.010  # [s] between those reads
+SERVO_ERROR_PERIOD = 1.0  # [s] min. time between get_servo_error_code() polls (status())
+RATE_TOLERANCE = 0.05  # fraction of 1/rate_limit_hz forgiven as timer jitter when rate limiting
+
+_SDK_HINT = (
+    "the parameter `sdk_path` must point to the Marvin SDK's SDK_PYTHON folder "
+    "(containing fx_robot.py and libMarvinSDK.so)"
+)
+
+
+# ---------------------------------------------------------------------- pure conversions
+def to_vendor(position: np.ndarray, sides: Sequence[str], arm_map: Mapping[str, str]) -> dict[str, list[float]]:
+    """Joint targets in the backend's order -> the per-arm lists given to ``set_joint_cmd_pose``.
+
+    Args:
+        position: (7 * len(sides),) targets [rad], ``sides`` order, 7 joints each.
+        sides: the sides in use, e.g. ``("left", "right")``.
+        arm_map: side -> controller arm letter (``'A'`` / ``'B'``).
+    Returns:
+        ``{arm letter: [7 targets in DEGREES]}``, in ``sides`` order: exactly what is sent.
+    Raises:
+        ValueError: wrong shape, or a target that is not finite.
+        ConfigurationError: a side missing from ``arm_map``.
+    """
+    q = np.asarray(position, dtype=float)
+    if q.shape != (N_ARM * len(sides),):
+        raise ValueError(f"marvin: expected ({N_ARM * len(sides)},) joint targets [rad], got shape {q.shape}")
+    if not np.all(np.isfinite(q)):
+        raise ValueError(f"marvin: refusing non-finite joint targets {q.tolist()}")
+    out: dict[str, list[float]] = {}
+    for k, side in enumerate(sides):
+        if side not in arm_map:
+            raise ConfigurationError(f"marvin: arm_map has no arm for side {side!r}")
+        out[arm_map[side]] = [math.degrees(float(v)) for v in q[k * N_ARM : (k + 1) * N_ARM]]
+    return out
+
+
+class ArmFeedback(NamedTuple):
+    """One arm's part of a ``subscribe()`` sample, in SI units (vendor degrees kept for holding)."""
+
+    frame_serial: int  # controller frame counter (changes ~1 kHz while UDP feedback flows)
+    position_deg: list[float]  # (7,) measured positions as received [deg]
+    position: np.ndarray  # (7,) [rad]
+    velocity: np.ndarray | None  # (7,) [rad/s]; None if the sample lacks fb_joint_vel
+    effort: np.ndarray | None  # (7,) [N·m] from the chosen effort field; None if absent
+    max_temperature: float | None  # hottest joint (fb_joint_them) [°C]
+    cur_state: int | None  # controller state (100 = error); None if the sample has no states
+    cmd_state: int | None
+    err_code: int | None
+
+
+def parse_feedback(sample: Mapping[str, Any], arm: str, effort_field: str = "fb_joint_sToq") -> ArmFeedback:
+    """Arm ``arm``'s feedback from one ``robot.subscribe(dcss)`` dict (degrees -> radians).
+
+    Raises:
+        HardwareUnavailableError: the sample lacks the arm's outputs or its 7 positions.
+    """
+    index = ARM_INDEX[arm]
+    try:
+        out = sample["outputs"][index]
+        pos_deg = [float(v) for v in out["fb_joint_pos"]]
+        serial = int(out["frame_serial"])
+    except (KeyError, IndexError, TypeError, ValueError) as exc:
+        raise HardwareUnavailableError(
+            f"marvin: unexpected feedback layout for arm {arm} ({type(exc).__name__}: {exc}); "
+            "is the SDK at `sdk_path` the Marvin SDK?"
+        ) from exc
+    if len(pos_deg) != N_ARM:
+        raise HardwareUnavailableError(f"marvin: arm {arm} reports {len(pos_deg)} joint positions, expected {N_ARM}")
+
+    def seven(key: str, scale: float = 1.0) -> np.ndarray | None:
+        values = out.get(key)
+        if values is None or len(values) != N_ARM:
+            return None
+        return np.asarray(values, dtype=float) * scale
+
+    temps = seven("fb_joint_them")
+    states = sample.get("states")
+    state = states[index] if isinstance(states, Sequence) and len(states) > index else {}
+    return ArmFeedback(
+        frame_serial=serial,
+        position_deg=pos_deg,
+        position=np.radians(pos_deg),
+        velocity=seven("fb_joint_vel", math.pi / 180.0),
+        effort=seven(effort_field),
+        max_temperature=float(np.max(temps)) if temps is not None else None,
+        cur_state=_opt_int(state.get("cur_state")),
+        cmd_state=_opt_int(state.get("cmd_state")),
+        err_code=_opt_int(state.get("err_code")),
+    )
+
+
+def _opt_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _in_error(fb: ArmFeedback) -> bool:
+    return fb.cur_state == STATE_ERROR or bool(fb.err_code)
+
+
+# ---------------------------------------------------------------------- backend
+class MarvinBackend(JointBackend):
+    """Both (or one) Marvin M6 arms of one controller (``kind = "marvin"``).
+
+    Joints: ``arm_joint_names(side)`` for each side in ``sides`` order (7 each).
+    Life cycle as :class:`JointBackend`; :meth:`write` sends only between
+    :meth:`enable` and :meth:`stop` / :meth:`disable`.
+    """
+
+    kind = "marvin"
+
+    def __init__(
+        self,
+        sdk_path: str,
+        ip: str = "192.168.1.190",
+        arm_map: Mapping[str, str] = DEFAULT_ARM_MAP,
+        sides: Sequence[str] = SIDES,
+        vel_ratio: float = 30.0,
+        acc_ratio: float = 30.0,
+        feedback_timeout: float = 1.0,
+        rate_limit_hz: float = 200.0,
+        module_name: str = "fx_robot",
+        *,
+        effort_field: str = "fb_joint_sToq",
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """
+        Args:
+            sdk_path: the Marvin SDK's ``SDK_PYTHON`` folder (``fx_robot.py`` and
+                ``libMarvinSDK.so``); checked by :meth:`connect`.
+            ip: controller IPv4 address.
+            arm_map: side -> controller arm (``'A'`` / ``'B'``), one arm per side.
+            sides: sides in use and their order in the joint vector.
+            vel_ratio: controller joint velocity limit [% of max, 1-100] (sent rounded to an integer).
+            acc_ratio: controller joint acceleration limit [% of max, 1-100] (sent rounded to an integer).
+            feedback_timeout: a frame_serial unchanged this long is a fault [s].
+            rate_limit_hz: most targets sent per second [Hz] (controller streams up to 200 Hz).
+            module_name: the wrapper module inside ``sdk_path``.
+            effort_field: feedback field published as effort: ``"fb_joint_sToq"``
+                (joint torque sensors) or ``"est_joint_force"`` (external torque estimate), both [N·m].
+            clock: monotonic time [s] for rate limiting and the servo-error poll (tests inject one).
+            sleep: sleeps [s] between the feedback checks of :meth:`connect` (tests inject one).
+
+        Raises:
+            ConfigurationError: an invalid argument (the message names it).
+        """
+        sides = tuple(sides)
+        if not sides or len(set(sides)) != len(sides) or any(s not in SIDES for s in sides):
+            raise ConfigurationError(f"marvin: sides must be distinct values of {SIDES}, got {sides!r}")
+        missing = [s for s in sides if s not in arm_map]
+        if missing:
+            raise ConfigurationError(f"marvin: arm_map has no arm for side(s) {missing}; got {dict(arm_map)!r}")
+        arms = tuple(arm_map[s] for s in sides)
+        if any(a not in ARMS for a in arms) or len(set(arms)) != len(arms):
+            raise ConfigurationError(
+                f"marvin: arm_map must map each side to a different arm, 'A' or 'B'; got {dict(arm_map)!r}"
+            )
+        try:
+            ipaddress.IPv4Address(ip)
+        except ValueError as exc:
+            raise ConfigurationError(f"marvin: ip must be an IPv4 address like 192.168.1.190, got {ip!r}") from exc
+        for name, value in (("vel_ratio", vel_ratio), ("acc_ratio", acc_ratio)):
+            if not (isinstance(value, (int, float)) and 1.0 <= value <= 100.0):
+                raise ConfigurationError(f"marvin: {name} must be a percentage in [1, 100], got {value!r}")
+        if not (isinstance(feedback_timeout, (int, float)) and feedback_timeout > 0):
+            raise ConfigurationError(f"marvin: feedback_timeout must be > 0 s, got {feedback_timeout!r}")
+        if not (isinstance(rate_limit_hz, (int, float)) and math.isfinite(rate_limit_hz) and rate_limit_hz > 0):
+            raise ConfigurationError(f"marvin: rate_limit_hz must be > 0 Hz, got {rate_limit_hz!r}")
+        if not module_name.isidentifier():
+            raise ConfigurationError(f"marvin: module_name must be a Python module name, got {module_name!r}")
+        if effort_field not in EFFORT_FIELDS:
+            raise ConfigurationError(f"marvin: effort_field must be one of {EFFORT_FIELDS}, got {effort_field!r}")
+
+        self.sdk_path = sdk_path
+        self.ip = ip
+        self.sides = sides
+        self.arm_map: Mapping[str, str] = MappingProxyType({s: arm_map[s] for s in sides})
+        self.arms = arms  # controller arm per side, in ``sides`` order
+        self.vel_ratio = int(round(vel_ratio))  # the wrapper passes it through ctypes.c_int: must be an int
+        self.acc_ratio = int(round(acc_ratio))
+        self.feedback_timeout = float(feedback_timeout)
+        self.rate_limit_hz = float(rate_limit_hz)
+        self.module_name = module_name
+        self.effort_field = effort_field
+        self.joint_names = tuple(n for s in sides for n in arm_joint_names(s))
+        self._clock = clock
+        self._sleep = sleep
+        self._min_interval = (1.0 - RATE_TOLERANCE) / self.rate_limit_hz  # [s]
+
+        self._sdk: ModuleType | None = None
+        self._robot: Any = None  # Marvin_Robot while connected
+        self._dcss: Any = None
+        self._enabled = False
+        self._stopped = False
+        self._refusal_logged = False
+        self._last_send: float | None = None  # clock() of the last target sent [s]
+        self.sent_writes = 0
+        self.skipped_writes = 0  # dropped by the rate limit
+        self.refused_writes = 0  # not enabled, or stopped
+        self.failed_sends = 0  # send_cmd() returned 0
+        self._feedback: dict[str, ArmFeedback] = {}
+        self._serial_changed_at: dict[str, tuple[int, float]] = {}  # arm -> (serial, now of its last change)
+        self._stale: dict[str, float] = {}  # arm -> feedback age [s] once past the timeout
+        self._stop_failed: str | None = None
+        self._servo_errors: dict[str, Any] = {}
+        self._servo_polled_at: float | None = None
+
+    # ------------------------------------------------------------------ connection
+    @property
+    def connected(self) -> bool:
+        return self._robot is not None
+
+    def connect(self) -> None:
+        """Import ``fx_robot`` from ``sdk_path``, connect to the controller and check its UDP feedback.
+
+        Raises:
+            HardwareUnavailableError: ``sdk_path`` is not a folder, the module is
+                missing or fails to import / load ``libMarvinSDK.so``, the
+                controller does not answer, or no feedback arrives.
+        """
+        if self._robot is not None:
+            return
+        sdk = self._import_sdk()
+        try:
+            dcss = sdk.DCSS()
+            robot = sdk.Marvin_Robot()  # loads libMarvinSDK.so (ctypes.CDLL)
+        except Exception as exc:  # OSError for a missing / incompatible libMarvinSDK.so
+            raise HardwareUnavailableError(
+                f"the Marvin SDK in {self.sdk_path} failed to load ({type(exc).__name__}: {exc}); "
+                "is libMarvinSDK.so next to fx_robot.py (built for this machine)?"
+            ) from exc
+        try:
+            ok = robot.connect(self.ip)
+        except Exception as exc:
+            raise HardwareUnavailableError(
+                f"cannot connect to the Marvin controller at {self.ip} ({type(exc).__name__}: {exc})"
+            ) from exc
+        if not ok:
+            raise HardwareUnavailableError(
+                f"cannot connect to the Marvin controller at {self.ip} (connect returned {ok!r}); "
+                "check the cable, that the controller is on and that this host can ping it"
+            )
+        try:
+            self._check_feedback(robot, dcss)
+        except BaseException:
+            _release(robot)
+            raise
+        self._sdk, self._robot, self._dcss = sdk, robot, dcss
+        self._enabled = False
+        self._stopped = False
+        self._serial_changed_at.clear()
+        self._stale.clear()
+        _LOG.info("marvin: connected to %s, arms %s", self.ip, dict(self.arm_map))
+
+    def _import_sdk(self) -> ModuleType:
+        folder_text = self.sdk_path or ""
+        folder = Path(folder_text)
+        if not folder_text or not folder.is_dir():
+            raise HardwareUnavailableError(f"marvin: sdk_path {folder_text!r} is not a folder; {_SDK_HINT}")
+        folder = folder.resolve()
+        name = self.module_name
+        if not (folder / f"{name}.py").is_file():
+            raise HardwareUnavailableError(f"marvin: no {name}.py in {folder}; {_SDK_HINT}")
+        cached = sys.modules.get(name)
+        if cached is not None:
+            if _module_dir(cached) == folder:
+                return cached
+            _LOG.warning("marvin: replacing the already imported %s from %s by the one in %s", name, _module_dir(cached), folder)
+            del sys.modules[name]
+        entry = str(folder)
+        sys.path.insert(0, entry)  # for the import only (the wrapper may import its sibling modules)
+        try:
+            importlib.invalidate_caches()
+            module = importlib.import_module(name)
+        except Exception as exc:  # ImportError, SyntaxError, OSError from a module-level CDLL, ...
+            sys.modules.pop(name, None)
+            raise HardwareUnavailableError(
+                f"marvin: cannot import the module {name!r} from {folder} ({type(exc).__name__}: {exc}); {_SDK_HINT}"
+            ) from exc
+        finally:
+            try:
+                sys.path.remove(entry)
+            except ValueError:
+                pass
+        missing = [attr for attr in ("Marvin_Robot", "DCSS") if not hasattr(module, attr)]
+        if missing:
+            raise HardwareUnavailableError(
+                f"marvin: the module {name!r} in {folder} has no {', '.join(missing)}; {_SDK_HINT}"
+            )
+        return module
+
+    def _check_feedback(self, robot: Any, dcss: Any) -> None:
+        """Require every used arm's frame_serial to be non-zero and to change within ~10 reads."""
+        first: dict[str, int] = {}
+        moving: set[str] = set()
+        for i in range(FEEDBACK_CHECK_READS):
+            if i:
+                self._sleep(FEEDBACK_CHECK_PERIOD)
+            sample = robot.subscribe(dcss)
+            for arm in self.arms:
+                try:
+                    serial = int(sample["outputs"][ARM_INDEX[arm]]["frame_serial"])
+                except (KeyError, IndexError, TypeError, ValueError):
+                    continue
+                if serial == 0:
+                    continue
+                first.setdefault(arm, serial)
+                if serial != first[arm]:
+                    moving.add(arm)
+            if moving == set(self.arms):
+                return
+        quiet = [a for a in self.arms if a not in moving]
+        raise HardwareUnavailableError(
+            f"connected to {self.ip} but no feedback arrives (UDP blocked by a firewall?): frame_serial of "
+            f"arm(s) {', '.join(quiet)} is zero or unchanged over {FEEDBACK_CHECK_READS} reads "
+            f"{FEEDBACK_CHECK_PERIOD * 1e3:.0f} ms apart"
+        )
+
+    def _require(self) -> Any:
+        if self._robot is None:
+            raise RuntimeError("MarvinBackend: call connect() first (or it was closed)")
+        return self._robot
+
+    def _subscribe(self) -> dict[str, ArmFeedback]:
+        robot = self._require()
+        try:
+            sample = robot.subscribe(self._dcss)
+        except Exception as exc:
+            raise HardwareUnavailableError(
+                f"marvin: reading feedback from {self.ip} failed ({type(exc).__name__}: {exc})"
+            ) from exc
+        fb = {arm: parse_feedback(sample, arm, self.effort_field) for arm in self.arms}
+        self._feedback = fb
+        return fb
+
+    # ------------------------------------------------------------------ modes
+    def enable(self) -> None:
+        """Clear errors, hold the measured position, switch the arms to position follow.
+
+        Sends the measured position (as received, in degrees) as the target
+        before and together with ``set_state(arm, 1)`` and ``set_vel_acc``, so
+        the arms hold still instead of running to a stale target.
+        """
+        robot = self._require()
+        self._clear_errors(robot)
+        fb = self._subscribe()
+        hold = {arm: list(fb[arm].position_deg) for arm in self.arms}
+        robot.clear_set()
+        for arm in self.arms:
+            robot.set_joint_cmd_pose(arm, hold[arm])
+        robot.send_cmd()
+        robot.clear_set()
+        for arm in self.arms:
+            robot.set_state(arm, STATE_POSITION)
+            robot.set_vel_acc(arm, self.vel_ratio, self.acc_ratio)
+            robot.set_joint_cmd_pose(arm, hold[arm])
+        robot.send_cmd()
+        self._last_send = self._clock()
+        self._enabled = True
+        self._stopped = False
+        self._refusal_logged = False
+        self._stop_failed = None
+        _LOG.info(
+            "marvin: arms %s in position follow (vel %d %%, acc %d %%), holding %s deg",
+            ",".join(self.arms), self.vel_ratio, self.acc_ratio, hold,
+        )
+
+    def _clear_errors(self, robot: Any) -> None:
+        if hasattr(robot, "check_error_and_clear"):
+            robot.check_error_and_clear(self._dcss)  # the vendor's version clears one arm per call
+        if not hasattr(robot, "clear_error"):
+            return
+        fb = self._subscribe()
+        for arm in self.arms:
+            if _in_error(fb[arm]):
+                _LOG.warning(
+                    "marvin: arm %s in error (state %s, err_code %s): clearing", arm, fb[arm].cur_state, fb[arm].err_code
+                )
+                robot.clear_error(arm)
+
+    def read(self, now: float) -> JointReading:
+        """Subscribe once; positions [rad], velocities [rad/s], effort [N·m] (see ``effort_field``); stamp ``now`` [s].
+
+        Also updates the controller states and the staleness of each arm's
+        frame_serial (unchanged for ``feedback_timeout`` -> a fault).
+        """
+        fb = self._subscribe()
+        for arm in self.arms:
+            serial = fb[arm].frame_serial
+            last = self._serial_changed_at.get(arm)
+            if last is None or last[0] != serial:
+                self._serial_changed_at[arm] = (serial, now)
+                self._stale.pop(arm, None)
+            elif now - last[1] >= self.feedback_timeout:
+                if arm not in self._stale:
+                    _LOG.error("marvin: arm %s: no feedback for %.2f s", arm, now - last[1])
+                self._stale[arm] = now - last[1]
+        parts = [fb[arm] for arm in self.arms]
+        velocity = None if any(p.velocity is None for p in parts) else np.concatenate([p.velocity for p in parts])
+        effort = None if any(p.effort is None for p in parts) else np.concatenate([p.effort for p in parts])
+        return JointReading(np.concatenate([p.position for p in parts]), velocity, effort, now)
+
+    def write(self, position: np.ndarray) -> None:
+        """Send targets (n,) [rad] as degrees, at most ``rate_limit_hz`` (sooner ones are dropped and counted).
+
+        Refused (logged once) unless enabled and not stopped.
+
+        Raises:
+            ValueError: wrong shape or non-finite targets (nothing is sent).
+        """
+        robot = self._require()
+        targets = to_vendor(position, self.sides, self.arm_map)
+        if not self._enabled or self._stopped:
+            self.refused_writes += 1
+            if not self._refusal_logged:
+                why = "stopped (soft stop)" if self._stopped else "not enabled"
+                _LOG.warning("marvin: arms %s; not sending targets until enable()", why)
+                self._refusal_logged = True
+            return
+        now = self._clock()
+        if self._last_send is not None and now - self._last_send < self._min_interval:
+            self.skipped_writes += 1
+            return
+        self._last_send = now
+        robot.clear_set()
+        for arm, degrees in targets.items():
+            robot.set_joint_cmd_pose(arm, degrees)
+        ok = robot.send_cmd()
+        self.sent_writes += 1
+        if ok == 0:
+            self.failed_sends += 1
+            if self.failed_sends == 1:
+                _LOG.warning("marvin: send_cmd() reported failure (counted in status 'failed_sends')")
+
+    def stop(self) -> None:
+        """Soft stop (the vendor's emergency stop) of the used arms; sent again on every call.
+
+        After it, :meth:`write` sends nothing until :meth:`enable`. Never raises.
+        """
+        self._stopped = True
+        if self._robot is None:
+            return
+        arms = "".join(sorted(self.arms))  # 'A', 'B' or 'AB'
+        try:
+            self._robot.soft_stop(arms)
+        except Exception as exc:  # never raise from an emergency stop; report it as a fault
+            self._stop_failed = f"soft_stop({arms!r}) failed: {type(exc).__name__}: {exc}"
+            _LOG.error("marvin: %s", self._stop_failed)
+            return
+        if self._enabled:
+            _LOG.warning("marvin: soft stop of arm(s) %s", arms)
+        self._enabled = False
+
+    def disable(self) -> None:
+        """Servo off: ``set_state(arm, 0)`` for each used arm, one ``send_cmd()``. Idempotent."""
+        if self._robot is None:
+            return
+        robot = self._robot
+        robot.clear_set()
+        for arm in self.arms:
+            robot.set_state(arm, STATE_IDLE)
+        robot.send_cmd()
+        if self._enabled:
+            _LOG.info("marvin: arms %s idle (servo off)", ",".join(self.arms))
+        self._enabled = False
+
+    def close(self) -> None:
+        """Disable, then ``release_robot()`` so other programs can connect. Idempotent."""
+        robot = getattr(self, "_robot", None)
+        if robot is None:
+            return
+        try:
+            self.disable()
+        except Exception as exc:
+            _LOG.error("marvin: disabling the arms on close failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            self._robot = None
+            self._dcss = None
+            self._enabled = False
+            _release(robot)
+            _LOG.info("marvin: released the controller at %s", self.ip)
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 (never raise from a finaliser)
+            pass
+
+    # ------------------------------------------------------------------ diagnostics
+    def status(self) -> Mapping[str, Any]:
+        """Connection, write counters and per arm (``arm_A.*``): state, err_code, servo errors, max temperature [°C].
+
+        Servo error codes come from ``get_servo_error_code(arm)`` at most once
+        per ``SERVO_ERROR_PERIOD`` s (the last values are repeated in between).
+        """
+        out: dict[str, Any] = {
+            "ip": self.ip,
+            "connected": self.connected,
+            "enabled": self._enabled,
+            "stopped": self._stopped,
+            "sent_writes": self.sent_writes,
+            "skipped_writes": self.skipped_writes,
+            "refused_writes": self.refused_writes,
+            "failed_sends": self.failed_sends,
+            "effort_field": self.effort_field,
+        }
+        robot = self._robot
+        now = self._clock()
+        poll = (
+            robot is not None
+            and hasattr(robot, "get_servo_error_code")
+            and (self._servo_polled_at is None or now - self._servo_polled_at >= SERVO_ERROR_PERIOD)
+        )
+        if poll:
+            self._servo_polled_at = now
+            for arm in self.arms:
+                try:
+                    self._servo_errors[arm] = robot.get_servo_error_code(arm)
+                except Exception as exc:
+                    self._servo_errors[arm] = f"{type(exc).__name__}: {exc}"
+        for side, arm in zip(self.sides, self.arms):
+            key = f"arm_{arm}"
+            fb = self._feedback.get(arm)
+            out[f"{key}.side"] = side
+            out[f"{key}.state"] = STATE_NAMES.get(fb.cur_state, str(fb.cur_state)) if fb else None
+            out[f"{key}.cur_state"] = fb.cur_state if fb else None
+            out[f"{key}.cmd_state"] = fb.cmd_state if fb else None
+            out[f"{key}.err_code"] = fb.err_code if fb else None
+            out[f"{key}.servo_errors"] = self._servo_errors.get(arm)
+            out[f"{key}.max_temperature_c"] = fb.max_temperature if fb else None
+            out[f"{key}.frame_serial"] = fb.frame_serial if fb else None
+        return out
+
+    def faults(self) -> list[str]:
+        """Arms in error (cur_state 100 or err_code != 0), stale feedback, a failed soft stop (as of the last read)."""
+        out: list[str] = []
+        for side, arm in zip(self.sides, self.arms):
+            fb = self._feedback.get(arm)
+            if fb is not None and _in_error(fb):
+                out.append(f"arm {arm} ({side}) in error: cur_state {fb.cur_state}, err_code {fb.err_code}")
+            if arm in self._stale:
+                out.append(
+                    f"arm {arm} ({side}): no feedback for {self._stale[arm]:.2f} s "
+                    f"(frame_serial stuck at {self._serial_changed_at[arm][0]}; timeout {self.feedback_timeout:g} s)"
+                )
+        if self._stop_failed:
+            out.append(self._stop_failed)
+        return out
+
+
+def _module_dir(module: ModuleType) -> Path | None:
+    file = getattr(module, "__file__", None)
+    return Path(file).resolve().parent if file else None
+
+
+def _release(robot: Any) -> None:
+    try:
+        robot.release_robot()
+    except Exception as exc:
+        _LOG.error("marvin: release_robot() failed: %s: %s", type(exc).__name__, exc)

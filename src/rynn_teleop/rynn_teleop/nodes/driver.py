@@ -1,0 +1,198 @@
+"""What the arm and hand driver nodes share: the control loop around a backend and the safety layer.
+
+Every cycle (``rate_hz``): read the backend, publish the measurement on
+``/joint_states``, let ``core.safety.SafetyController`` decide the target
+(watchdog, e-stop latch, start-up hold and ramp, clamping) and write it.
+
+Topics:
+    in:  <command_topic>  sensor_msgs/JointState (positions by name; other joints ignored), reliable
+         /estop           std_msgs/Bool (true latches the e-stop of every driver)
+    out: /joint_states    sensor_msgs/JointState (this driver's joints, measured), stamped at capture
+Services:
+    ~/estop  std_srvs/Trigger  latch the e-stop (backend stop within this call)
+    ~/reset  std_srvs/Trigger  release it (motion resumes, ramped, with fresh commands)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.qos import QoSProfile, ReliabilityPolicy
+from rclpy.time import Time
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Bool
+from std_srvs.srv import Trigger
+
+from ..core.params import Param
+from ..core.robot_model import JointLimits, RobotModel
+from ..core.safety import SafetyController
+from ..hardware.base import JointBackend
+from .base import TeleopNode
+
+COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def safety_params(rate_hz: float, timeout: float) -> list[Param]:
+    """Parameters every driver declares (defaults per driver)."""
+    return [
+        Param("rate_hz", float, rate_hz, "control and /joint_states rate", "Hz", min=10.0, max=1000.0),
+        Param("command_timeout_s", float, timeout, "watchdog: no command for this long -> hold the measured position",
+              "s", min=0.01, max=5.0),
+        Param("ramp_threshold", float, 0.05, "a command further than this from the held position is ramped to",
+              "rad", min=0.0, max=3.0),
+        Param("ramp_speed", float, 0.2, "ramp speed as a fraction of the velocity limits", min=0.01, max=1.0),
+        Param("velocity_scale", float, 1.0, "max step per cycle = this x velocity limit x cycle time",
+              min=0.01, max=1.0),
+        Param("sim.bandwidth_hz", float, 10.0, "sim backend: tracking bandwidth", "Hz", min=0.1, max=200.0),
+        Param("sim.latency_s", float, 0.005, "sim backend: command latency", "s", min=0.0, max=1.0),
+    ]
+
+
+class JointDriverNode(TeleopNode):
+    """Base of the driver nodes: subclasses build :attr:`backend` and call :meth:`_start`."""
+
+    def _start(self, robot: RobotModel, backend: JointBackend, command_topic: str) -> None:
+        p = self.params
+        self.robot = robot
+        self.backend = backend
+        self.names = list(backend.joint_names)
+        self._index = {n: i for i, n in enumerate(self.names)}
+        idx = robot.indices(self.names)
+        lim = robot.limits[idx]
+        self.limits = JointLimits(lim.lower, lim.upper, lim.velocity * p["velocity_scale"], lim.acceleration, lim.jerk)
+        self.safety = SafetyController(
+            self.names, self.limits, 1.0 / p["rate_hz"], command_timeout=p["command_timeout_s"],
+            ramp_threshold=p["ramp_threshold"], ramp_speed=p["ramp_speed"],
+        )
+        self._command = np.full(len(self.names), np.nan)  # merged from partial command messages
+        self.unknown_names: set[str] = set()
+        self.rejected_commands = 0
+        self.backend.connect()
+        self.backend.enable()
+        self._js_pub = self.create_publisher(JointState, "/joint_states", COMMAND_QOS)
+        self.create_subscription(JointState, command_topic, self._on_command, COMMAND_QOS)
+        self.create_subscription(Bool, "/estop", self._on_estop_topic, 10)
+        self.create_service(Trigger, "~/estop", self._srv_estop)
+        self.create_service(Trigger, "~/reset", self._srv_reset)
+        self.last_reading = None
+        self._timer = self.create_timer(1.0 / p["rate_hz"], self._tick)
+
+    # ------------------------------------------------------------------ commands
+    def _on_command(self, msg: JointState) -> None:
+        self.accept_command(msg.name, msg.position, self.now_s())
+
+    def accept_command(self, names, positions, now: float) -> bool:
+        """Merge a (partial) command by name; False (counted) if malformed."""
+        pos = np.asarray(positions, dtype=float)
+        if pos.shape != (len(names),) or not np.all(np.isfinite(pos)):
+            self.rejected_commands += 1
+            return False
+        used = False
+        for name, value in zip(names, pos.tolist()):
+            i = self._index.get(name)
+            if i is None:
+                self.unknown_names.add(name)
+            else:
+                self._command[i] = value
+                used = True
+        if not used:
+            return False
+        missing = ~np.isfinite(self._command)
+        if missing.any():  # joints never commanded (e.g. only one hand teleoperated) hold where they are
+            if self.last_reading is None:
+                return False
+            self._command[missing] = self.last_reading.position[missing]
+        self.safety.command(self._command, now)
+        return True
+
+    # ------------------------------------------------------------------ e-stop
+    def _latch_estop(self, why: str) -> bool:
+        new = self.safety.estop()
+        self.backend.stop()
+        if new:
+            self.get_logger().error(f"E-STOP latched ({why})")
+        return new
+
+    def _on_estop_topic(self, msg: Bool) -> None:
+        if msg.data:
+            self._latch_estop("/estop topic")
+
+    def _srv_estop(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        new = self._latch_estop("~/estop service")
+        response.success, response.message = True, "e-stop latched" if new else "e-stop was already latched"
+        return response
+
+    def _srv_reset(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        if not self.safety.estopped:
+            response.success, response.message = True, "e-stop was not latched"
+            return response
+        self.backend.enable()
+        self.safety.reset()
+        self.get_logger().warning("e-stop reset: following fresh commands again (ramped)")
+        response.success, response.message = True, "e-stop reset; motion resumes with fresh commands"
+        return response
+
+    # ------------------------------------------------------------------ cycle
+    def _tick(self) -> None:
+        now_time = self.get_clock().now()
+        now = now_time.nanoseconds * 1e-9
+        reading = self.backend.read(now)
+        self.last_reading = reading
+        msg = JointState(name=self.names, position=reading.position.tolist())
+        if reading.velocity is not None:
+            msg.velocity = reading.velocity.tolist()
+        if reading.effort is not None:
+            msg.effort = reading.effort.tolist()
+        msg.header.stamp = Time(nanoseconds=int(round(reading.stamp * 1e9))).to_msg()
+        self._js_pub.publish(msg)
+        self.publish_extra(msg)
+        out = self.safety.step(now, reading.position)
+        if not self.safety.estopped:
+            self.backend.write(out.target)
+        self.meter("joint_states").tick(now)
+
+    def publish_extra(self, joint_states: JointState) -> None:
+        """Hook for additional topics (the hand driver's vendor-shaped ones)."""
+
+    # ------------------------------------------------------------------ diagnostics
+    def diagnostic_values(self) -> dict[str, Any]:
+        s = self.safety
+        values = {
+            "backend": self.backend.kind,
+            "mode": s.mode,
+            "estop": s.estopped,
+            "watchdog_tripped": s.watchdog.tripped,
+            "watchdog_trips": s.watchdog.trips,
+            "clamped_position_cycles": s.clamp_counts["position"],
+            "clamped_step_cycles": s.clamp_counts["step"],
+            "rejected_commands": self.rejected_commands,
+        }
+        if self.unknown_names:
+            values["unknown_command_names"] = ",".join(sorted(self.unknown_names))[:200]
+        values.update({f"backend.{k}": v for k, v in self.backend.status().items()})
+        faults = self.backend.faults()
+        if faults:
+            values["faults"] = "; ".join(faults)
+        return values
+
+    def diagnostic_level(self):
+        faults = self.backend.faults()
+        if faults:
+            return DiagnosticStatus.ERROR, "; ".join(faults)
+        if self.safety.estopped:
+            return DiagnosticStatus.ERROR, "e-stop latched (call ~/reset)"
+        if self.safety.mode == "watchdog":
+            return DiagnosticStatus.WARN, "no fresh commands: holding"
+        return DiagnosticStatus.OK, self.safety.mode
+
+    def destroy_node(self) -> None:
+        backend = getattr(self, "backend", None)
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception as exc:  # noqa: BLE001 - shutting down regardless
+                self.get_logger().error(f"closing the backend failed: {exc}")
+        super().destroy_node()
+

@@ -1,0 +1,85 @@
+"""hand_driver node: the two WUJI hands (40 joints), wujihandpy or simulation.
+
+Follows ``/hands/command`` (from ``hand_retarget``; one hand per message is
+fine) through the safety layer (``nodes.driver``) and publishes the measured
+hand joints on ``/joint_states``. Also speaks the vendor ROS 2 driver's topic
+shape, so labs can swap drivers: ``/hand_left/joint_states`` and
+``/hand_right/joint_states`` (20 joints each) out, ``/hand_left/joint_commands``
+and ``/hand_right/joint_commands`` (JointState, 20 positions; names optional,
+vendor order = canonical order) in.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from sensor_msgs.msg import JointState
+
+from ..core.params import STR_LIST, Param, ParamSchema
+from ..core.robot_model import hand_joint_names
+from ..hardware.sim import SimBackend
+from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
+from .base import run_single
+from .driver import COMMAND_QOS, JointDriverNode, safety_params
+
+SIDES = ("left", "right")
+
+
+class HandDriverNode(JointDriverNode):
+    SCHEMA = ParamSchema(
+        "hand_driver",
+        [
+            DESCRIPTION_OVERLAY,
+            Param("backend", str, "sim", "joint backend", choices=("sim", "wuji")),
+            Param("sides", STR_LIST, list(SIDES), "hands driven", choices=SIDES),
+            *safety_params(rate_hz=100.0, timeout=0.2),
+            Param("command_topic", str, "/hands/command", "hand commands (sensor_msgs/JointState, by name)"),
+            Param("vendor_topics", bool, True, "also serve /hand_{side}/joint_states and /hand_{side}/joint_commands"),
+            Param("wuji.serial_left", str, "", "wuji backend: left hand serial number (empty: open by side)"),
+            Param("wuji.serial_right", str, "", "wuji backend: right hand serial number (empty: open by side)"),
+            Param("wuji.filter_cutoff_hz", float, 5.0, "wuji backend: realtime controller low-pass cutoff", "Hz",
+                  min=0.1, max=500.0),
+        ],
+    )
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        p = self.params
+        robot = robot_from_overlay(p["description_overlay"])
+        self.sides = tuple(dict.fromkeys(p["sides"]))
+        names = sum((hand_joint_names(s) for s in self.sides), ())
+        if p["backend"] == "sim":
+            backend = SimBackend(names, robot.limits[robot.indices(names)], np.zeros(len(names)),
+                                 bandwidth_hz=p["sim.bandwidth_hz"], latency_s=p["sim.latency_s"])
+        else:
+            from ..hardware.wuji import WujiBackend  # noqa: PLC0415 - only with the vendor SDK
+
+            serials = {s: p[f"wuji.serial_{s}"] for s in self.sides if p[f"wuji.serial_{s}"]}
+            backend = WujiBackend(sides=self.sides, serial_numbers=serials or None,
+                                  filter_cutoff_hz=p["wuji.filter_cutoff_hz"])
+        self._start(robot, backend, p["command_topic"])
+        self._vendor_pubs = {}
+        if p["vendor_topics"]:
+            for side in self.sides:
+                self._vendor_pubs[side] = self.create_publisher(JointState, f"/hand_{side}/joint_states", COMMAND_QOS)
+                self.create_subscription(JointState, f"/hand_{side}/joint_commands",
+                                         lambda m, s=side: self._on_vendor_command(s, m), COMMAND_QOS)
+        self.get_logger().info(f"{backend.kind} hands {', '.join(self.sides)}, {p['rate_hz']:.0f} Hz")
+
+    def _on_vendor_command(self, side: str, msg: JointState) -> None:
+        names = list(msg.name) if msg.name else list(hand_joint_names(side))  # vendor order = canonical order
+        self.accept_command(names, msg.position, self.now_s())
+
+    def publish_extra(self, joint_states: JointState) -> None:
+        for side, pub in self._vendor_pubs.items():
+            k = self.sides.index(side) * 20
+            out = JointState(name=joint_states.name[k:k + 20], position=joint_states.position[k:k + 20])
+            if joint_states.effort:
+                out.effort = joint_states.effort[k:k + 20]
+            if joint_states.velocity:
+                out.velocity = joint_states.velocity[k:k + 20]
+            out.header = joint_states.header
+            pub.publish(out)
+
+
+def main(args=None) -> int:
+    return run_single(HandDriverNode, args)
