@@ -334,7 +334,9 @@ def test_folder_without_fx_robot(tmp_path: Path) -> None:
 
 
 def test_fx_robot_failing_import_names_module_folder_and_error(tmp_path: Path) -> None:
-    (tmp_path / "fx_robot.py").write_text("import ctypes\nraise OSError('libMarvinSDK.so: cannot open shared object')\n")
+    (tmp_path / "fx_robot.py").write_text(
+        "import ctypes\nraise OSError('libMarvinSDK.so: cannot open shared object')\n"
+    )
     with pytest.raises(HardwareUnavailableError) as err:
         make(tmp_path).connect()
     msg = str(err.value)
@@ -368,7 +370,9 @@ def test_no_feedback(tmp_path: Path, start: int, step: int) -> None:
     write_fake_sdk(tmp_path, serial_start=start, serial_step=step)
     sleeps: list[float] = []
     b = make(tmp_path, sleep=sleeps.append)
-    with pytest.raises(HardwareUnavailableError, match=rf"connected to {IP} but no feedback arrives \(UDP blocked by a firewall\?\)"):
+    with pytest.raises(
+        HardwareUnavailableError, match=rf"connected to {IP} but no feedback arrives \(UDP blocked by a firewall\?\)"
+    ):
         b.connect()
     robot = robot_of(b)
     assert len(calls(robot, "subscribe")) == 10
@@ -494,8 +498,10 @@ def test_write_sends_exact_degrees(enabled: MarvinBackend) -> None:
     mark = len(robot.calls)
     enabled.write(np.array(left + right))
     assert batches(robot, mark) == [
-        [("set_joint_cmd_pose", "A", [math.degrees(v) for v in left]),
-         ("set_joint_cmd_pose", "B", [math.degrees(v) for v in right])]
+        [
+            ("set_joint_cmd_pose", "A", [math.degrees(v) for v in left]),
+            ("set_joint_cmd_pose", "B", [math.degrees(v) for v in right]),
+        ]
     ]
     mark = len(robot.calls)
     enabled._clock.t += 1.0
@@ -549,6 +555,19 @@ def test_write_rate_limited_to_200_hz(enabled: MarvinBackend) -> None:
     assert 195 <= sends <= 200
     assert enabled.sent_writes == sends and enabled.skipped_writes == 1000 - sends
     assert enabled.status()["skipped_writes"] == 1000 - sends
+
+
+def test_rate_limit_capped_at_the_controller_limit(sdk: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="rynn_teleop.hardware.marvin"):
+        b = make(sdk, rate_limit_hz=1000.0)
+    assert b.rate_limit_hz == 200.0 and "streaming limit" in caplog.text
+    b.connect()
+    b.enable()
+    for _ in range(1000):
+        b._clock.t += 0.001
+        b.write(np.zeros(14))
+    assert b.sent_writes == 200
+    b.close()
 
 
 def test_rate_limit_forgives_timer_jitter(enabled: MarvinBackend) -> None:

@@ -303,21 +303,29 @@ class ParamSchema:
         """
         lines = [f"# Parameters of node {self.node_name!r} (defaults).", f"{self.node_name}:",
                  "  ros__parameters:"]
-        open_path: list[str] = []  # dotted names are written as nested mappings
+        # dotted names become nested mappings, each group written once where it first appears
+        tree: dict = {}
         for name, param in self.params.items():
             *path, leaf = name.split(".")
-            common = 0
-            while common < min(len(path), len(open_path)) and path[common] == open_path[common]:
-                common += 1
-            for depth in range(common, len(path)):
-                lines.append(f"{'  ' * (depth + 2)}{path[depth]}:")
-            open_path = path
-            indent = "  " * (len(path) + 2)
-            lines.append(f"{indent}# {param.describe()}")
-            text = yaml.safe_dump(param.default, default_flow_style=True, width=math.inf)
-            text = text.strip().removesuffix("...").strip()
-            empty = param.is_list and not param.default
-            lines.append(f"{indent}{'# ' if empty else ''}{leaf}: {text}")
+            node = tree
+            for part in path:
+                node = node.setdefault(part, {})
+            node[leaf] = param
+
+        def emit(node: dict, depth: int) -> None:
+            indent = "  " * depth
+            for key, value in node.items():
+                if isinstance(value, dict):
+                    lines.append(f"{indent}{key}:")
+                    emit(value, depth + 1)
+                    continue
+                lines.append(f"{indent}# {value.describe()}")
+                text = yaml.safe_dump(value.default, default_flow_style=True, width=math.inf)
+                text = text.strip().removesuffix("...").strip()
+                empty = value.is_list and not value.default
+                lines.append(f"{indent}{'# ' if empty else ''}{key}: {text}")
+
+        emit(tree, 2)
         return "\n".join(lines) + "\n"
 
 

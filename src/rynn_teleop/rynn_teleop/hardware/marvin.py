@@ -63,6 +63,7 @@ STATE_NAMES: Mapping[int, str] = MappingProxyType(
 FEEDBACK_CHECK_READS = 10  # subscribe() reads when confirming that UDP feedback flows
 FEEDBACK_CHECK_PERIOD = 0.010  # [s] between those reads
 SERVO_ERROR_PERIOD = 1.0  # [s] min. time between get_servo_error_code() polls (status())
+MAX_STREAM_HZ = 200.0  # [Hz] the controller's position-follow streaming limit
 RATE_TOLERANCE = 0.05  # fraction of 1/rate_limit_hz forgiven as timer jitter when rate limiting
 
 _SDK_HINT = (
@@ -198,7 +199,8 @@ class MarvinBackend(JointBackend):
             vel_ratio: controller joint velocity limit [% of max, 1-100] (sent rounded to an integer).
             acc_ratio: controller joint acceleration limit [% of max, 1-100] (sent rounded to an integer).
             feedback_timeout: a frame_serial unchanged this long is a fault [s].
-            rate_limit_hz: most targets sent per second [Hz] (controller streams up to 200 Hz).
+            rate_limit_hz: most targets sent per second [Hz]; above ``MAX_STREAM_HZ`` (200,
+                the controller's streaming limit) it is lowered to it with a warning.
             module_name: the wrapper module inside ``sdk_path``.
             effort_field: feedback field published as effort: ``"fb_joint_sToq"``
                 (joint torque sensors) or ``"est_joint_force"`` (external torque estimate), both [N·m].
@@ -240,10 +242,17 @@ class MarvinBackend(JointBackend):
         self.sides = sides
         self.arm_map: Mapping[str, str] = MappingProxyType({s: arm_map[s] for s in sides})
         self.arms = arms  # controller arm per side, in ``sides`` order
-        self.vel_ratio = int(round(vel_ratio))  # the wrapper passes it through ctypes.c_int: must be an int
-        self.acc_ratio = int(round(acc_ratio))
+        self.vel_ratio = round(vel_ratio)  # the wrapper passes it through ctypes.c_int: must be an int
+        self.acc_ratio = round(acc_ratio)
         self.feedback_timeout = float(feedback_timeout)
-        self.rate_limit_hz = float(rate_limit_hz)
+        if rate_limit_hz > MAX_STREAM_HZ:
+            _LOG.warning(
+                "marvin: rate_limit_hz %g is above the controller's %g Hz streaming limit; sending at most %g Hz",
+                rate_limit_hz,
+                MAX_STREAM_HZ,
+                MAX_STREAM_HZ,
+            )
+        self.rate_limit_hz = min(float(rate_limit_hz), MAX_STREAM_HZ)
         self.module_name = module_name
         self.effort_field = effort_field
         self.joint_names = tuple(n for s in sides for n in arm_joint_names(s))
@@ -329,7 +338,9 @@ class MarvinBackend(JointBackend):
         if cached is not None:
             if _module_dir(cached) == folder:
                 return cached
-            _LOG.warning("marvin: replacing the already imported %s from %s by the one in %s", name, _module_dir(cached), folder)
+            _LOG.warning(
+                "marvin: replacing the already imported %s from %s by the one in %s", name, _module_dir(cached), folder
+            )
             del sys.modules[name]
         entry = str(folder)
         sys.path.insert(0, entry)  # for the import only (the wrapper may import its sibling modules)
@@ -426,7 +437,10 @@ class MarvinBackend(JointBackend):
         self._stop_failed = None
         _LOG.info(
             "marvin: arms %s in position follow (vel %d %%, acc %d %%), holding %s deg",
-            ",".join(self.arms), self.vel_ratio, self.acc_ratio, hold,
+            ",".join(self.arms),
+            self.vel_ratio,
+            self.acc_ratio,
+            hold,
         )
 
     def _clear_errors(self, robot: Any) -> None:
@@ -438,7 +452,10 @@ class MarvinBackend(JointBackend):
         for arm in self.arms:
             if _in_error(fb[arm]):
                 _LOG.warning(
-                    "marvin: arm %s in error (state %s, err_code %s): clearing", arm, fb[arm].cur_state, fb[arm].err_code
+                    "marvin: arm %s in error (state %s, err_code %s): clearing",
+                    arm,
+                    fb[arm].cur_state,
+                    fb[arm].err_code,
                 )
                 robot.clear_error(arm)
 
