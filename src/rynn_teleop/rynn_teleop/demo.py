@@ -6,11 +6,11 @@ description is published (``robot_description``); a synthetic operator wears
 five trackers (``tracker``, source ``synthetic``: it holds the calibration
 posture for 2 s, then does bimanual pick-and-place); ``arm_ik`` calibrates
 itself on that posture, engages, and drives the 14 arm joints at 200 Hz (its
-commands go straight to ``/joint_states``, standing in for the arm driver);
-a synthetic glove pair makes open/fist/pinch/grasp gestures and
-``hand_retarget`` turns them into the 40 hand joints (also straight to
-``/joint_states``, standing in for the hand driver); the robot's geometry
-follows as RViz markers (``robot_markers``). A probe node measures rates and latencies.
+commands go to the simulated arms (``arm_driver``, backend ``sim``, through
+the safety layer), which publish ``/joint_states``; a synthetic glove pair
+makes open/fist/pinch/grasp gestures, ``hand_retarget`` turns them into hand
+commands and the simulated hands follow (``hand_driver``); the robot's
+geometry follows the measured joints as RViz markers (``robot_markers``). A probe node measures rates and latencies.
 Output: a table on stdout, ``summary.json`` and the ``robot.urdf`` used, in
 the output folder, whose path is the last line printed.
 """
@@ -32,7 +32,7 @@ from .core.stats import RateMeter
 from .nodes.robot_description import LATCHED
 from .runner import Composition
 
-DEMO_NODES = ("robot_description", "tracker", "arm_ik", "hand_retarget", "robot_markers")
+DEMO_NODES = ("robot_description", "tracker", "arm_ik", "arm_driver", "hand_retarget", "hand_driver", "robot_markers")
 
 
 def demo_overrides(out: Path) -> dict:
@@ -40,11 +40,12 @@ def demo_overrides(out: Path) -> dict:
     return {
         "tracker": {"source": "synthetic"},
         "arm_ik": {
-            "start_from": "home", "auto_calibrate": True, "auto_engage": True,
+            "auto_calibrate": True, "auto_engage": True,  # starts from the sim arm driver's measured joints
             "calibration_file": str(out / "arm_calibration.yaml"),  # never the lab's own calibration
-            "command_topic": "/joint_states",
         },
-        "hand_retarget": {"source": "synthetic", "command_topic": "/joint_states"},
+        "arm_driver": {"backend": "sim"},
+        "hand_retarget": {"source": "synthetic"},
+        "hand_driver": {"backend": "sim"},
         # 10 Hz is plenty to watch; at 30 Hz its MarkerArray work starves the others of the one
         # Python interpreter they share on a 2-core machine
         "robot_markers": {"rate_hz": 10.0},
@@ -75,7 +76,7 @@ class _Probe(Node):
     def _on_js(self, msg: JointState) -> None:
         now = self._now()
         latency = now - Time.from_msg(msg.header.stamp).nanoseconds * 1e-9
-        if len(msg.name) == 14:  # arm_ik's commands (hand_retarget sends 20 per hand)
+        if len(msg.name) == 14:  # the arm driver's 14 joints (the hand driver's has 40)
             self.arm_states.tick(now, latency)
             q = list(msg.position)
             self.arm_min = q if self.arm_min is None else [min(a, b) for a, b in zip(self.arm_min, q)]
@@ -113,8 +114,8 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
         comp.spin(duration)
         now = probe._now()
         rows = [_row("/operator/wrist_in_chest/left (sample -> probe)", probe.wrists, now),
-                _row("/joint_states arms (arm_ik -> probe)", probe.arm_states, now),
-                _row("/joint_states hands (glove sample -> probe)", probe.hand_states, now),
+                _row("/joint_states arms (arm_driver -> probe)", probe.arm_states, now),
+                _row("/joint_states hands (hand_driver -> probe)", probe.hand_states, now),
                 _row("/robot_markers (joint state stamp -> probe)", probe.markers, now)]
         arm_ik = comp.node("arm_ik")
         command = arm_ik.meters.get("command")
