@@ -147,3 +147,53 @@ def test_marvin_backend_without_the_sdk_is_a_clear_error(ros_domain_id, tmp_path
     with pytest.raises(HardwareUnavailableError, match="fx_robot"):
         Composition(["arm_driver"], overrides={"arm_driver": {"backend": "marvin", "marvin.sdk_path": str(tmp_path)}},
                     domain_id=ros_domain_id)
+
+
+def test_a_backend_failure_latches_the_estop_and_the_node_stays_reachable(ros_domain_id):
+    comp = Composition(["arm_driver"], domain_id=ros_domain_id)
+    try:
+        probe = Probe(comp)
+        driver = comp.node("arm_driver")
+        assert wait_for(lambda: probe.latest(ARM) is not None, 10.0)
+        stops = []
+        real_read, real_stop = driver.backend.read, driver.backend.stop
+
+        def failing_read(now):
+            raise ConnectionError("cable pulled")
+
+        driver.backend.stop = lambda: (stops.append(1), real_stop())
+        driver.backend.read = failing_read
+        assert wait_for(lambda: driver.safety.estopped, 5.0)
+        assert stops  # the backend was told to stop
+        assert "cable pulled" in driver.diagnostic_level()[1]
+        assert probe.call("/arm_driver/estop").success  # services still answer
+        driver.backend.read = real_read  # the cable is back
+        assert probe.call("/arm_driver/reset").success
+        assert wait_for(lambda: driver.safety.mode == "waiting", 5.0)  # running again, waiting for commands
+        assert driver.loop_errors > 0
+    finally:
+        comp.shutdown()
+    assert not comp.errors
+
+
+def test_a_partial_command_after_a_reset_does_not_replay_old_targets(ros_domain_id):
+    comp = Composition(["hand_driver"], domain_id=ros_domain_id)
+    try:
+        probe = Probe(comp)
+        hands = comp.node("hand_driver")
+        assert wait_for(lambda: probe.latest(HANDS) is not None, 10.0)
+        goal = np.clip(0.3, hands.limits.lower, hands.limits.upper)
+        assert wait_for(lambda: (hands.accept_command(HANDS, [0.3] * 40, hands.now_s()),
+                                 np.abs(probe.latest(HANDS) - goal).max() < 0.01)[1], 10.0)
+        assert probe.call("/hand_driver/estop").success
+        assert probe.call("/hand_driver/reset").success
+        right_before = probe.latest(HANDS)[20:].copy()
+        for _ in range(50):  # only the left hand is commanded after the reset
+            hands.accept_command(HANDS[:20], [0.1] * 20, hands.now_s())
+            time.sleep(0.01)
+        assert wait_for(lambda: np.abs(probe.latest(HANDS)[:20] - np.clip(0.1, hands.limits.lower[:20],
+                                                                           hands.limits.upper[:20])).max() < 0.01, 5.0)
+        np.testing.assert_allclose(probe.latest(HANDS)[20:], right_before, atol=1e-3)  # right hand did not move
+    finally:
+        comp.shutdown()
+    assert not comp.errors

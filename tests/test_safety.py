@@ -78,6 +78,19 @@ def run(ctl: SafetyController, sim_q: np.ndarray, t0: float, t1: float, command=
     return np.array(targets), modes
 
 
+def check_limits(targets: np.ndarray, start: np.ndarray, velocity=None) -> None:
+    """Targets within the position limits; finite differences within velocity/acceleration/jerk."""
+    x = np.vstack([start, targets])
+    assert np.all(x[1:] >= LIMITS.lower - 1e-9) and np.all(x[1:] <= LIMITS.upper + 1e-9)
+    v = np.diff(x, axis=0) / DT
+    a = np.diff(v, axis=0) / DT
+    j = np.diff(a, axis=0) / DT
+    vmax = LIMITS.velocity if velocity is None else velocity
+    assert np.all(np.abs(v) <= vmax * (1 + 1e-6) + 1e-9)
+    assert np.all(np.abs(a) <= LIMITS.acceleration * (1 + 1e-6) + 1e-6)
+    assert np.all(np.abs(j) <= LIMITS.jerk * (1 + 1e-6) + 1e-3)
+
+
 def test_startup_holds_the_measured_position_then_ramps_to_a_far_command():
     ctl = controller(ramp_speed=0.25)
     start = np.array([0.2, -0.5, 1.0])
@@ -85,10 +98,12 @@ def test_startup_holds_the_measured_position_then_ramps_to_a_far_command():
     assert set(modes) == {"waiting"}
     np.testing.assert_allclose(held, np.tile(start, (len(held), 1)))
     far = np.array([0.9, 0.5, 0.1])
-    targets, modes = run(ctl, start, 0.1, 5.0, command=lambda t: far)
+    targets, modes = run(ctl, start, 0.1, 6.0, command=lambda t: far)
     assert modes[0] == "ramp" and modes[-1] == "track"
-    steps = np.abs(np.diff(np.vstack([start, targets]), axis=0))
-    assert np.all(steps <= 0.25 * LIMITS.velocity * DT + 1e-9)  # ramp speed while ramping
+    ramping = np.array([m == "ramp" for m in modes])
+    v = np.abs(np.diff(np.vstack([start, targets]), axis=0)) / DT
+    assert np.all(v[ramping] <= 0.25 * LIMITS.velocity + 1e-9)  # ramp speed while ramping
+    check_limits(targets, start)
     np.testing.assert_allclose(targets[-1], far)
 
 
@@ -99,63 +114,97 @@ def test_a_near_first_command_is_followed_without_ramping():
     assert modes[0] == "track"
 
 
-def test_watchdog_holds_the_measured_position_and_resumes_only_with_fresh_commands():
+def test_watchdog_stops_smoothly_and_resumes_only_with_fresh_commands():
     ctl = controller(command_timeout=0.05)
     q = np.array([0.0, 0.0, 0.5])
-    run(ctl, q, 0.0, 1.0, command=lambda t: np.array([0.1, 0.1, 0.6]))
+    moving, _ = run(ctl, q, 0.0, 0.3, command=lambda t: np.array([0.8 * np.sin(3 * t), 0.5 * t, 0.5 + 0.3 * t]))
     assert ctl.mode == "track"
-    measured = np.array([0.11, 0.09, 0.61])
-    outs = [ctl.step(1.0 + k * DT, measured) for k in range(40)]  # commands stop
-    assert outs[-1].mode == "watchdog"
-    np.testing.assert_allclose(outs[-1].target, measured)
-    ctl.command(np.array([0.1, 0.1, 0.6]), 0.5)  # an OLD command does not re-arm
-    assert ctl.step(1.21, measured).mode == "watchdog"
-    ctl.command(np.array([0.1, 0.1, 0.6]), 1.22)
-    assert ctl.step(1.22, measured).mode == "track"  # near: followed at once
+    outs = [ctl.step(0.3 + k * DT, moving[-1]).target for k in range(200)]  # commands stop
+    assert ctl.mode == "watchdog"
+    check_limits(np.array(outs), moving[-1])  # a jerk-limited stop, not a jump to a hold
+    np.testing.assert_allclose(outs[-1], outs[-2], atol=1e-12)  # at rest
+    ctl.command(np.array([0.1, 0.1, 0.6]), 0.2)  # an OLD command does not re-arm
+    assert ctl.step(1.31, outs[-1]).mode == "watchdog"
+    ctl.command(outs[-1] + 0.01, 1.32)
+    assert ctl.step(1.32, outs[-1]).mode == "track"  # near: followed at once
 
 
-def test_estop_latches_within_the_cycle_until_reset():
+def test_joints_are_commanded_independently_and_go_stale_independently():
+    ctl = controller(command_timeout=0.05)
+    q = np.array([0.0, 0.0, 0.5])
+    t = 0.0
+    for _ in range(400):  # only joint a is commanded (e.g. one hand's glove)
+        ctl.command(np.array([0.5, np.nan, np.nan]), t)
+        q = ctl.step(t, q).target
+        t += DT
+    np.testing.assert_allclose(q, [0.5, 0.0, 0.5], atol=1e-9)  # b and c never moved
+    with pytest.raises(ValueError):
+        ctl.command(np.zeros(2), t)  # a command of the wrong length is refused, not broadcast
+
+
+def test_estop_latches_and_a_reset_restarts_from_the_measured_position():
     ctl = controller()
     q = np.array([0.0, 0.0, 0.5])
-    run(ctl, q, 0.0, 0.1, command=lambda t: np.array([0.5, 0.5, 1.0]))
-    measured = ctl._sent.copy()
+    targets, _ = run(ctl, q, 0.0, 0.5, command=lambda t: np.array([0.9, 1.5, 1.4]))
     assert ctl.estop() and not ctl.estop()  # second call: already latched
-    out = ctl.step(0.1, measured)
-    assert out.mode == "estop"
-    np.testing.assert_allclose(out.target, measured)
+    measured = targets[-1] + 0.1  # the robot coasted while its controller stopped it
     for k in range(50):  # commands keep coming: ignored while latched
-        ctl.command(np.array([-1.0, -1.0, 0.0]), 0.1 + k * DT)
-        assert ctl.step(0.1 + k * DT, measured).mode == "estop"
+        ctl.command(np.array([-1.0, -1.0, 0.0]), 0.5 + k * DT)
+        assert ctl.step(0.5 + k * DT, measured).mode == "estop"
     ctl.reset()
-    assert ctl.step(0.4, measured).mode == "watchdog"  # needs a command after the reset
-    ctl.command(np.array([-1.0, -1.0, 0.0]), 0.41)
-    assert ctl.step(0.41, measured).mode == "ramp"  # far: ramped, not jumped
+    first = ctl.step(0.8, measured)
+    assert first.mode == "watchdog"  # needs a command after the reset
+    np.testing.assert_allclose(first.target, measured, atol=1e-12)  # from where the robot is, no jump back
+    ctl.command(np.array([-1.0, -1.0, 0.0]), 0.81)
+    out = ctl.step(0.81, measured)
+    assert out.mode == "ramp"  # far: ramped, not jumped
+    assert np.all(np.abs(out.target - measured) <= ctl.max_step + 1e-12)
     assert ctl.estops == 1
 
 
+def test_no_target_before_a_finite_measurement_and_out_of_limit_starts_come_in_gently():
+    ctl = controller()
+    assert ctl.step(0.0, np.array([np.nan, 0.0, 0.5])).target is None
+    outside = np.array([1.05, 0.0, 0.5])  # joint a measured 5 cm past its limit
+    ctl.command(np.array([0.9, 0.0, 0.5]), 0.0)
+    previous = outside
+    for k in range(100):
+        out = ctl.step(k * DT, previous)
+        assert np.all(np.abs(out.target - previous) <= ctl.max_step + 1e-12)
+        previous = out.target
+    assert previous[0] <= 1.0
+
+
 @settings(max_examples=60, deadline=None)
-@given(events=st.lists(st.tuples(st.sampled_from(["cmd", "gap", "estop", "reset"]),
+@given(events=st.lists(st.tuples(st.sampled_from(["cmd", "gap", "estop", "reset", "partial"]),
                                  st.lists(st.floats(-3.0, 3.0), min_size=3, max_size=3),
                                  st.integers(1, 40)), min_size=1, max_size=15))
-def test_targets_never_leave_the_limits_or_the_step_limit(events):
+def test_targets_never_leave_the_limits_and_move_within_velocity_acceleration_and_jerk(events):
     ctl = controller(command_timeout=0.05)
     q = np.array([0.0, 0.0, 0.5])
-    previous = q.copy()
+    segment_start, segment = q.copy(), []  # an e-stop is a hard stop by design: check between e-stops
     t = 0.0
     for kind, value, n in events:
-        if kind == "estop":
+        if kind == "estop" and not ctl.estopped:
             ctl.estop()
-        elif kind == "reset":
+            if segment:
+                check_limits(np.array(segment), segment_start)
+            segment = []
+        elif kind == "reset" and ctl.estopped:
             ctl.reset()
+            segment_start = q.copy()
         for _ in range(n):
             if kind == "cmd":
                 ctl.command(np.array(value), t)
+            elif kind == "partial":
+                ctl.command(np.array([value[0], np.nan, value[2]]), t)
             out = ctl.step(t, q)
-            assert np.all(out.target >= LIMITS.lower) and np.all(out.target <= LIMITS.upper)
-            assert np.all(np.abs(out.target - previous) <= LIMITS.velocity * DT + 1e-12)
-            previous = out.target
-            q = out.target  # an ideal plant
+            if not ctl.estopped:  # nothing is sent while latched; the plant holds
+                q = out.target
+                segment.append(q.copy())
             t += DT
+    if segment:
+        check_limits(np.array(segment), segment_start)
 
 
 # ---------------------------------------------------------------------------------------------- sim

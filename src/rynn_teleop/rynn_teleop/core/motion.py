@@ -86,9 +86,15 @@ class JerkLimitedFollower:
     def initialised(self) -> bool:
         return self._initialised
 
-    def reset(self, position: np.ndarray, velocity: np.ndarray | None = None) -> None:
-        """Start from ``position`` [rad] (clipped into the limits) at ``velocity`` (default rest)."""
-        p = np.clip(np.asarray(position, dtype=float), self.limits.lower, self.limits.upper)
+    def reset(self, position: np.ndarray, velocity: np.ndarray | None = None, *, clip: bool = True) -> None:
+        """Start from ``position`` [rad] at ``velocity`` (default rest).
+
+        ``clip``: clip the position into the limits (False: start where the joint
+        really is, e.g. slightly outside, and let the clipped targets bring it in).
+        """
+        p = np.asarray(position, dtype=float)
+        if clip:
+            p = np.clip(p, self.limits.lower, self.limits.upper)
         v = np.zeros(self.n) if velocity is None else np.asarray(velocity, dtype=float)
         if p.shape != (self.n,) or v.shape != (self.n,) or not (np.all(np.isfinite(p)) and np.all(np.isfinite(v))):
             raise ValueError(f"reset needs {self.n} finite positions and velocities")
@@ -151,6 +157,10 @@ class JerkLimitedFollower:
             np.asarray(out.new_position), np.asarray(out.new_velocity), np.asarray(out.new_acceleration)
         )
         return self._state
+
+    def set_velocity_scale(self, scale: float) -> None:
+        """Run at ``scale`` (0, 1] of the velocity limits from now on (e.g. a slow ramp)."""
+        self._in.max_velocity = (np.asarray(self.limits.velocity, dtype=float) * scale).tolist()
 
     def at_rest(self, velocity_tol: float = 1e-6) -> bool:
         """True when every joint's velocity and acceleration are (nearly) zero."""

@@ -4,18 +4,23 @@ Every control cycle a driver calls :meth:`SafetyController.step` with the
 newest measurement; it decides the target actually sent:
 
 * **e-stop** (:meth:`SafetyController.estop`): latched within the cycle it is
-  requested; the target freezes at the position measured then (the backend's
-  own stop is the driver's job) until :meth:`SafetyController.reset`;
-* **watchdog**: no command for ``command_timeout`` -> hold the position
-  measured when it tripped; commands are followed again only once a command
+  requested (the backend's own stop is the driver's job, and the driver sends
+  nothing while latched) until :meth:`SafetyController.reset`, after which it
+  starts again from the measured position;
+* **watchdog**: no command for ``command_timeout`` -> stop and hold
+  (jerk-limited, so the hold is where the joints come to rest, next to the
+  position when it tripped); commands are followed again only once a command
   newer than the trip arrives;
 * **start-up**: hold the measured position until the first command; a
   command far from the held position (more than ``ramp_threshold``) is
   approached at ``ramp_speed`` (a fraction of the velocity limits) instead of
   at full speed; the same ramp is used when resuming after a hold;
+* **smoothing**: a Ruckig follower turns the goals (follow / stop) into
+  targets within the velocity, acceleration and jerk limits, so even a hold
+  is a jerk-limited stop;
 * **clamp** (:func:`clamp_command`, a pure function): into the position limits
   and to at most ``velocity * dt`` from the previous target, returning the
-  target actually sent and what was clipped.
+  target actually sent and what was clipped (the final guarantee).
 """
 
 from __future__ import annotations
@@ -71,7 +76,9 @@ def clamp_command(
     position_clipped = (in_limits != wanted) | ~finite
     step = in_limits - previous
     limited = np.minimum(np.maximum(step, -max_step), max_step)
-    sent = np.minimum(np.maximum(previous + limited, lower), upper)
+    # within the limits whenever ``previous`` is; from outside (a joint measured just past a
+    # limit at start) it comes in by at most max_step per cycle instead of jumping
+    sent = previous + limited
     return ClampResult(sent, position_clipped, limited != step)
 
 
@@ -113,13 +120,22 @@ class Watchdog:
 class SafetyOutput(NamedTuple):
     """One cycle's decision."""
 
-    target: np.ndarray  # (n,) position target to send [rad]
+    target: np.ndarray | None  # (n,) position target to send [rad]; None: send nothing (no valid measurement yet)
     mode: str  # one of MODES
-    clamp: ClampResult | None  # None while holding
+    clamp: ClampResult | None  # the final clamp (None when nothing is sent)
 
 
 class SafetyController:
-    """Watchdog, e-stop latch, start-up hold and ramp, and clamping for one set of joints."""
+    """Watchdog, e-stop latch, start-up hold and ramp, jerk-limited smoothing and clamping for one set of joints.
+
+    The decision of each cycle is a goal per joint (follow its command, or
+    stop); a Ruckig follower (:class:`~.motion.JerkLimitedFollower`) turns it
+    into targets within the velocity, acceleration and jerk limits (a hold is
+    a jerk-limited stop, never an instantaneous one), and :func:`clamp_command`
+    is the final guarantee of the position limits and the per-cycle step.
+    Joints are commanded independently (a message may name only some, e.g. one
+    hand): a joint whose last command is older than ``command_timeout`` stops.
+    """
 
     def __init__(
         self,
@@ -134,29 +150,33 @@ class SafetyController:
         """
         Args:
             names: joint names (for messages).
-            limits: their position [rad] and velocity [rad/s] limits.
+            limits: their position [rad], velocity [rad/s], acceleration [rad/s^2] and jerk [rad/s^3] limits.
             dt: control cycle [s].
             command_timeout: watchdog timeout [s].
-            ramp_threshold: a command further than this [rad] from the held position is ramped to.
+            ramp_threshold: a command further than this [rad] from the position when a hold ends is ramped to.
             ramp_speed: ramp speed as a fraction of the velocity limits (0..1].
         """
+        from .motion import JerkLimitedFollower  # noqa: PLC0415 - core.motion imports ruckig
+
         if not dt > 0:
             raise ConfigurationError(f"control cycle must be positive, got {dt}")
         if not 0 < ramp_speed <= 1:
             raise ConfigurationError(f"ramp_speed must be in (0, 1], got {ramp_speed}")
         self.names = tuple(names)
+        n = len(self.names)
         self.lower = np.asarray(limits.lower, dtype=float)
         self.upper = np.asarray(limits.upper, dtype=float)
-        n = len(self.names)
         if self.lower.shape != (n,):
             raise ConfigurationError(f"{n} joint names but {self.lower.shape} limits")
         self.max_step = np.asarray(limits.velocity, dtype=float) * dt
-        self.ramp_step = self.max_step * ramp_speed
+        self.follower = JerkLimitedFollower(limits, dt, target_margin=0.0)
         self.ramp_threshold = ramp_threshold
+        self.ramp_speed = ramp_speed
         self.watchdog = Watchdog(command_timeout)
-        self._command: np.ndarray | None = None
+        self.timeout = command_timeout
+        self._command = np.full(n, np.nan)
+        self._command_time = np.full(n, -np.inf)  # [s] receive time of each joint's last command
         self._sent: np.ndarray | None = None
-        self._hold: np.ndarray | None = None
         self._estop = False
         self._ramping = False
         self._resuming = True  # the next followed command comes after a hold (start-up)
@@ -167,8 +187,15 @@ class SafetyController:
 
     # ------------------------------------------------------------------ inputs
     def command(self, position: np.ndarray, stamp: float) -> None:
-        """A new command (n,) [rad] received at ``stamp`` [s]."""
-        self._command = np.asarray(position, dtype=float)
+        """A new command (n,) [rad] received at ``stamp`` [s]; NaN entries: joints not commanded by it."""
+        position = np.asarray(position, dtype=float)
+        if position.shape != self._command.shape:
+            raise ValueError(f"command has shape {position.shape}, expected {self._command.shape}")
+        given = ~np.isnan(position)
+        if not given.any() or not np.all(np.isfinite(position[given])):
+            raise ValueError("command has no joint or non-finite values")
+        self._command[given] = position[given]
+        self._command_time[given] = stamp
         self.watchdog.feed(stamp)
 
     def estop(self) -> bool:
@@ -179,57 +206,70 @@ class SafetyController:
         return new
 
     def reset(self) -> None:
-        """Release the e-stop; motion resumes (ramped) only with fresh commands."""
-        if self._estop:
-            self._estop = False
-            self._command = None  # require a command received after the reset
-            last = self.watchdog.last_command
-            self.watchdog.tripped_at = last if last is not None else -np.inf
+        """Release the e-stop. The next cycle starts again from the measured position (the robot moved
+        while it stopped); motion resumes, ramped, only with commands received after this call."""
+        if not self._estop:
+            return
+        self._estop = False
+        self._command[:] = np.nan
+        self._command_time[:] = -np.inf
+        self._sent = None  # re-seed from the measurement
+        self._resuming = True
+        last = self.watchdog.last_command
+        self.watchdog.tripped_at = last if last is not None else -np.inf
 
     @property
     def estopped(self) -> bool:
         return self._estop
 
     # ------------------------------------------------------------------ cycle
-    def _hold_at(self, measured: np.ndarray) -> np.ndarray:
-        if self._hold is None:
-            self._hold = np.minimum(np.maximum(measured, self.lower), self.upper)
-        return self._hold
+    def _seed(self, measured: np.ndarray) -> None:
+        self.follower.reset(measured, clip=False)
+        self._sent = measured.copy()
 
     def step(self, now: float, measured: np.ndarray) -> SafetyOutput:
         """This cycle's target, given the newest measured positions (n,) [rad] at ``now`` [s]."""
         measured = np.asarray(measured, dtype=float)
         if self._sent is None:
-            self._sent = np.minimum(np.maximum(measured, self.lower), self.upper)
-        if self._estop or not self.watchdog.check(now) or self._command is None:
+            if measured.shape != self.lower.shape or not np.all(np.isfinite(measured)):
+                self.mode = "waiting"
+                return SafetyOutput(None, self.mode, None)  # nothing valid to start from: send nothing
+            self._seed(measured)
+        fresh = self.watchdog.check(now)
+        active = fresh & ((now - self._command_time) <= self.timeout) & ~np.isnan(self._command)
+        if self._estop or not active.any():
             if self._estop:
                 self.mode = "estop"
             else:
                 self.mode = "waiting" if self.watchdog.last_command is None else "watchdog"
             self._resuming = True
-            # hold the position measured when the hold began (reached within the step limit)
-            self._sent = clamp_command(self._hold_at(measured), self._sent, self.lower, self.upper, self.max_step).sent
-            return SafetyOutput(self._sent, self.mode, None)
-        self._hold = None
-        previous = self._sent
-        if self._resuming:  # leaving a hold: ramp (until arrived) if the command is far, else follow at once
-            far = np.abs(np.minimum(np.maximum(self._command, self.lower), self.upper) - previous).max()
-            self._ramping = bool(far > self.ramp_threshold)
-            self._resuming = False
-        result = clamp_command(self._command, previous, self.lower, self.upper,
-                               self.ramp_step if self._ramping else self.max_step)
-        if self._ramping:
-            self.mode = "ramp"
-            if np.abs(result.sent - np.minimum(np.maximum(self._command, self.lower), self.upper)).max() < 1e-9:
-                self._ramping = False  # arrived
+            state = self.follower.step(None)  # jerk-limited stop
         else:
-            self.mode = "track"
-            if result.position_clipped.any():
+            goal = np.where(active, np.minimum(np.maximum(self._command, self.lower), self.upper), np.nan)
+            if self._resuming:  # leaving a hold: ramp (until arrived) if the command is far
+                far = np.nanmax(np.abs(goal - self.follower.state.position))
+                self._ramping = bool(far > self.ramp_threshold)
+                self.follower.set_velocity_scale(self.ramp_speed if self._ramping else 1.0)
+                self._resuming = False
+            state = self.follower.step(goal, active)
+            if self._ramping:
+                self.mode = "ramp"
+                arrived = np.nanmax(np.abs(np.where(active, goal - state.position, 0.0))) < 1e-6
+                if arrived and self.follower.at_rest(1e-3):
+                    self._ramping = False
+                    self.follower.set_velocity_scale(1.0)
+            else:
+                self.mode = "track"
+            if np.any(active & ((self._command < self.lower) | (self._command > self.upper))):
                 self.clamp_counts["position"] += 1
-            if result.step_clipped.any():
-                self.clamp_counts["step"] += 1
-            if result.clipped and now - self._last_clip_log >= 1.0:  # at most once a second
-                self._last_clip_log = now
-                _log.warning("clipped: %s", result.describe(self.names, self._command))
+                if now - self._last_clip_log >= 1.0:  # at most once a second
+                    self._last_clip_log = now
+                    clipped = [f"{self.names[i]} {self._command[i]:+.4f} rad" for i in
+                               np.nonzero(active & ((self._command < self.lower) | (self._command > self.upper)))[0]]
+                    _log.warning("commands outside the position limits, clipped: %s", ", ".join(clipped))
+        result = clamp_command(state.position, self._sent, self.lower, self.upper, self.max_step)
+        if result.step_clipped.any():  # only if the follower and the clamp disagree: keep them consistent
+            self.clamp_counts["step"] += 1
+            self.follower.reset(result.sent, clip=False)
         self._sent = result.sent
         return SafetyOutput(result.sent, self.mode, result)

@@ -66,11 +66,16 @@ class JointDriverNode(TeleopNode):
             self.names, self.limits, 1.0 / p["rate_hz"], command_timeout=p["command_timeout_s"],
             ramp_threshold=p["ramp_threshold"], ramp_speed=p["ramp_speed"],
         )
-        self._command = np.full(len(self.names), np.nan)  # merged from partial command messages
         self.unknown_names: set[str] = set()
         self.rejected_commands = 0
-        self.backend.connect()
-        self.backend.enable()
+        self.loop_errors = 0
+        self._fault = ""  # why the driver latched the e-stop itself (backend fault or exception)
+        try:
+            self.backend.connect()
+            self.backend.enable()
+        except BaseException:
+            self.backend.close()  # do not leak an opened controller / device
+            raise
         self._js_pub = self.create_publisher(JointState, "/joint_states", COMMAND_QOS)
         self.create_subscription(JointState, command_topic, self._on_command, COMMAND_QOS)
         self.create_subscription(Bool, "/estop", self._on_estop_topic, 10)
@@ -84,33 +89,33 @@ class JointDriverNode(TeleopNode):
         self.accept_command(msg.name, msg.position, self.now_s())
 
     def accept_command(self, names, positions, now: float) -> bool:
-        """Merge a (partial) command by name; False (counted) if malformed."""
+        """A (partial) command by joint name; joints it does not name keep their own freshness.
+
+        False (counted) if malformed: lengths differ, a value is not finite, a name repeats.
+        """
         pos = np.asarray(positions, dtype=float)
-        if pos.shape != (len(names),) or not np.all(np.isfinite(pos)):
+        if pos.shape != (len(names),) or not np.all(np.isfinite(pos)) or len(set(names)) != len(names):
             self.rejected_commands += 1
             return False
-        used = False
+        command = np.full(len(self.names), np.nan)
         for name, value in zip(names, pos.tolist()):
             i = self._index.get(name)
             if i is None:
                 self.unknown_names.add(name)
             else:
-                self._command[i] = value
-                used = True
-        if not used:
+                command[i] = value
+        if np.all(np.isnan(command)):
             return False
-        missing = ~np.isfinite(self._command)
-        if missing.any():  # joints never commanded (e.g. only one hand teleoperated) hold where they are
-            if self.last_reading is None:
-                return False
-            self._command[missing] = self.last_reading.position[missing]
-        self.safety.command(self._command, now)
+        self.safety.command(command, now)
         return True
 
     # ------------------------------------------------------------------ e-stop
     def _latch_estop(self, why: str) -> bool:
         new = self.safety.estop()
-        self.backend.stop()
+        try:
+            self.backend.stop()
+        except Exception as exc:  # noqa: BLE001 - the latch holds regardless
+            self.get_logger().error(f"backend stop failed: {exc!r}")
         if new:
             self.get_logger().error(f"E-STOP latched ({why})")
         return new
@@ -128,7 +133,16 @@ class JointDriverNode(TeleopNode):
         if not self.safety.estopped:
             response.success, response.message = True, "e-stop was not latched"
             return response
-        self.backend.enable()
+        faults = self.backend.faults()
+        if faults:
+            response.success, response.message = False, f"backend faults remain: {'; '.join(faults)}"
+            return response
+        try:
+            self.backend.enable()
+        except Exception as exc:  # noqa: BLE001 - report, stay latched
+            response.success, response.message = False, f"re-enabling the backend failed: {exc}"
+            return response
+        self._fault = ""
         self.safety.reset()
         self.get_logger().warning("e-stop reset: following fresh commands again (ramped)")
         response.success, response.message = True, "e-stop reset; motion resumes with fresh commands"
@@ -136,8 +150,23 @@ class JointDriverNode(TeleopNode):
 
     # ------------------------------------------------------------------ cycle
     def _tick(self) -> None:
+        """One control cycle. An exception (backend read/write) latches the e-stop and stops the
+        backend, but never ends the timer: the node stays up and its e-stop/reset stay reachable."""
+        try:
+            self._cycle()
+        except Exception as exc:  # noqa: BLE001 - see above
+            self.loop_errors += 1
+            self._fault = f"control loop error: {exc!r}"
+            if self._latch_estop(self._fault) or self.loop_errors == 1:
+                self.get_logger().error(self._fault)
+
+    def _cycle(self) -> None:
         now_time = self.get_clock().now()
         now = now_time.nanoseconds * 1e-9
+        faults = self.backend.faults()
+        if faults and not self.safety.estopped:
+            self._fault = "; ".join(faults)
+            self._latch_estop(f"backend fault: {self._fault}")
         reading = self.backend.read(now)
         self.last_reading = reading
         msg = JointState(name=self.names, position=reading.position.tolist())
@@ -149,7 +178,7 @@ class JointDriverNode(TeleopNode):
         self._js_pub.publish(msg)
         self.publish_extra(msg)
         out = self.safety.step(now, reading.position)
-        if not self.safety.estopped:
+        if not self.safety.estopped and out.target is not None:
             self.backend.write(out.target)
         self.meter("joint_states").tick(now)
 
@@ -168,7 +197,10 @@ class JointDriverNode(TeleopNode):
             "clamped_position_cycles": s.clamp_counts["position"],
             "clamped_step_cycles": s.clamp_counts["step"],
             "rejected_commands": self.rejected_commands,
+            "loop_errors": self.loop_errors,
         }
+        if self._fault:
+            values["latched_by"] = self._fault
         if self.unknown_names:
             values["unknown_command_names"] = ",".join(sorted(self.unknown_names))[:200]
         values.update({f"backend.{k}": v for k, v in self.backend.status().items()})
@@ -182,7 +214,7 @@ class JointDriverNode(TeleopNode):
         if faults:
             return DiagnosticStatus.ERROR, "; ".join(faults)
         if self.safety.estopped:
-            return DiagnosticStatus.ERROR, "e-stop latched (call ~/reset)"
+            return DiagnosticStatus.ERROR, f"e-stop latched{' by ' + self._fault if self._fault else ''} (call ~/reset)"
         if self.safety.mode == "watchdog":
             return DiagnosticStatus.WARN, "no fresh commands: holding"
         return DiagnosticStatus.OK, self.safety.mode
@@ -191,6 +223,7 @@ class JointDriverNode(TeleopNode):
         backend = getattr(self, "backend", None)
         if backend is not None:
             try:
+                backend.stop()  # soft stop first: the arms may be moving
                 backend.close()
             except Exception as exc:  # noqa: BLE001 - shutting down regardless
                 self.get_logger().error(f"closing the backend failed: {exc}")

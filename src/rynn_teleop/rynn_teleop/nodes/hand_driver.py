@@ -67,6 +67,9 @@ class HandDriverNode(JointDriverNode):
 
     def _on_vendor_command(self, side: str, msg: JointState) -> None:
         names = list(msg.name) if msg.name else list(hand_joint_names(side))  # vendor order = canonical order
+        if any(not n.startswith(f"{side}_") for n in names):  # only this hand's joints on this hand's topic
+            self.rejected_commands += 1
+            return
         self.accept_command(names, msg.position, self.now_s())
 
     def publish_extra(self, joint_states: JointState) -> None:
