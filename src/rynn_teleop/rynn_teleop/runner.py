@@ -8,6 +8,7 @@ starts), then per-node overrides.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ from rclpy.parameter import Parameter
 
 from .core.params import ParamSchema
 from .nodes import node_class
-from .paths import share_dir
+from .paths import config_file, share_dir
 
 _LIST_TYPES = {
     float: Parameter.Type.DOUBLE_ARRAY,
@@ -51,6 +52,21 @@ def to_ros_parameters(schema: ParamSchema, values: Mapping[str, Any]) -> list[Pa
         else:
             out.append(Parameter(key, value=value))
     return out
+
+
+def use_transport_profile() -> str:
+    """Point Fast DDS at ``config/fastdds_profile.xml`` unless ``FASTDDS_DEFAULT_PROFILES_FILE`` is set.
+
+    The profile (shared memory + loopback UDP with large buffers) is what lets
+    camera images through; it must be set before the first participant exists.
+    Returns the profile in use.
+    """
+    profile = os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE")
+    if not profile:
+        path = config_file("fastdds_profile.xml")
+        if path.exists():
+            os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = profile = str(path)
+    return profile or ""
 
 
 class Composition:
@@ -84,6 +100,7 @@ class Composition:
         classes = [node_class(n) for n in names]
         # validate every node's parameters before starting anything
         params = [node_parameters(n, c.SCHEMA, config_dir, overrides.get(n)) for n, c in zip(names, classes)]
+        use_transport_profile()
         self.context = rclpy.Context()
         rclpy.init(context=self.context, domain_id=domain_id)
         self.nodes: list[Node] = []

@@ -80,6 +80,9 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
     A :class:`RynnTeleopError` at start (bad parameter, missing hardware) is
     printed as one line on stderr and returns 2: the node refuses to start.
     """
+    from ..runner import use_transport_profile  # noqa: PLC0415
+
+    use_transport_profile()
     rclpy.init(args=args if args is not None else sys.argv)
     node = None
     code = 0

@@ -1,0 +1,57 @@
+"""Head-camera sources: a synthetic tabletop, a replay (rosbag2, video, image folder) and a RealSense.
+
+Every source yields :class:`~rynn_teleop.core.camera.CameraFrame` records
+(RGB colour, optional uint16 depth in mm). :func:`make_camera_source` builds
+one by name; the RealSense adapter lives in :mod:`rynn_teleop.hardware.realsense`
+and is imported on demand (its vendor SDK only when it starts). A new backend
+subclasses :class:`CameraSource` and is added to :func:`camera_source_types`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from ...errors import ConfigurationError
+from .base import DEFAULT_MAX_BACKLOG, CameraSource
+from .replay import ReplayCamera
+from .synthetic import SceneObject, SyntheticScene
+
+CAMERA_KINDS: tuple[str, ...] = ("synthetic", "replay", "realsense")
+
+
+def camera_source_types() -> dict[str, type[CameraSource]]:
+    """kind -> class of every camera source (imports the RealSense adapter, not its SDK)."""
+    from ...hardware.realsense import RealSenseCamera  # noqa: PLC0415 (hardware imports this package)
+
+    return {cls.kind: cls for cls in (SyntheticScene, ReplayCamera, RealSenseCamera)}
+
+
+def make_camera_source(kind: str, **kwargs: Any) -> CameraSource:
+    """A not-yet-started camera source of the given ``kind`` built with ``kwargs``.
+
+    Raises:
+        ConfigurationError: unknown kind, arguments that kind does not take,
+            or invalid values (from the source's constructor).
+    """
+    types = camera_source_types()
+    cls = types.get(kind)
+    if cls is None:
+        raise ConfigurationError(f"unknown camera source {kind!r}; choose one of {', '.join(CAMERA_KINDS)}")
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as exc:
+        raise ConfigurationError(f"camera source {kind!r}: {exc}") from exc
+    return cls(**kwargs)
+
+
+__all__ = [
+    "CAMERA_KINDS",
+    "DEFAULT_MAX_BACKLOG",
+    "CameraSource",
+    "ReplayCamera",
+    "SceneObject",
+    "SyntheticScene",
+    "camera_source_types",
+    "make_camera_source",
+]
