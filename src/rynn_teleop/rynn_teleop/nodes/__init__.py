@@ -19,6 +19,8 @@ REGISTRY: dict[str, str] = {
     "hand_retarget": "rynn_teleop.nodes.hand_retarget:HandRetargetNode",
     "arm_driver": "rynn_teleop.nodes.arm_driver:ArmDriverNode",
     "hand_driver": "rynn_teleop.nodes.hand_driver:HandDriverNode",
+    "head_camera": "rynn_teleop.nodes.head_camera:HeadCameraNode",
+    "camera_switch": "rynn_teleop.nodes.camera_switch:CameraSwitchNode",
 }
 
 

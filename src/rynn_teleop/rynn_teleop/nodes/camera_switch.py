@@ -1,0 +1,156 @@
+"""camera_switch node: the consumer-facing head camera carries the physical or the generated stream.
+
+Inputs (both stay available under their own names):
+    <physical_ns>/color/image_raw, <physical_ns>/color/camera_info (+ depth/...)   from head_camera
+    <generated_ns>/color/image_raw, <generated_ns>/color/camera_info               from the world model
+Outputs (what recorders, viewers and policies subscribe to), SensorDataQoS:
+    <output_ns>/color/image_raw, <output_ns>/color/camera_info
+    <output_ns>/depth/image_rect_raw, <output_ns>/depth/camera_info   (only while the source provides depth)
+    <output_ns>/active_source   std_msgs/String "physical" | "generated", transient local (latched)
+
+Select at runtime with the parameter ``active_source`` (``ros2 param set
+/camera_switch active_source generated``) or the services ``~/use_physical``,
+``~/use_generated``, ``~/toggle`` (std_srvs/Trigger). The switch is immediate:
+each incoming frame is forwarded only if its source is the active one when it
+arrives, so the first frame after a switch comes from the new source and none
+from the old one follows. Messages are forwarded unchanged (stamps, frame
+ids). If the active source is silent for ``silent_timeout_s`` the diagnostics
+say so, and with ``fallback`` the switch moves to the other source while that
+one is alive.
+"""
+
+from __future__ import annotations
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import CameraInfo, Image
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from ..core.params import Param, ParamSchema
+from .base import TeleopNode, run_single
+
+SOURCES = ("physical", "generated")
+LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+class CameraSwitchNode(TeleopNode):
+    SCHEMA = ParamSchema(
+        "camera_switch",
+        [
+            Param("active_source", str, "physical", "stream on the output topics (runtime-settable)",
+                  choices=SOURCES, dynamic=True),
+            Param("physical_ns", str, "/head_camera/physical", "physical camera topics"),
+            Param("generated_ns", str, "/head_camera/generated", "generated (world model) camera topics"),
+            Param("output_ns", str, "/head_camera", "consumer-facing camera topics"),
+            Param("silent_timeout_s", float, 0.5, "an active source without frames for this long is reported silent",
+                  "s", min=0.05, max=30.0),
+            Param("fallback", bool, False, "switch to the other source while the active one is silent"),
+        ],
+    )
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        p = self.params
+        self.active = p["active_source"]
+        out = p["output_ns"].rstrip("/")
+        qos = qos_profile_sensor_data
+        self._pubs = {
+            "color": self.create_publisher(Image, f"{out}/color/image_raw", qos),
+            "color_info": self.create_publisher(CameraInfo, f"{out}/color/camera_info", qos),
+            "depth": self.create_publisher(Image, f"{out}/depth/image_rect_raw", qos),
+            "depth_info": self.create_publisher(CameraInfo, f"{out}/depth/camera_info", qos),
+        }
+        self._active_pub = self.create_publisher(String, f"{out}/active_source", LATCHED)
+        self.last_frame: dict[str, float] = {s: float("-inf") for s in SOURCES}
+        self.forwarded = {s: 0 for s in SOURCES}
+        self.switches = 0
+        for source in SOURCES:
+            ns = p[f"{source}_ns"].rstrip("/")
+            for stream, topic, kind in (("color", "color/image_raw", Image), ("color_info", "color/camera_info", CameraInfo),
+                                        ("depth", "depth/image_rect_raw", Image),
+                                        ("depth_info", "depth/camera_info", CameraInfo)):
+                self.create_subscription(kind, f"{ns}/{topic}",
+                                         lambda m, s=source, st=stream: self._forward(s, st, m), qos)
+        for name, target in (("use_physical", "physical"), ("use_generated", "generated"), ("toggle", None)):
+            self.create_service(Trigger, f"~/{name}", lambda req, res, t=target: self._srv_select(t, res))
+        self.add_post_set_parameters_callback(self._on_parameters)
+        self._timer = self.create_timer(0.1, self._watch)
+        self._publish_active()
+
+    # ------------------------------------------------------------------ selection
+    def select(self, source: str, why: str) -> bool:
+        """Make ``source`` active; True if it changed."""
+        if source == self.active:
+            return False
+        self.active = source
+        self.switches += 1
+        if self.get_parameter("active_source").value != source:  # keep the parameter in step
+            self.set_parameters([Parameter("active_source", Parameter.Type.STRING, source)])
+        self._publish_active()
+        self.get_logger().info(f"camera feed: {source} ({why})")
+        return True
+
+    def _publish_active(self) -> None:
+        self._active_pub.publish(String(data=self.active))
+
+    def _srv_select(self, target: str | None, response: Trigger.Response) -> Trigger.Response:
+        source = target or ("generated" if self.active == "physical" else "physical")
+        changed = self.select(source, "service")
+        response.success = True
+        response.message = f"active source: {source}" + ("" if changed else " (unchanged)")
+        return response
+
+    def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
+        for param in parameters:
+            if param.name == "active_source" and param.value != self.active:
+                self.select(param.value, "parameter")
+        return SetParametersResult(successful=True)
+
+    # ------------------------------------------------------------------ frames
+    def _forward(self, source: str, stream: str, msg) -> None:
+        now = self.now_s()
+        if stream == "color":
+            self.last_frame[source] = now
+        if source != self.active:
+            return
+        self._pubs[stream].publish(msg)
+        if stream == "color":
+            self.forwarded[source] += 1
+            stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+            self.meter("output").tick(now, now - stamp)
+
+    def silent(self, source: str, now: float | None = None) -> bool:
+        now = self.now_s() if now is None else now
+        return now - self.last_frame[source] > self.params["silent_timeout_s"]
+
+    def _watch(self) -> None:
+        now = self.now_s()
+        other = "generated" if self.active == "physical" else "physical"
+        if self.params["fallback"] and self.silent(self.active, now) and not self.silent(other, now):
+            self.select(other, f"fallback: {self.active_was_silent(now)}")
+
+    def active_was_silent(self, now: float) -> str:
+        age = now - self.last_frame[self.active]
+        return f"{self.active} silent for {age:.1f} s" if age != float("inf") else f"{self.active} never seen"
+
+    # ------------------------------------------------------------------ diagnostics
+    def diagnostic_values(self):
+        now = self.now_s()
+        values = {"active_source": self.active, "switches": self.switches}
+        for s in SOURCES:
+            values[f"{s}.forwarded"] = self.forwarded[s]
+            values[f"{s}.silent"] = self.silent(s, now)
+        return values
+
+    def diagnostic_level(self):
+        now = self.now_s()
+        if self.silent(self.active, now):
+            return DiagnosticStatus.WARN, f"active source {self.active!r} is silent ({self.active_was_silent(now)})"
+        return DiagnosticStatus.OK, f"forwarding {self.active}"
+
+
+def main(args=None) -> int:
+    return run_single(CameraSwitchNode, args)
