@@ -14,12 +14,14 @@ Select at runtime with the parameter ``active_source`` (``ros2 param set
 each incoming frame is forwarded only if its source is the active one when it
 arrives, so the first frame after a switch comes from the new source and none
 from the old one follows. Messages are forwarded unchanged (stamps, frame
-ids). If the active source is silent for ``silent_timeout_s`` the diagnostics
+ids; the serialized bytes are passed through without decoding). If the active source is silent for ``silent_timeout_s`` the diagnostics
 say so, and with ``fallback`` the switch moves to the other source while that
 one is alive.
 """
 
 from __future__ import annotations
+
+import struct
 
 from diagnostic_msgs.msg import DiagnosticStatus
 from rcl_interfaces.msg import SetParametersResult
@@ -67,13 +69,15 @@ class CameraSwitchNode(TeleopNode):
         self.last_frame: dict[str, float] = {s: float("-inf") for s in SOURCES}
         self.forwarded = {s: 0 for s in SOURCES}
         self.switches = 0
+        self.last_switch_time = float("-inf")  # [s] node time of the last switch
         for source in SOURCES:
             ns = p[f"{source}_ns"].rstrip("/")
             for stream, topic, kind in (("color", "color/image_raw", Image), ("color_info", "color/camera_info", CameraInfo),
                                         ("depth", "depth/image_rect_raw", Image),
                                         ("depth_info", "depth/camera_info", CameraInfo)):
+                # raw: the serialized bytes are forwarded as they are (no (de)serialization of 1 MB images)
                 self.create_subscription(kind, f"{ns}/{topic}",
-                                         lambda m, s=source, st=stream: self._forward(s, st, m), qos)
+                                         lambda m, s=source, st=stream: self._forward(s, st, m), qos, raw=True)
         for name, target in (("use_physical", "physical"), ("use_generated", "generated"), ("toggle", None)):
             self.create_service(Trigger, f"~/{name}", lambda req, res, t=target: self._srv_select(t, res))
         self.add_post_set_parameters_callback(self._on_parameters)
@@ -87,6 +91,7 @@ class CameraSwitchNode(TeleopNode):
             return False
         self.active = source
         self.switches += 1
+        self.last_switch_time = self.now_s()
         if self.get_parameter("active_source").value != source:  # keep the parameter in step
             self.set_parameters([Parameter("active_source", Parameter.Type.STRING, source)])
         self._publish_active()
@@ -110,17 +115,17 @@ class CameraSwitchNode(TeleopNode):
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ frames
-    def _forward(self, source: str, stream: str, msg) -> None:
+    def _forward(self, source: str, stream: str, raw: bytes) -> None:
+        """Forward one serialized message (CDR) of ``source`` if it is the active one."""
         now = self.now_s()
         if stream == "color":
             self.last_frame[source] = now
         if source != self.active:
             return
-        self._pubs[stream].publish(msg)
+        self._pubs[stream].publish(raw)
         if stream == "color":
             self.forwarded[source] += 1
-            stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
-            self.meter("output").tick(now, now - stamp)
+            self.meter("output").tick(now, now - cdr_header_stamp(raw))
 
     def silent(self, source: str, now: float | None = None) -> bool:
         now = self.now_s() if now is None else now
@@ -150,6 +155,17 @@ class CameraSwitchNode(TeleopNode):
         if self.silent(self.active, now):
             return DiagnosticStatus.WARN, f"active source {self.active!r} is silent ({self.active_was_silent(now)})"
         return DiagnosticStatus.OK, f"forwarding {self.active}"
+
+
+def cdr_header_stamp(raw: bytes) -> float:
+    """``header.stamp`` [s] of a serialized (CDR) message whose first field is a std_msgs/Header.
+
+    Layout: 4-byte encapsulation header (0x0001 = little-endian CDR), then
+    ``stamp.sec`` (int32) and ``stamp.nanosec`` (uint32).
+    """
+    little = raw[1] == 1
+    sec, nanosec = struct.unpack("<iI" if little else ">iI", raw[4:12])
+    return sec + 1e-9 * nanosec
 
 
 def main(args=None) -> int:

@@ -38,7 +38,7 @@ class HeadCameraNode(TeleopNode):
             Param("namespace", str, "/head_camera/physical", "topic prefix (color/..., depth/...)"),
             Param("color_frame_id", str, "camera_color_optical_frame", "frame id of colour images"),
             Param("depth_frame_id", str, "camera_depth_optical_frame", "frame id of depth images"),
-            Param("poll_hz", float, 100.0, "how often the backend is polled for new frames", "Hz", min=5.0, max=1000.0),
+            Param("poll_hz", float, 200.0, "how often the backend is polled for new frames (bounds the capture-to-publish delay)", "Hz", min=5.0, max=1000.0),
             Param("synthetic.profile", str, "640x480x30", "synthetic scene: WIDTHxHEIGHTxFPS"),
             Param("synthetic.seed", int, 0, "synthetic scene: random seed", min=0, max=2**31 - 1),
             Param("synthetic.depth", bool, True, "synthetic scene: also publish depth"),
