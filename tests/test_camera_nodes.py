@@ -45,7 +45,7 @@ class Probe:
         self.node.create_subscription(Image, f"{ns}/color/image_raw", self._keep(self.images), qos_profile_sensor_data)
         self.node.create_subscription(CameraInfo, f"{ns}/color/camera_info", self._keep(self.infos),
                                       qos_profile_sensor_data)
-        self.node.create_subscription(Image, f"{ns}/depth/image_rect_raw", self._keep(self.depth),
+        self.node.create_subscription(Image, f"{ns}/aligned_depth_to_color/image_raw", self._keep(self.depth),
                                       qos_profile_sensor_data)
         comp.add_node(self.node)
 
@@ -83,6 +83,7 @@ def test_synthetic_camera_publishes_consistent_images_and_camera_info(ros_domain
         assert (info.width, info.height) == (img.width, img.height)
         assert info.k[0] > 0 and info.k[2] == pytest.approx(320.0) and info.p[0] == info.k[0]
         assert (depth.encoding, depth.step) == ("16UC1", 640 * 2)
+        assert depth.header.frame_id == "camera_color_optical_frame"  # registered to colour, like realsense-ros
         assert image_array(depth).max() > 0
         frames = np.array([image_array(m) for m in probe.images[-5:]])
         assert frames.std() > 10  # a drawn scene, not a blank image
@@ -115,6 +116,34 @@ def test_replay_of_an_image_folder(ros_domain_id, tmp_path):
         comp.shutdown()
 
 
+def test_replay_without_a_path_and_bad_profiles_name_their_key(ros_domain_id):
+    from rynn_teleop.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="replay.path"):
+        Composition(["head_camera"], overrides={"head_camera": {"source": "replay"}}, domain_id=ros_domain_id)
+    with pytest.raises(ParameterError, match="synthetic.profile"):
+        Composition(["head_camera"], overrides={"head_camera": {"synthetic.profile": "640x480"}},
+                    domain_id=ros_domain_id)
+
+
+def test_a_failing_read_is_reported_and_the_camera_keeps_running(ros_domain_id):
+    comp = Composition(["head_camera"], domain_id=ros_domain_id)
+    try:
+        probe = Probe(comp, "/head_camera/physical")
+        camera = comp.node("head_camera")
+        assert wait_for(lambda: len(probe.images) > 3, 10.0)
+        real_read = camera.source.read
+        camera.source.read = lambda now: (_ for _ in ()).throw(OSError("USB gone"))
+        assert wait_for(lambda: camera.read_errors > 3, 5.0)
+        assert wait_for(lambda: camera.diagnostic_level()[0] == DiagnosticStatus.ERROR, 10.0)
+        camera.source.read = real_read
+        n = len(probe.images)
+        assert wait_for(lambda: len(probe.images) > n + 3, 5.0)  # streaming again
+    finally:
+        comp.shutdown()
+    assert not comp.errors
+
+
 def test_realsense_without_a_device_is_a_clear_error(ros_domain_id):
     t0 = time.monotonic()
     with pytest.raises(HardwareUnavailableError, match="RealSense|pyrealsense2"):
@@ -143,8 +172,10 @@ def test_switch_toggles_by_service_and_parameter_with_no_stale_frame(ros_domain_
         # by service
         assert probe.call(Trigger, "/camera_switch/use_generated", Trigger.Request()).success
         t_switch = switch.last_switch_time
+        forwarded_physical = switch.forwarded["physical"]  # nothing of the old source is forwarded after this
         assert wait_for(lambda: len(frames_after(t_switch, "generated_frame")) > 5, 10.0)
         assert not frames_after(t_switch, "camera_color_optical_frame")  # nothing from the old source after
+        assert switch.forwarded["physical"] == forwarded_physical
         assert wait_for(lambda: active[-1] == "generated", 5.0)
         # by parameter (what `ros2 param set /camera_switch active_source physical` does)
         request = SetParameters.Request(parameters=[ParameterMsg(
@@ -188,6 +219,12 @@ def test_a_silent_source_is_reported_and_optionally_replaced(ros_domain_id):
         switch = comp.node("camera_switch")
         assert wait_for(lambda: switch.active == "physical", 5.0)  # fell back to the live source
         assert wait_for(lambda: len(probe.images) > 3, 5.0)
-        assert switch.diagnostic_level()[0] == DiagnosticStatus.OK
+        level, message = switch.diagnostic_level()
+        assert level == DiagnosticStatus.WARN and "fallback active" in message
+        assert switch.get_parameter("active_source").value == "generated"  # the operator's choice is kept
+        # the chosen source comes back: the output returns to it
+        add(comp, HeadCameraNode, {"namespace": "/head_camera/generated", "color_frame_id": "generated_frame"})
+        assert wait_for(lambda: switch.active == "generated", 5.0)
+        assert wait_for(lambda: switch.diagnostic_level()[0] == DiagnosticStatus.OK, 5.0)
     finally:
         comp.shutdown()

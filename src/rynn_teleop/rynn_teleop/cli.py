@@ -51,6 +51,12 @@ def _parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runner import Composition  # noqa: PLC0415
 
+    import signal  # noqa: PLC0415
+
+    def stop(signum, frame):  # SIGTERM (docker stop, kill) ends the run like Ctrl-C: nodes shut down cleanly
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     with Composition(args.nodes, config_dir=args.config_dir, overrides=_parse_overrides(args.param)) as comp:
         for node in comp.nodes:
             node.get_logger().info("started")

@@ -38,7 +38,7 @@ DEMO_NODES = ("robot_description", "tracker", "arm_ik", "arm_driver", "hand_reta
 def demo_overrides(out: Path) -> dict:
     """Per-node parameters of the demo (everything else from config/)."""
     return {
-        "tracker": {"source": "synthetic"},
+        "tracker": {"source": "synthetic", "synthetic.hold_s": 3.0},  # time to calibrate on a loaded machine
         "arm_ik": {
             "auto_calibrate": True, "auto_engage": True,  # starts from the sim arm driver's measured joints
             "calibration_file": str(out / "arm_calibration.yaml"),  # never the lab's own calibration

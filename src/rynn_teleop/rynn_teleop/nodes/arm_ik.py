@@ -153,6 +153,7 @@ class ArmIKNode(TeleopNode):
         self._first_seen: float | None = None
         self._ik_times: deque[float] = deque(maxlen=2000)
         self._auto_calibrated = False
+        self._next_auto_calibration = 0.0
 
         prefix = p["operator_prefix"].rstrip("/")
         for side in SIDES:
@@ -294,12 +295,14 @@ class ArmIKNode(TeleopNode):
     def _automation(self, now: float) -> None:
         p = self.params
         if p["auto_calibrate"] and not self._auto_calibrated and self._first_seen is not None:
-            if now - self._first_seen >= p["auto_calibrate_delay_s"]:
-                self._auto_calibrated = True
+            if now - self._first_seen >= p["auto_calibrate_delay_s"] and now >= self._next_auto_calibration:
                 try:
                     self.get_logger().info(self._calibrate(save=False))
-                except RynnTeleopError as exc:
-                    self.get_logger().error(f"auto calibration failed: {exc}")
+                    self._auto_calibrated = True
+                except RynnTeleopError as exc:  # e.g. poses not fresh yet on a loaded machine: retry
+                    self._next_auto_calibration = now + 0.5
+                    self.get_logger().warning(f"auto calibration failed (retrying): {exc}",
+                                              throttle_duration_sec=2.0)
         timeout = p["clutch_topic_timeout_s"]
         if timeout > 0 and self._clutch_topic_stamp is not None and now - self._clutch_topic_stamp > timeout:
             self._clutch_topic_stamp = None

@@ -5,7 +5,8 @@ Inputs (both stay available under their own names):
     <generated_ns>/color/image_raw, <generated_ns>/color/camera_info               from the world model
 Outputs (what recorders, viewers and policies subscribe to), SensorDataQoS:
     <output_ns>/color/image_raw, <output_ns>/color/camera_info
-    <output_ns>/depth/image_rect_raw, <output_ns>/depth/camera_info   (only while the source provides depth)
+    <output_ns>/aligned_depth_to_color/image_raw (+ camera_info), <output_ns>/depth/image_rect_raw (+ camera_info)
+                                        (only while the active source provides them)
     <output_ns>/active_source   std_msgs/String "physical" | "generated", transient local (latched)
 
 Select at runtime with the parameter ``active_source`` (``ros2 param set
@@ -15,8 +16,9 @@ each incoming frame is forwarded only if its source is the active one when it
 arrives, so the first frame after a switch comes from the new source and none
 from the old one follows. Messages are forwarded unchanged (stamps, frame
 ids; the serialized bytes are passed through without decoding). If the active source is silent for ``silent_timeout_s`` the diagnostics
-say so, and with ``fallback`` the switch moves to the other source while that
-one is alive.
+say so, and with ``fallback`` the output shows the other source while the
+chosen one is silent and returns to the chosen one once it is back (the
+parameter keeps the operator's choice).
 """
 
 from __future__ import annotations
@@ -35,6 +37,14 @@ from ..core.params import Param, ParamSchema
 from .base import TeleopNode, run_single
 
 SOURCES = ("physical", "generated")
+STREAMS = (  # (name, topic under a camera namespace, type): realsense-ros layout
+    ("color", "color/image_raw", Image),
+    ("color_info", "color/camera_info", CameraInfo),
+    ("aligned_depth", "aligned_depth_to_color/image_raw", Image),
+    ("aligned_depth_info", "aligned_depth_to_color/camera_info", CameraInfo),
+    ("depth", "depth/image_rect_raw", Image),
+    ("depth_info", "depth/camera_info", CameraInfo),
+)
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
@@ -57,24 +67,20 @@ class CameraSwitchNode(TeleopNode):
         super().__init__(**kwargs)
         p = self.params
         self.active = p["active_source"]
+        self.preferred = self.active  # the operator's choice; fallback changes only ``active``
+        self.fallen_back = False
         out = p["output_ns"].rstrip("/")
         qos = qos_profile_sensor_data
-        self._pubs = {
-            "color": self.create_publisher(Image, f"{out}/color/image_raw", qos),
-            "color_info": self.create_publisher(CameraInfo, f"{out}/color/camera_info", qos),
-            "depth": self.create_publisher(Image, f"{out}/depth/image_rect_raw", qos),
-            "depth_info": self.create_publisher(CameraInfo, f"{out}/depth/camera_info", qos),
-        }
+        self._pubs = {stream: self.create_publisher(kind, f"{out}/{topic}", qos) for stream, topic, kind in STREAMS}
         self._active_pub = self.create_publisher(String, f"{out}/active_source", LATCHED)
         self.last_frame: dict[str, float] = {s: float("-inf") for s in SOURCES}
         self.forwarded = {s: 0 for s in SOURCES}
+        self._alive_since: dict[str, float | None] = {s: None for s in SOURCES}
         self.switches = 0
         self.last_switch_time = float("-inf")  # [s] node time of the last switch
         for source in SOURCES:
             ns = p[f"{source}_ns"].rstrip("/")
-            for stream, topic, kind in (("color", "color/image_raw", Image), ("color_info", "color/camera_info", CameraInfo),
-                                        ("depth", "depth/image_rect_raw", Image),
-                                        ("depth_info", "depth/camera_info", CameraInfo)):
+            for stream, topic, kind in STREAMS:
                 # raw: the serialized bytes are forwarded as they are (no (de)serialization of 1 MB images)
                 self.create_subscription(kind, f"{ns}/{topic}",
                                          lambda m, s=source, st=stream: self._forward(s, st, m), qos, raw=True)
@@ -86,14 +92,19 @@ class CameraSwitchNode(TeleopNode):
 
     # ------------------------------------------------------------------ selection
     def select(self, source: str, why: str) -> bool:
-        """Make ``source`` active; True if it changed."""
+        """The operator's choice: make ``source`` preferred and active; True if the output changed."""
+        self.preferred = source
+        self.fallen_back = False
+        if self.get_parameter("active_source").value != source:  # keep the parameter in step
+            self.set_parameters([Parameter("active_source", Parameter.Type.STRING, source)])
+        return self._activate(source, why)
+
+    def _activate(self, source: str, why: str) -> bool:
         if source == self.active:
             return False
         self.active = source
         self.switches += 1
         self.last_switch_time = self.now_s()
-        if self.get_parameter("active_source").value != source:  # keep the parameter in step
-            self.set_parameters([Parameter("active_source", Parameter.Type.STRING, source)])
         self._publish_active()
         self.get_logger().info(f"camera feed: {source} ({why})")
         return True
@@ -110,7 +121,7 @@ class CameraSwitchNode(TeleopNode):
 
     def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
         for param in parameters:
-            if param.name == "active_source" and param.value != self.active:
+            if param.name == "active_source" and (param.value != self.preferred or self.fallen_back):
                 self.select(param.value, "parameter")
         return SetParametersResult(successful=True)
 
@@ -119,6 +130,8 @@ class CameraSwitchNode(TeleopNode):
         """Forward one serialized message (CDR) of ``source`` if it is the active one."""
         now = self.now_s()
         if stream == "color":
+            if self._alive_since[source] is None or now - self.last_frame[source] > self.params["silent_timeout_s"]:
+                self._alive_since[source] = now
             self.last_frame[source] = now
         if source != self.active:
             return
@@ -132,10 +145,27 @@ class CameraSwitchNode(TeleopNode):
         return now - self.last_frame[source] > self.params["silent_timeout_s"]
 
     def _watch(self) -> None:
+        """Fallback: while the preferred source is silent and the other alive, show the other; go back
+        to the preferred one once it has been alive again for a timeout. Never within one timeout
+        of a switch (a freshly selected source gets time to deliver)."""
+        if not self.params["fallback"]:
+            return
         now = self.now_s()
-        other = "generated" if self.active == "physical" else "physical"
-        if self.params["fallback"] and self.silent(self.active, now) and not self.silent(other, now):
-            self.select(other, f"fallback: {self.active_was_silent(now)}")
+        timeout = self.params["silent_timeout_s"]
+        if now - self.last_switch_time < timeout:
+            return
+        preferred = self.preferred
+        other = "generated" if preferred == "physical" else "physical"
+        if not self.fallen_back and self.silent(preferred, now) and not self.silent(other, now):
+            self.fallen_back = True
+            self._activate(other, f"fallback: {preferred} silent")
+        elif self.fallen_back and not self.silent(preferred, now) and self._alive_for(preferred, now) >= timeout:
+            self.fallen_back = False
+            self._activate(preferred, f"{preferred} is back")
+
+    def _alive_for(self, source: str, now: float) -> float:
+        """How long ``source`` has delivered without a gap longer than the timeout [s]."""
+        return now - self._alive_since[source] if self._alive_since[source] is not None else 0.0
 
     def active_was_silent(self, now: float) -> str:
         age = now - self.last_frame[self.active]
@@ -144,7 +174,8 @@ class CameraSwitchNode(TeleopNode):
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_values(self):
         now = self.now_s()
-        values = {"active_source": self.active, "switches": self.switches}
+        values = {"active_source": self.active, "preferred_source": self.preferred,
+                  "fallback_active": self.fallen_back, "switches": self.switches}
         for s in SOURCES:
             values[f"{s}.forwarded"] = self.forwarded[s]
             values[f"{s}.silent"] = self.silent(s, now)
@@ -154,6 +185,8 @@ class CameraSwitchNode(TeleopNode):
         now = self.now_s()
         if self.silent(self.active, now):
             return DiagnosticStatus.WARN, f"active source {self.active!r} is silent ({self.active_was_silent(now)})"
+        if self.fallen_back:
+            return DiagnosticStatus.WARN, f"fallback active: {self.preferred} is silent, showing {self.active}"
         return DiagnosticStatus.OK, f"forwarding {self.active}"
 
 
@@ -163,7 +196,7 @@ def cdr_header_stamp(raw: bytes) -> float:
     Layout: 4-byte encapsulation header (0x0001 = little-endian CDR), then
     ``stamp.sec`` (int32) and ``stamp.nanosec`` (uint32).
     """
-    little = raw[1] == 1
+    little = bool(raw[1] & 1)  # CDR_LE 0x01, PL_CDR_LE 0x03, CDR2_LE 0x07...
     sec, nanosec = struct.unpack("<iI" if little else ">iI", raw[4:12])
     return sec + 1e-9 * nanosec
 
