@@ -63,6 +63,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="measurement time [s]")
     parser.add_argument("--publisher", type=float, default=None, help=argparse.SUPPRESS)  # internal: camera process
+    parser.add_argument("--transport-only", action="store_true",
+                        help="replace head_camera by a publisher of pre-rendered frames stamped at publish time")
     args = parser.parse_args()
     if args.publisher is not None:
         publish_frames(args.publisher)
@@ -77,10 +79,11 @@ def main() -> None:
     from sensor_msgs.msg import Image  # noqa: PLC0415
 
     # the camera stream and the switch in their own processes, as `ros2 launch` would run them
-    camera = subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), "--publisher", str(args.seconds + 40.0)],
-        env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )
+    if args.transport_only:  # frames rendered ahead and stamped at publish: the transport path alone
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--publisher", str(args.seconds + 40.0)]
+    else:  # the real camera node (synthetic scene, colour only), stamps = capture times
+        cmd = [sys.executable, "-m", "rynn_teleop.cli", "run", "head_camera", "-p", "head_camera.synthetic.depth=false"]
+    camera = subprocess.Popen(cmd, env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     switch = subprocess.Popen(
         [sys.executable, "-m", "rynn_teleop.cli", "run", "camera_switch"],
         env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,

@@ -82,6 +82,7 @@ class HeadCameraNode(TeleopNode):
                           align_depth=p["realsense.align_depth"])
         self.source = make_camera_source(kind, **kwargs)
         self.source.start(self.now_s())
+        self._align_on_first_tick = kind == "synthetic"
         self.read_errors = 0
         self._last_error = ""
         ns = p["namespace"].rstrip("/")
@@ -105,6 +106,9 @@ class HeadCameraNode(TeleopNode):
         """Publish the frames captured since the last call; a failing read is counted and reported
         (ERROR in /diagnostics), never ends the timer."""
         now = self.now_s()
+        if self._align_on_first_tick:  # synthetic: put its frame grid on this timer's ticks
+            self._align_on_first_tick = False
+            self.source.start(now - 0.002)  # frames due 2 ms before each tick: timer jitter never misses one
         try:
             frames = self.source.read(now)
         except Exception as exc:  # noqa: BLE001 - see above
