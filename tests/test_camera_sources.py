@@ -535,7 +535,7 @@ def test_make_camera_source_builds_each_kind_and_rejects_bad_requests(tmp_path):
     assert isinstance(make_camera_source("synthetic", width=64, height=48), SyntheticScene)
     assert isinstance(make_camera_source("replay", path=tmp_path), ReplayCamera)
     assert isinstance(make_camera_source("realsense", serial="123"), RealSenseCamera)  # no SDK needed yet
-    with pytest.raises(ConfigurationError, match="'usb'; choose one of synthetic, replay, realsense"):
+    with pytest.raises(ConfigurationError, match="'usb'; choose one of realsense, replay, synthetic"):
         make_camera_source("usb")
     with pytest.raises(ConfigurationError, match="'synthetic'.*colour"):
         make_camera_source("synthetic", colour=True)

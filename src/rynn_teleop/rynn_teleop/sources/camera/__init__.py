@@ -9,10 +9,9 @@ subclasses :class:`CameraSource` and is added to :func:`camera_source_types`.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from ...errors import ConfigurationError
+from ..factory import build_source
 from .base import DEFAULT_MAX_BACKLOG, CameraSource
 from .replay import ReplayCamera
 from .synthetic import SceneObject, SyntheticScene
@@ -34,15 +33,7 @@ def make_camera_source(kind: str, **kwargs: Any) -> CameraSource:
         ConfigurationError: unknown kind, arguments that kind does not take,
             or invalid values (from the source's constructor).
     """
-    types = camera_source_types()
-    cls = types.get(kind)
-    if cls is None:
-        raise ConfigurationError(f"unknown camera source {kind!r}; choose one of {', '.join(CAMERA_KINDS)}")
-    try:
-        inspect.signature(cls).bind(**kwargs)
-    except TypeError as exc:
-        raise ConfigurationError(f"camera source {kind!r}: {exc}") from exc
-    return cls(**kwargs)
+    return build_source(camera_source_types(), kind, "camera source", kwargs)
 
 
 __all__ = [

@@ -9,10 +9,9 @@ source here: :func:`manus_to_mediapipe` converts one message.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from ...errors import ConfigurationError
+from ..factory import build_source
 from .base import SIDES, HandSample, HandSource
 from .manus import ManusHand, ManusSkeletonError, manus_to_mediapipe
 from .replay import ReplayHands
@@ -28,14 +27,7 @@ def make_hand_source(kind: str, **kwargs: Any) -> HandSource:
         ConfigurationError: unknown kind, arguments that kind does not take,
             or invalid values (from the source's constructor).
     """
-    cls = HAND_SOURCES.get(kind)
-    if cls is None:
-        raise ConfigurationError(f"unknown hand source {kind!r}; choose one of {', '.join(sorted(HAND_SOURCES))}")
-    try:
-        inspect.signature(cls).bind(**kwargs)
-    except TypeError as exc:
-        raise ConfigurationError(f"hand source {kind!r}: {exc}") from exc
-    return cls(**kwargs)
+    return build_source(HAND_SOURCES, kind, "hand source", kwargs)
 
 
 __all__ = [

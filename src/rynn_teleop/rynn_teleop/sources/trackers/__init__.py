@@ -7,10 +7,9 @@ libsurvive) subclasses :class:`TrackerSource` and registers itself in
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
-from ...errors import ConfigurationError
+from ..factory import build_source
 from .base import ROLES, SIDES, TrackerSample, TrackerSource
 from .openvr_source import OpenVRSource
 from .replay import ReplaySource
@@ -28,16 +27,7 @@ def make_tracker_source(kind: str, **kwargs: Any) -> TrackerSource:
         ConfigurationError: unknown kind, arguments that kind does not take,
             or invalid values (from the source's constructor).
     """
-    cls = TRACKER_SOURCES.get(kind)
-    if cls is None:
-        raise ConfigurationError(
-            f"unknown tracker source {kind!r}; choose one of {', '.join(sorted(TRACKER_SOURCES))}"
-        )
-    try:
-        inspect.signature(cls).bind(**kwargs)
-    except TypeError as exc:
-        raise ConfigurationError(f"tracker source {kind!r}: {exc}") from exc
-    return cls(**kwargs)
+    return build_source(TRACKER_SOURCES, kind, "tracker source", kwargs)
 
 
 __all__ = [

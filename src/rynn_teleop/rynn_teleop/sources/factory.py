@@ -1,0 +1,29 @@
+"""Building a source by name, shared by the tracker, hand and camera source packages."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Mapping
+
+from ..errors import ConfigurationError
+
+
+def build_source(registry: Mapping[str, type], kind: str, what: str, kwargs: Mapping[str, Any]) -> Any:
+    """A not-yet-started ``registry[kind]`` built with ``kwargs``.
+
+    Args:
+        registry: kind -> source class.
+        kind: the requested kind (a node parameter).
+        what: the family in words, for messages ("tracker source", ...).
+    Raises:
+        ConfigurationError: unknown kind (listing the known ones), arguments that
+            kind does not take, or invalid values (from the source's constructor).
+    """
+    cls = registry.get(kind)
+    if cls is None:
+        raise ConfigurationError(f"unknown {what} {kind!r}; choose one of {', '.join(sorted(registry))}")
+    try:
+        inspect.signature(cls).bind(**kwargs)
+    except TypeError as exc:
+        raise ConfigurationError(f"{what} {kind!r}: {exc}") from exc
+    return cls(**kwargs)
