@@ -860,3 +860,17 @@ def test_real_pyrealsense2_without_a_device_fails_fast():
     # no device (or, without Debian's libusb-1.0-0, no loadable SDK): a clear error, fast
     assert "ERROR no RealSense device connected" in out or "ERROR the 'pyrealsense2'" in out, out + done.stderr
     assert float(out.split("SECONDS")[1]) < 5.0
+
+
+def test_synthetic_frames_rendered_ahead_are_the_same_frames():
+    from rynn_teleop.sources.camera import SyntheticScene
+
+    plain, ahead = SyntheticScene(width=64, height=48, seed=4), SyntheticScene(width=64, height=48, seed=4)
+    plain.start(0.0)
+    ahead.start(0.0)
+    for k in range(5):
+        ahead.prepare_next()  # as the camera node does right after publishing
+        a, b = plain.read(k / 30.0), ahead.read(k / 30.0)
+        assert len(a) == len(b) == 1 and a[0].stamp == b[0].stamp
+        np.testing.assert_array_equal(a[0].color, b[0].color)
+        np.testing.assert_array_equal(a[0].depth, b[0].depth)

@@ -108,7 +108,7 @@ class HeadCameraNode(TeleopNode):
         now = self.now_s()
         if self._align_on_first_tick:  # synthetic: put its frame grid on this timer's ticks
             self._align_on_first_tick = False
-            self.source.start(now - 0.002)  # frames due 2 ms before each tick: timer jitter never misses one
+            self.source.start(now - 0.001)  # frames due 1 ms before each tick: timer jitter never misses one
         try:
             frames = self.source.read(now)
         except Exception as exc:  # noqa: BLE001 - see above
@@ -128,6 +128,9 @@ class HeadCameraNode(TeleopNode):
                 self._depth_info_pub.publish(camera_info_message(depth_intr, stamp, frame_id))
             self.frames += 1
             self.meter("color").tick(now, now - frame.stamp)
+        prepare_next = getattr(self.source, "prepare_next", None)
+        if frames and prepare_next is not None:
+            prepare_next()  # synthetic: draw the next frame now, off its delivery path
 
     def diagnostic_values(self):
         values = {"source": self.params["source"], "frames": self.frames, "read_errors": self.read_errors}

@@ -553,6 +553,7 @@ class SyntheticScene(CameraSource):
         self._depth_intrinsics = self.camera_intrinsics if self.depth else None
         self._t_start = float(now)
         self._next_k = 0
+        self._ahead: tuple[int, CameraFrame] | None = None  # (k, frame) rendered ahead of time
         self._closed = False
 
     def read(self, now: float) -> list[CameraFrame]:
@@ -568,10 +569,19 @@ class SyntheticScene(CameraSource):
         out: list[CameraFrame] = []
         while self._next_k <= last_k:
             t = self._next_k / self.fps
-            frame = self.render(t)
+            ahead = self._ahead
+            frame = ahead[1] if ahead is not None and ahead[0] == self._next_k else self.render(t)
             out.append(frame._replace(stamp=self._t_start + t))
             self._next_k += 1
         return out
+
+    def prepare_next(self) -> None:
+        """Render the next grid frame now (e.g. right after publishing one), so the next
+        :meth:`read` returns it without rendering: its delivery no longer waits for the drawing."""
+        if self._t_start is None or self._closed:
+            return
+        if self._ahead is None or self._ahead[0] != self._next_k:
+            self._ahead = (self._next_k, self.render(self._next_k / self.fps))
 
     def close(self) -> None:
         """Stop producing frames (idempotent); the rendered static scene is kept for a restart."""
