@@ -14,21 +14,18 @@ drive a source without a wall clock. A new backend subclasses
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Mapping
 
+from ..base import PolledSource
 from ...core.camera import CameraFrame, CameraIntrinsics
 
 DEFAULT_MAX_BACKLOG = 30  # [frames] a late read returns at most this many (the newest); older ones are dropped
 
 
-class CameraSource(ABC):
+class CameraSource(PolledSource[CameraFrame]):
     """A non-blocking supplier of camera frames.
 
-    Life cycle: construct (cheap, no device or file access) -> :meth:`start`
-    -> any number of :meth:`read` -> :meth:`close`. Used as a context manager,
-    ``__enter__`` returns the source *without* starting it and ``__exit__``
-    closes it.
+    Life cycle and context manager: :class:`~rynn_teleop.sources.base.PolledSource`.
     """
 
     kind: ClassVar[str]  # "synthetic" | "replay" | "realsense"
@@ -38,25 +35,6 @@ class CameraSource(ABC):
         self._depth_intrinsics: CameraIntrinsics | None = None
         self.dropped = 0  # frames skipped because a read came too late (see the source's max_backlog)
 
-    @abstractmethod
-    def start(self, now: float) -> None:
-        """Open the device or file at time ``now`` [s]; :attr:`intrinsics` is valid afterwards.
-
-        Raises:
-            HardwareUnavailableError: the SDK, runtime or device is missing.
-            ConfigurationError: the configuration does not fit what was found.
-        """
-
-    @abstractmethod
-    def read(self, now: float) -> list[CameraFrame]:
-        """Every frame captured since the previous call, oldest first (never blocks).
-
-        Raises RuntimeError when called before :meth:`start` or after :meth:`close`.
-        """
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the device or file; calling it again does nothing."""
 
     @property
     def intrinsics(self) -> CameraIntrinsics:
@@ -81,8 +59,3 @@ class CameraSource(ABC):
         """Key/values for the node's diagnostics (restarts, errors, dropped frames, ...)."""
         return {"dropped": self.dropped}
 
-    def __enter__(self) -> "CameraSource":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -20,10 +20,11 @@ drive a source without a wall clock. A new backend subclasses
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import ClassVar, NamedTuple
 
 import numpy as np
+
+from ..base import PolledSource
 
 SIDES: tuple[str, ...] = ("left", "right")
 
@@ -36,39 +37,12 @@ class HandSample(NamedTuple):
     points: np.ndarray  # (21, 3) MediaPipe keypoints [m] in the hand's wrist frame (may be malformed, see module doc)
 
 
-class HandSource(ABC):
+class HandSource(PolledSource[HandSample]):
     """A non-blocking supplier of hand skeletons.
 
-    Life cycle: construct (cheap, no device or file access) -> :meth:`start`
-    -> any number of :meth:`read` -> :meth:`close`. Used as a context manager,
-    ``__enter__`` returns the source *without* starting it and ``__exit__``
-    closes it.
+    Life cycle and context manager: :class:`~rynn_teleop.sources.base.PolledSource`.
     """
 
     kind: ClassVar[str]  # "synthetic" | "replay"
 
-    @abstractmethod
-    def start(self, now: float) -> None:
-        """Open the device or file at time ``now`` [s].
 
-        Raises:
-            HardwareUnavailableError: the SDK, runtime or device is missing.
-            ConfigurationError: the configuration does not fit what was found.
-        """
-
-    @abstractmethod
-    def read(self, now: float) -> list[HandSample]:
-        """Every sample produced since the previous call, oldest first (never blocks).
-
-        Raises RuntimeError when called before :meth:`start` or after :meth:`close`.
-        """
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the device or file; calling it again does nothing."""
-
-    def __enter__(self) -> "HandSource":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -14,10 +14,11 @@ subclasses :class:`TrackerSource`, sets ``kind`` and implements ``start``,
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from typing import ClassVar, NamedTuple
 
 import numpy as np
+
+from ..base import PolledSource
 
 ROLES: tuple[str, ...] = ("chest", "left_elbow", "right_elbow", "left_wrist", "right_wrist")
 """Where the five trackers are worn. ``*_elbow`` trackers sit on the upper arm."""
@@ -33,7 +34,7 @@ class TrackerSample(NamedTuple):
     matrix: np.ndarray  # (4, 4) pose of the tracker in the source's tracking world frame [m]
 
 
-class TrackerSource(ABC):
+class TrackerSource(PolledSource[TrackerSample]):
     """A non-blocking supplier of tracker poses.
 
     Life cycle: construct (cheap, no device access) -> :meth:`start` -> any
@@ -48,25 +49,6 @@ class TrackerSource(ABC):
         self.world_frame = world_frame  # frame id of the tracking world
         self._seen: set[str] = set()
 
-    @abstractmethod
-    def start(self, now: float) -> None:
-        """Open the device or file at time ``now`` [s].
-
-        Raises:
-            HardwareUnavailableError: the SDK, runtime or device is missing.
-            ConfigurationError: the configuration does not fit what was found.
-        """
-
-    @abstractmethod
-    def read(self, now: float) -> list[TrackerSample]:
-        """Every sample produced since the previous call, oldest first (never blocks).
-
-        Raises RuntimeError when called before :meth:`start` or after :meth:`close`.
-        """
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the device or file; calling it again does nothing."""
 
     def serials_seen(self) -> set[str]:
         """Every serial observed so far (a copy)."""
@@ -76,8 +58,3 @@ class TrackerSource(ABC):
         """Record that ``serial`` was observed (for :meth:`serials_seen`)."""
         self._seen.add(serial)
 
-    def __enter__(self) -> "TrackerSource":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -1,0 +1,46 @@
+"""The life cycle every polled source shares (trackers, hands, cameras)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar, Generic, TypeVar
+
+Sample = TypeVar("Sample")
+
+
+class PolledSource(ABC, Generic[Sample]):
+    """A non-blocking supplier of samples, polled by a node's timer.
+
+    Life cycle: construct (cheap, no device or file access) -> :meth:`start`
+    -> any number of :meth:`read` -> :meth:`close`. Used as a context manager,
+    ``__enter__`` returns the source *without* starting it and ``__exit__``
+    closes it.
+    """
+
+    kind: ClassVar[str]  # the name nodes select it by ("synthetic", "replay", a vendor backend)
+
+    @abstractmethod
+    def start(self, now: float) -> None:
+        """Open the device or file at time ``now`` [s].
+
+        Raises:
+            HardwareUnavailableError: the SDK, runtime or device is missing.
+            ConfigurationError: the configuration does not fit what was found.
+        """
+
+    @abstractmethod
+    def read(self, now: float) -> list[Sample]:
+        """Every sample produced since the previous call, oldest first (never blocks).
+
+        Raises RuntimeError when called before :meth:`start` or after :meth:`close`.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the device or file; calling it again does nothing."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
