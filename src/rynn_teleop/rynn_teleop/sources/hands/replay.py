@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import ConfigurationError
+from ..playback import Playback
 from .base import SIDES, HandSample, HandSource
 
 _LOG = logging.getLogger(__name__)
@@ -85,13 +86,11 @@ class ReplayHands(HandSource):
         )
         self.sides: tuple[str, ...] = ()  # replayed sides, known after start
         self.frame_ids: dict[str, str] = {}
-        self._t0: float | None = None  # playback time of the first recorded sample [s]
+        self._playback: Playback | None = None  # recorded -> playback times (after start)
         self._rel: np.ndarray = np.empty(0)  # recorded stamp - first recorded stamp [s], sorted
         self._sides: list[str] = []
         self._points: list[np.ndarray] = []
         self._period = 0.0  # recorded time [s] of one pass, loop spacing included
-        self._index = 0  # next sample to return
-        self._pass = 0  # loop pass of the next sample
         self._closed = False
 
     def topic(self, side: str) -> str:
@@ -176,9 +175,7 @@ class ReplayHands(HandSource):
         gaps = gaps[gaps > 0]
         spacing = float(np.median(gaps)) if gaps.size else 0.01
         self._period = float(self._rel[-1]) + spacing
-        self._t0 = float(now)
-        self._index = 0
-        self._pass = 0
+        self._playback = Playback(self._rel, self._period, now, self.rate_scale, self.loop)
         self._closed = False
         bad = sum(1 for p in self._points if p.shape[0] != 21)
         if bad:
@@ -188,10 +185,6 @@ class ReplayHands(HandSource):
             len(rows), self._rel[-1], ", ".join(self.sides), self.path,
         )
 
-    def _playback_stamp(self) -> float:
-        assert self._t0 is not None
-        return self._t0 + (self._pass * self._period + float(self._rel[self._index])) / self.rate_scale
-
     @property
     def duration(self) -> float:
         """Recorded span [s] between the first and last replayed samples (0 before start)."""
@@ -200,24 +193,13 @@ class ReplayHands(HandSource):
     @property
     def finished(self) -> bool:
         """True once every sample was returned (never while looping)."""
-        return not self.loop and self._t0 is not None and self._index >= len(self._rel)
+        return self._playback is not None and self._playback.finished
 
     def read(self, now: float) -> list[HandSample]:
         """The samples whose playback stamp is <= ``now`` [s] not returned yet, oldest first."""
-        if self._t0 is None or self._closed:
+        if self._playback is None or self._closed:
             raise RuntimeError("ReplayHands.read() called before start() or after close()")
-        out: list[HandSample] = []
-        n = len(self._rel)
-        while self._index < n:
-            stamp = self._playback_stamp()
-            if stamp > now:
-                break
-            out.append(HandSample(self._sides[self._index], stamp, self._points[self._index].copy()))
-            self._index += 1
-            if self._index == n and self.loop:
-                self._index = 0
-                self._pass += 1
-        return out
+        return [HandSample(self._sides[i], stamp, self._points[i].copy()) for i, stamp in self._playback.due(now)]
 
     def close(self) -> None:
         """Release the loaded samples (idempotent; the bag itself is closed after loading)."""

@@ -16,6 +16,7 @@ import numpy as np
 
 from ...core.transforms import pose_to_matrix
 from ...errors import ConfigurationError
+from ..playback import Playback
 from .base import ROLES, TrackerSample, TrackerSource
 
 _LOG = logging.getLogger(__name__)
@@ -78,13 +79,11 @@ class ReplaySource(TrackerSource):
         self.rate_scale = float(rate_scale)
         self.loop = bool(loop)
         self.skipped = 0  # recorded messages dropped for a NaN or zero-quaternion pose
-        self._t0: float | None = None  # playback time of the first recorded sample [s]
+        self._playback: Playback | None = None  # recorded -> playback times (after start)
         self._rel: np.ndarray = np.empty(0)  # recorded stamp - first recorded stamp [s], sorted
         self._roles: list[str] = []
         self._matrices: np.ndarray = np.empty((0, 4, 4))
         self._period = 0.0  # recorded time [s] of one pass, loop spacing included
-        self._index = 0  # next sample to return
-        self._pass = 0  # loop pass of the next sample
         self._closed = False
 
     def _bag_dir(self) -> Path:
@@ -176,18 +175,12 @@ class ReplaySource(TrackerSource):
         gaps = gaps[gaps > 0]
         spacing = float(np.median(gaps)) if gaps.size else 0.01
         self._period = float(self._rel[-1]) + spacing
-        self._t0 = float(now)
-        self._index = 0
-        self._pass = 0
+        self._playback = Playback(self._rel, self._period, now, self.rate_scale, self.loop)
         self._closed = False
         _LOG.info(
             "replaying %d samples (%.1f s) of %s from %s",
             len(rows), self._rel[-1], ", ".join(self.serials), self.path,
         )
-
-    def _playback_stamp(self) -> float:
-        assert self._t0 is not None
-        return self._t0 + (self._pass * self._period + float(self._rel[self._index])) / self.rate_scale
 
     @property
     def duration(self) -> float:
@@ -197,25 +190,17 @@ class ReplaySource(TrackerSource):
     @property
     def finished(self) -> bool:
         """True once every sample was returned (never while looping)."""
-        return not self.loop and self._t0 is not None and self._index >= len(self._rel)
+        return self._playback is not None and self._playback.finished
 
     def read(self, now: float) -> list[TrackerSample]:
         """The samples whose playback stamp is <= ``now`` [s] not returned yet, oldest first."""
-        if self._t0 is None or self._closed:
+        if self._playback is None or self._closed:
             raise RuntimeError("ReplaySource.read() called before start() or after close()")
         out: list[TrackerSample] = []
-        n = len(self._rel)
-        while self._index < n:
-            stamp = self._playback_stamp()
-            if stamp > now:
-                break
-            role = self._roles[self._index]
-            out.append(TrackerSample(self.serials[role], stamp, self._matrices[self._index].copy()))
-            self._saw(self.serials[role])
-            self._index += 1
-            if self._index == n and self.loop:
-                self._index = 0
-                self._pass += 1
+        for i, stamp in self._playback.due(now):
+            serial = self.serials[self._roles[i]]
+            out.append(TrackerSample(serial, stamp, self._matrices[i].copy()))
+            self._saw(serial)
         return out
 
     def close(self) -> None:

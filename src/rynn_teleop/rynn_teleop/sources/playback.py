@@ -1,0 +1,53 @@
+"""Replaying recorded samples on the caller's clock (shared by the tracker and hand replays)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Playback:
+    """Maps recorded sample times onto playback times.
+
+    Sample ``i`` of pass ``p`` is due at
+    ``t0 + (p * period + rel[i]) / rate_scale``: the first recorded sample
+    plays at ``t0``, intervals shrink by ``rate_scale``, and with ``loop`` each
+    pass starts ``period`` recorded seconds after the previous one (so playback
+    time never goes backwards).
+    """
+
+    def __init__(self, rel: np.ndarray, period: float, t0: float, rate_scale: float, loop: bool) -> None:
+        """
+        Args:
+            rel: (n,) recorded times relative to the first sample [s], sorted.
+            period: recorded length of one pass, loop spacing included [s].
+            t0: playback time of the first sample [s].
+            rate_scale: playback speed factor (2 = twice as fast).
+            loop: start again after the last sample.
+        """
+        self.rel = np.asarray(rel, dtype=float)
+        self.period = float(period)
+        self.t0 = float(t0)
+        self.rate_scale = float(rate_scale)
+        self.loop = loop
+        self.index = 0  # next sample
+        self.passes = 0  # loop pass of the next sample
+
+    def due(self, now: float) -> list[tuple[int, float]]:
+        """(recorded index, playback stamp [s]) of every sample due at ``now`` [s] not returned yet, in order."""
+        out: list[tuple[int, float]] = []
+        n = len(self.rel)
+        while self.index < n:
+            stamp = self.t0 + (self.passes * self.period + float(self.rel[self.index])) / self.rate_scale
+            if stamp > now:
+                break
+            out.append((self.index, stamp))
+            self.index += 1
+            if self.index == n and self.loop:
+                self.index = 0
+                self.passes += 1
+        return out
+
+    @property
+    def finished(self) -> bool:
+        """True once every sample was returned (never while looping)."""
+        return not self.loop and self.index >= len(self.rel)
