@@ -33,10 +33,10 @@ from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from ..core.feed_switch import SOURCES, FeedSwitch
 from ..core.params import Param, ParamSchema
 from .base import TeleopNode, run_single
 
-SOURCES = ("physical", "generated")
 STREAMS = (  # (name, topic under a camera namespace, type): realsense-ros layout
     ("color", "color/image_raw", Image),
     ("color_info", "color/camera_info", CameraInfo),
@@ -66,18 +66,12 @@ class CameraSwitchNode(TeleopNode):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         p = self.params
-        self.active = p["active_source"]
-        self.preferred = self.active  # the operator's choice; fallback changes only ``active``
-        self.fallen_back = False
+        self.feed = FeedSwitch(p["active_source"], p["silent_timeout_s"], p["fallback"])
         out = p["output_ns"].rstrip("/")
         qos = qos_profile_sensor_data
         self._pubs = {stream: self.create_publisher(kind, f"{out}/{topic}", qos) for stream, topic, kind in STREAMS}
         self._active_pub = self.create_publisher(String, f"{out}/active_source", LATCHED)
-        self.last_frame: dict[str, float] = {s: float("-inf") for s in SOURCES}
         self.forwarded = {s: 0 for s in SOURCES}
-        self._alive_since: dict[str, float | None] = {s: None for s in SOURCES}
-        self.switches = 0
-        self.last_switch_time = float("-inf")  # [s] node time of the last switch
         for source in SOURCES:
             ns = p[f"{source}_ns"].rstrip("/")
             for stream, topic, kind in STREAMS:
@@ -91,23 +85,26 @@ class CameraSwitchNode(TeleopNode):
         self._publish_active()
 
     # ------------------------------------------------------------------ selection
+    @property
+    def active(self) -> str:
+        return self.feed.active
+
+    @property
+    def last_switch_time(self) -> float:
+        return self.feed.last_switch_time
+
     def select(self, source: str, why: str) -> bool:
-        """The operator's choice: make ``source`` preferred and active; True if the output changed."""
-        self.preferred = source
-        self.fallen_back = False
+        """The operator's choice; True if the output changed."""
         if self.get_parameter("active_source").value != source:  # keep the parameter in step
             self.set_parameters([Parameter("active_source", Parameter.Type.STRING, source)])
-        return self._activate(source, why)
+        changed = self.feed.select(source, self.now_s())
+        if changed:
+            self._announce(why)
+        return changed
 
-    def _activate(self, source: str, why: str) -> bool:
-        if source == self.active:
-            return False
-        self.active = source
-        self.switches += 1
-        self.last_switch_time = self.now_s()
+    def _announce(self, why: str) -> None:
         self._publish_active()
-        self.get_logger().info(f"camera feed: {source} ({why})")
-        return True
+        self.get_logger().info(f"camera feed: {self.active} ({why})")
 
     def _publish_active(self) -> None:
         self._active_pub.publish(String(data=self.active))
@@ -121,7 +118,7 @@ class CameraSwitchNode(TeleopNode):
 
     def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
         for param in parameters:
-            if param.name == "active_source" and (param.value != self.preferred or self.fallen_back):
+            if param.name == "active_source" and (param.value != self.feed.preferred or self.feed.fallen_back):
                 self.select(param.value, "parameter")
         return SetParametersResult(successful=True)
 
@@ -130,9 +127,7 @@ class CameraSwitchNode(TeleopNode):
         """Forward one serialized message (CDR) of ``source`` if it is the active one."""
         now = self.now_s()
         if stream == "color":
-            if self._alive_since[source] is None or now - self.last_frame[source] > self.params["silent_timeout_s"]:
-                self._alive_since[source] = now
-            self.last_frame[source] = now
+            self.feed.frame(source, now)
         if source != self.active:
             return
         self._pubs[stream].publish(raw)
@@ -141,41 +136,22 @@ class CameraSwitchNode(TeleopNode):
             self.meter("output").tick(now, now - cdr_header_stamp(raw))
 
     def silent(self, source: str, now: float | None = None) -> bool:
-        now = self.now_s() if now is None else now
-        return now - self.last_frame[source] > self.params["silent_timeout_s"]
+        return self.feed.silent(source, self.now_s() if now is None else now)
 
     def _watch(self) -> None:
-        """Fallback: while the preferred source is silent and the other alive, show the other; go back
-        to the preferred one once it has been alive again for a timeout. Never within one timeout
-        of a switch (a freshly selected source gets time to deliver)."""
-        if not self.params["fallback"]:
-            return
-        now = self.now_s()
-        timeout = self.params["silent_timeout_s"]
-        if now - self.last_switch_time < timeout:
-            return
-        preferred = self.preferred
-        other = "generated" if preferred == "physical" else "physical"
-        if not self.fallen_back and self.silent(preferred, now) and not self.silent(other, now):
-            self.fallen_back = True
-            self._activate(other, f"fallback: {preferred} silent")
-        elif self.fallen_back and not self.silent(preferred, now) and self._alive_for(preferred, now) >= timeout:
-            self.fallen_back = False
-            self._activate(preferred, f"{preferred} is back")
-
-    def _alive_for(self, source: str, now: float) -> float:
-        """How long ``source`` has delivered without a gap longer than the timeout [s]."""
-        return now - self._alive_since[source] if self._alive_since[source] is not None else 0.0
+        why = self.feed.watch(self.now_s())
+        if why:
+            self._announce(why)
 
     def active_was_silent(self, now: float) -> str:
-        age = now - self.last_frame[self.active]
+        age = now - self.feed.last_frame[self.active]
         return f"{self.active} silent for {age:.1f} s" if age != float("inf") else f"{self.active} never seen"
 
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_values(self):
         now = self.now_s()
-        values = {"active_source": self.active, "preferred_source": self.preferred,
-                  "fallback_active": self.fallen_back, "switches": self.switches}
+        values = {"active_source": self.active, "preferred_source": self.feed.preferred,
+                  "fallback_active": self.feed.fallen_back, "switches": self.feed.switches}
         for s in SOURCES:
             values[f"{s}.forwarded"] = self.forwarded[s]
             values[f"{s}.silent"] = self.silent(s, now)
@@ -185,8 +161,8 @@ class CameraSwitchNode(TeleopNode):
         now = self.now_s()
         if self.silent(self.active, now):
             return DiagnosticStatus.WARN, f"active source {self.active!r} is silent ({self.active_was_silent(now)})"
-        if self.fallen_back:
-            return DiagnosticStatus.WARN, f"fallback active: {self.preferred} is silent, showing {self.active}"
+        if self.feed.fallen_back:
+            return DiagnosticStatus.WARN, f"fallback active: {self.feed.preferred} is silent, showing {self.active}"
         return DiagnosticStatus.OK, f"forwarding {self.active}"
 
 
