@@ -1,8 +1,12 @@
-"""Replaying recorded samples on the caller's clock (shared by the tracker and hand replays)."""
+"""Replaying recorded sessions: finding and opening the bag, and the playback clock (tracker and hand replays)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+
+from ..errors import ConfigurationError
 
 
 class Playback:
@@ -51,3 +55,31 @@ class Playback:
     def finished(self) -> bool:
         """True once every sample was returned (never while looping)."""
         return not self.loop and self.index >= len(self.rel)
+
+
+def bag_directory(path: Path, what: str) -> Path:
+    """The rosbag2 directory of ``path`` (the folder, its metadata.yaml or a storage file).
+
+    Raises ConfigurationError naming ``what`` (e.g. "replay hand source") when it is missing or not a bag.
+    """
+    path = Path(path).expanduser()
+    if path.is_file() and (path.name == "metadata.yaml" or path.suffix in (".mcap", ".db3")):
+        path = path.parent
+    if not path.exists():
+        raise ConfigurationError(f"{what}: rosbag2 directory {str(path)!r} does not exist")
+    if not (path / "metadata.yaml").is_file():
+        raise ConfigurationError(f"{what}: {str(path)!r} is not a rosbag2 directory (no metadata.yaml in it)")
+    return path
+
+
+def open_bag(bag: Path, what: str):
+    """An opened ``rosbags`` AnyReader on ``bag`` (ROS 2 Jazzy types); ConfigurationError naming ``what``."""
+    from rosbags.highlevel import AnyReader  # noqa: PLC0415 (only replays need rosbags)
+    from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
+
+    try:
+        reader = AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_JAZZY))
+        reader.open()
+    except Exception as exc:  # rosbags raises its own reader errors for broken bags
+        raise ConfigurationError(f"{what}: cannot open rosbag2 {str(bag)!r}: {exc}") from exc
+    return reader

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...core.transforms import pose_to_matrix
 from ...errors import ConfigurationError
-from ..playback import Playback
+from ..playback import Playback, bag_directory, open_bag
 from .base import ROLES, TrackerSample, TrackerSource
 
 _LOG = logging.getLogger(__name__)
@@ -87,27 +87,11 @@ class ReplaySource(TrackerSource):
         self._closed = False
 
     def _bag_dir(self) -> Path:
-        path = self.path.expanduser()
-        if path.is_file() and (path.name == "metadata.yaml" or path.suffix in (".mcap", ".db3")):
-            path = path.parent
-        if not path.exists():
-            raise ConfigurationError(f"replay tracker source: rosbag2 directory {str(path)!r} does not exist")
-        if not (path / "metadata.yaml").is_file():
-            raise ConfigurationError(
-                f"replay tracker source: {str(path)!r} is not a rosbag2 directory (no metadata.yaml in it)"
-            )
-        return path
+        return bag_directory(self.path, "replay tracker source")
 
     def _load(self, bag: Path) -> list[tuple[float, int, str, np.ndarray]]:
         """(recorded stamp [s], role index, role, (4, 4)) of every replayed message."""
-        from rosbags.highlevel import AnyReader  # noqa: PLC0415 (only replays need rosbags)
-        from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
-
-        try:
-            reader = AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_JAZZY))
-            reader.open()
-        except Exception as exc:  # rosbags raises its own reader errors for broken bags
-            raise ConfigurationError(f"replay tracker source: cannot open rosbag2 {str(bag)!r}: {exc}") from exc
+        reader = open_bag(bag, "replay tracker source")
         try:
             topics = {c.topic: c.msgtype for c in reader.connections}
             recorded = {
