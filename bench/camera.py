@@ -8,8 +8,9 @@ camera_switch``, as ``ros2 launch`` would start them) publish the synthetic
 ``/head_camera/color/image_raw`` and, as the named baseline measured in the
 same run, to the camera's own ``/head_camera/physical/color/image_raw``
 (latency = receive time - capture stamp, both on this machine's clock). The
-Fast DDS profile of ``config/fastdds_profile.xml`` is used (shared memory +
-loopback UDP), as in every process of the stack. Goal: output p99 <= 10 ms.
+Fast DDS profile of ``config/fastdds_profile.xml`` (shared memory +
+loopback UDP) and the allocator settings of ``runner.tune_allocator`` are
+used, as in every process of the stack. Goal: output p99 <= 10 ms.
 The last line is one JSON object with ``latency_p50_ms``, ``latency_p99_ms``,
 ``delivered_hz`` (then extras).
 """
@@ -38,7 +39,10 @@ def publish_frames(duration: float) -> None:
     from sensor_msgs.msg import Image  # noqa: PLC0415
 
     from rynn_teleop.nodes.conversions import image_message  # noqa: PLC0415
+    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
     from rynn_teleop.sources.camera import make_camera_source  # noqa: PLC0415
+
+    use_transport_profile()
 
     scene = make_camera_source("synthetic", depth=False)
     scene.start(0.0)
@@ -71,11 +75,14 @@ def main() -> None:
         return
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(100, 199)))
-    os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(ROOT / "config" / "fastdds_profile.xml"))
+    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+
+    use_transport_profile()  # the stack's Fast DDS profile and allocator settings, as in every node process
 
     import numpy as np  # noqa: PLC0415
     import rclpy  # noqa: PLC0415
     from rclpy.qos import qos_profile_sensor_data  # noqa: PLC0415
+    from diagnostic_msgs.msg import DiagnosticArray  # noqa: PLC0415
     from sensor_msgs.msg import Image  # noqa: PLC0415
 
     # the camera stream and the switch in their own processes, as `ros2 launch` would run them
@@ -98,6 +105,13 @@ def main() -> None:
             received[name].append((now, now - (msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)))
         return cb
 
+    stages: dict[str, dict[str, str]] = {}  # node -> last diagnostic values (their own latency meters)
+
+    def keep_diagnostics(msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            stages[status.name] = {kv.key: kv.value for kv in status.values}
+
+    node.create_subscription(DiagnosticArray, "/diagnostics", keep_diagnostics, 10)
     node.create_subscription(Image, "/head_camera/color/image_raw", keep("output"), qos_profile_sensor_data)
     node.create_subscription(Image, "/head_camera/physical/color/image_raw", keep("physical"), qos_profile_sensor_data)
     from rclpy.executors import SingleThreadedExecutor  # noqa: PLC0415
@@ -107,12 +121,14 @@ def main() -> None:
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
     try:
+        # warm-up: both streams flowing (discovery can match one subscription seconds after the other,
+        # and a switch whose reader matches late stalled once for ~0.35 s here), then 2 s more
         deadline = time.monotonic() + 30.0
-        while not received["output"] and time.monotonic() < deadline:  # warm-up: first frames through
+        while not all(received.values()) and time.monotonic() < deadline:
             time.sleep(0.1)
         if not received["output"]:
             raise SystemExit("no frame arrived through the switch")
-        time.sleep(1.0)
+        time.sleep(2.0)
         for v in received.values():
             v.clear()
         t0 = time.time()
@@ -142,6 +158,14 @@ def main() -> None:
         print(f"{label:36s} {s['p50']:8.2f} {s['p99']:8.2f} {s['hz']:8.1f} {s['frames']:7d}")
     print(f"switch overhead at p50: {out['p50'] - phys['p50']:.2f} ms; goal p99 <= 10 ms: "
           f"{'met' if out['p99'] <= 10.0 else 'NOT met'}")
+    split = {}  # capture -> publish in head_camera, capture -> arrival in camera_switch (their last 5 s)
+    for name, values in stages.items():
+        for key in ("color", "output"):
+            if f"{key}.latency_p50_ms" in values:
+                split[f"{name.split(':')[0].strip()}.{key}"] = {
+                    "p50_ms": float(values[f"{key}.latency_p50_ms"]), "p99_ms": float(values[f"{key}.latency_p99_ms"])}
+    for label, s in split.items():
+        print(f"stage {label:30s} {s['p50_ms']:8.2f} {s['p99_ms']:8.2f}")
     print(json.dumps({
         "latency_p50_ms": round(out["p50"], 3),
         "latency_p99_ms": round(out["p99"], 3),
@@ -150,6 +174,7 @@ def main() -> None:
         "direct_latency_p99_ms": round(phys["p99"], 3),
         "direct_delivered_hz": round(phys["hz"], 2),
         "seconds": args.seconds,
+        "stage_split": split,
     }))
 
 
