@@ -72,9 +72,10 @@ def test_limits_match_the_hardware_facts():
     assert lim.velocity[14 + 1] == pytest.approx(11.1)
 
 
-def test_camera_optical_frame_convention():
+@pytest.mark.parametrize("frame", ["camera_color_optical_frame", "camera_depth_optical_frame"])
+def test_camera_optical_frame_convention(frame):
     robot = RobotModel.default()
-    t = robot.frame_pose(robot.neutral(), "camera_color_optical_frame", base="camera_link")
+    t = robot.frame_pose(robot.neutral(), frame, base="camera_link")
     # optical z (forward) = body x, optical x (right) = body -y, optical y (down) = body -z
     np.testing.assert_allclose(t[:3, 2], [1, 0, 0], atol=1e-12)
     np.testing.assert_allclose(t[:3, 0], [0, -1, 0], atol=1e-12)

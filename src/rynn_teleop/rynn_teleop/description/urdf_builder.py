@@ -11,6 +11,7 @@ want a file (a test keeps it identical to the generator's output).
 Tree (every name is part of the public interface)::
 
     base_link -> torso_link -> head_link -> camera_link -> camera_color_optical_frame
+                                                        -> camera_depth_optical_frame
     torso_link -> {side}_arm_base_link -> {side}_arm_link1 .. link7 -> {side}_arm_flange
       -> {side}_palm_link -> {side}_finger{1..5}_link{1..4} -> {side}_finger{N}_tip_link
 
@@ -302,6 +303,10 @@ def build_urdf(overlay: str | Path | Mapping[str, Any] | None = None) -> str:
     w.link("camera_link", [_box(Origin(), (0.025, 0.09, 0.025))], 0.072, "camera_black")
     w.joint("camera_color_optical_joint", "fixed", "camera_link", "camera_color_optical_frame", Origin(rpy=OPTICAL_RPY))
     w.link("camera_color_optical_frame", [], 0.0, "camera_black")
+    # unaligned depth images (depth/image_rect_raw) are in the depth frame; as in realsense-ros, camera_link is
+    # the depth origin. The colour imager's few-mm offset is per unit (device extrinsics) and not modelled.
+    w.joint("camera_depth_optical_joint", "fixed", "camera_link", "camera_depth_optical_frame", Origin(rpy=OPTICAL_RPY))
+    w.link("camera_depth_optical_frame", [], 0.0, "camera_black")
 
     for side in SIDES:
         mount = cfg["arm_mounts"][side]
