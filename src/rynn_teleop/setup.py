@@ -27,6 +27,7 @@ NODES = {
     "hand_driver": "rynn_teleop.nodes.hand_driver:main",
     "head_camera": "rynn_teleop.nodes.head_camera:main",
     "camera_switch": "rynn_teleop.nodes.camera_switch:main",
+    "world_model": "rynn_teleop.nodes.world_model:main",
 }
 
 

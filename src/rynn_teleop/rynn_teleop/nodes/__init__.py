@@ -21,6 +21,7 @@ REGISTRY: dict[str, str] = {
     "hand_driver": "rynn_teleop.nodes.hand_driver:HandDriverNode",
     "head_camera": "rynn_teleop.nodes.head_camera:HeadCameraNode",
     "camera_switch": "rynn_teleop.nodes.camera_switch:CameraSwitchNode",
+    "world_model": "rynn_teleop.nodes.world_model:WorldModelNode",
 }
 
 

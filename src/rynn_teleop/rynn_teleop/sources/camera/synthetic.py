@@ -46,8 +46,11 @@ from .base import DEFAULT_MAX_BACKLOG, CameraSource
 
 _LOG = logging.getLogger(__name__)
 
-CAMERA_HEIGHT = 0.55  # [m] optical centre above the table top
-CAMERA_PITCH_DEG = 40.0  # [deg] optical axis below the horizontal
+# The robot's head camera (urdf/robot.yaml: pitched 45 deg down, optical centre 1.38 m above base_link) over
+# a table whose top is at z = 0.68 m in base_link, just below the hands at the arms' home posture, so the world
+# model's robot drawn over this scene stands at the table.
+CAMERA_HEIGHT = 0.70  # [m] optical centre above the table top
+CAMERA_PITCH_DEG = 45.0  # [deg] optical axis below the horizontal
 TABLE_HALF_WIDTH = 0.55  # [m] table spans x in [-0.55, 0.55]
 TABLE_FAR_Y = 1.10  # [m] far edge of the table (the near edge is below the image)
 TABLE_NEAR_Y = -0.20  # [m]

@@ -1,0 +1,325 @@
+"""world_model node: generated head-camera frames for digital teleoperation.
+
+The operator's commands drive a world model instead of (or beside) the robot;
+the model renders what the head camera would see, frame by frame, and each
+frame is tied to one known 54-D action.
+
+Topics:
+    /arms/command, /hands/command   sensor_msgs/JointState (in; ``action_source: commands``)
+    /joint_states                   sensor_msgs/JointState (in; ``action_source: joint_states``)
+    <reference.topic>               sensor_msgs/Image (in; the reference frame when ``reference.source: topic``)
+    <reanchor_topic>                sensor_msgs/Image (in; real frames offered for re-anchoring; empty = none)
+    <namespace>/color/image_raw     sensor_msgs/Image rgb8 (out, SensorDataQoS), frame ``color_frame_id``
+    <namespace>/color/camera_info   sensor_msgs/CameraInfo (out, same stamps)
+    <namespace>/condition/image_raw sensor_msgs/Image rgb8 (out, ``publish_condition``: the skeleton image)
+
+Timing: a generation thread (off the executor) ticks at the profile's rate.
+Each tick conditions on the newest action (commands superseded in between are
+dropped and counted) and publishes the frames the backend completes, each
+stamped with the header stamp of the newest command its action used, so a
+recorded action and its frame align exactly. Without a new command since the
+last frame a tick generates nothing (the feed is silent, which the camera
+switch reports). No frame is generated before every one of the 54 joints has
+been commanded once (diagnostics name the missing groups).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from pathlib import Path
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.qos import qos_profile_sensor_data
+from rclpy.time import Time
+from sensor_msgs.msg import CameraInfo, Image, JointState
+
+from ..core.camera import default_intrinsics, parse_profile
+from ..core.joint_state import JointStateBuffer
+from ..core.params import Param, ParamSchema
+from ..core.robot_model import arm_joint_names, hand_joint_names
+from ..errors import ConfigurationError, ParameterError
+from ..world_model.generator import as_rgb
+from .base import TeleopNode, run_single
+from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
+from .conversions import camera_info_message, image_array, image_message
+
+GROUPS = {f"{side}_{part}": names(side) for side in ("left", "right")
+          for part, names in (("arm", arm_joint_names), ("hand", hand_joint_names))}
+
+
+class WorldModelNode(TeleopNode):
+    SCHEMA = ParamSchema(
+        "world_model",
+        [
+            DESCRIPTION_OVERLAY,
+            Param("backend", str, "render", "generator: render (robot drawn over the reference frame) or diffusion "
+                  "(the learned model; needs a checkpoint)", choices=("render", "diffusion")),
+            Param("profile", str, "640x480x30", "output WIDTHxHEIGHTxFPS (frames are generated at this rate)"),
+            Param("namespace", str, "/head_camera/generated", "topic prefix of the generated camera"),
+            Param("color_frame_id", str, "camera_color_optical_frame", "frame id of the generated images"),
+            Param("camera.fx", float, 0.0, "focal length u of the generated camera (0 = the default D435-like "
+                  "intrinsics of the profile size, as the synthetic camera)", "px", min=0.0, max=1e5),
+            Param("camera.fy", float, 0.0, "focal length v (0 = default)", "px", min=0.0, max=1e5),
+            Param("camera.cx", float, -1.0, "principal point u (-1 = image centre)", "px", min=-1.0, max=1e5),
+            Param("camera.cy", float, -1.0, "principal point v (-1 = image centre)", "px", min=-1.0, max=1e5),
+            Param("action_source", str, "commands", "what drives the model: the teleop commands or the drivers' "
+                  "measured /joint_states", choices=("commands", "joint_states")),
+            Param("arms_topic", str, "/arms/command", "arm commands (14 joints)"),
+            Param("hands_topic", str, "/hands/command", "hand commands (20 joints per message)"),
+            Param("joint_states_topic", str, "/joint_states", "measured joint states (action_source joint_states)"),
+            Param("reference.source", str, "synthetic", "first frame of the stream: the synthetic tabletop, an image "
+                  "file, or the first frame on a camera topic", choices=("synthetic", "file", "topic")),
+            Param("reference.path", str, "", "reference.source file: an image file (PNG, JPEG)"),
+            Param("reference.topic", str, "/head_camera/physical/color/image_raw",
+                  "reference.source topic: camera topic whose first frame is the reference"),
+            Param("reference.seed", int, 0, "reference.source synthetic: scene seed", min=0, max=2**31 - 1),
+            Param("reanchor_topic", str, "/head_camera/physical/color/image_raw",
+                  "real frames offered to the model for re-anchoring (empty = none)"),
+            Param("publish_condition", bool, False, "also publish the condition (skeleton) image on "
+                  "<namespace>/condition/image_raw"),
+            Param("condition.colormap", str, "plasma", "skeleton image: OpenCV colour map name of depth, near = "
+                  "its bright end (plasma, inferno, magma, viridis...)"),
+            Param("condition.near_m", float, 0.25, "skeleton image: depth drawn brightest/largest", "m",
+                  min=0.01, max=10.0),
+            Param("condition.far_m", float, 1.2, "skeleton image: depth drawn darkest/smallest", "m",
+                  min=0.02, max=20.0),
+            Param("condition.radius_px", float, 6.0, "skeleton image: joint radius at condition.reference_m "
+                  "(radius ~ 1/depth)", "px", min=0.5, max=100.0),
+            Param("condition.reference_m", float, 0.6, "skeleton image: depth at which a joint has radius_px", "m",
+                  min=0.01, max=20.0),
+            Param("diffusion.preset", str, "tiny", "diffusion: model size", choices=("tiny", "paper")),
+            Param("diffusion.checkpoint", str, "", "diffusion: safetensors checkpoint matching the preset (required)"),
+            Param("diffusion.device", str, "cpu", "diffusion: torch device (cpu, cuda, cuda:1...)"),
+            Param("diffusion.dtype", str, "float32", "diffusion: compute dtype",
+                  choices=("float32", "bfloat16", "float16")),
+            Param("diffusion.seed", int, 0, "diffusion: noise seed", min=0, max=2**31 - 1),
+            Param("diffusion.chunk_frames", int, 81, "diffusion: frames per chunk; each chunk re-anchors on the "
+                  "newest real frame (else its own last frame)", "frames", min=5, max=100000),
+        ],
+    )
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        p = self.params
+        profile = _profile(p)
+        self.width, self.height, self.rate_hz = profile.width, profile.height, float(profile.fps)
+        if p["condition.far_m"] <= p["condition.near_m"]:
+            raise ParameterError("condition.far_m", f"condition.far_m ({p['condition.far_m']}) must be greater than "
+                                 f"condition.near_m ({p['condition.near_m']})")
+        self.intrinsics = _intrinsics(p, self.width, self.height)
+        self.robot = robot_from_overlay(p["description_overlay"])
+        self.conditioner = _conditioner(self.robot, self.intrinsics, p)
+        self.generator = _generator(self.robot, self.intrinsics, p)
+        reference = _load_reference(p, self.width, self.height)  # None: the first frame on reference.topic
+
+        self.state = JointStateBuffer(self.robot.neutral())
+        self._lock = threading.Lock()
+        self._seq = 0  # commands merged so far
+        self._stamp = None  # builtin_interfaces/Time of the newest merged command
+        self._stamp_s = -np.inf  # the same [s]
+        self._reference = reference
+        self._real = None  # newest real frame (Image) not yet offered to the generator
+        self._pending_stamps: deque = deque()
+        self.frames = self.dropped = self.idle_ticks = self.overruns = self.rejected = self.generation_errors = 0
+        self._group_index = {g: self.robot.indices(names) for g, names in GROUPS.items()}
+
+        ns = p["namespace"].rstrip("/")
+        self._image_pub = self.create_publisher(Image, f"{ns}/color/image_raw", qos_profile_sensor_data)
+        self._info_pub = self.create_publisher(CameraInfo, f"{ns}/color/camera_info", qos_profile_sensor_data)
+        self._condition_pub = (self.create_publisher(Image, f"{ns}/condition/image_raw", qos_profile_sensor_data)
+                               if p["publish_condition"] else None)
+        topics = ([p["arms_topic"], p["hands_topic"]] if p["action_source"] == "commands"
+                  else [p["joint_states_topic"]])
+        for topic in topics:  # commands are reliable (as published); keep only the newest
+            self.create_subscription(JointState, topic, self._on_joints, 10)
+        if reference is None:
+            self.create_subscription(Image, p["reference.topic"], self._on_reference, qos_profile_sensor_data)
+        if p["reanchor_topic"].strip():
+            self.create_subscription(Image, p["reanchor_topic"], self._on_real, qos_profile_sensor_data)
+
+        self._running = True
+        self._thread = threading.Thread(target=self._generate_loop, name="world_model", daemon=True)
+        self._thread.start()
+        self.get_logger().info(f"{p['backend']} world model {self.width}x{self.height} at {self.rate_hz:g} Hz on "
+                               f"{ns}/color/image_raw")
+
+    # ------------------------------------------------------------------ inputs (executor thread)
+    def _on_joints(self, msg: JointState) -> None:
+        stamp = Time.from_msg(msg.header.stamp).nanoseconds * 1e-9
+        with self._lock:
+            if not self.state.update(msg.name, msg.position, stamp):
+                self.rejected += 1
+                return
+            self._seq += 1
+            if stamp >= self._stamp_s:
+                self._stamp, self._stamp_s = msg.header.stamp, stamp  # the newest command stamp the action uses
+        self.meter("commands_in").tick(self.now_s(), self.now_s() - stamp)
+
+    def _on_reference(self, msg: Image) -> None:
+        with self._lock:
+            if self._reference is None:
+                self._reference = as_rgb(image_array(msg), self.width, self.height)
+
+    def _on_real(self, msg: Image) -> None:
+        with self._lock:
+            self._real = msg
+
+    # ------------------------------------------------------------------ generation thread
+    def _generate_loop(self) -> None:
+        period = 1.0 / self.rate_hz
+        next_tick = time.monotonic()
+        last_seq = 0
+        started = False
+        while self._running:
+            delay = next_tick - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            next_tick += period
+            if time.monotonic() - next_tick > period:  # more than a tick behind: skip ahead, count it
+                self.overruns += 1
+                next_tick = time.monotonic() + period
+            with self._lock:
+                reference, real, self._real = self._reference, self._real, None
+                seq, stamp = self._seq, self._stamp
+                ready = bool(np.isfinite(self.state.stamp).all())  # every joint commanded at least once
+                q = self.state.position.copy() if ready else None
+            if real is not None:
+                self.generator.observe(as_rgb(image_array(real), self.width, self.height))
+            if reference is None or not ready:
+                continue
+            if not started:
+                self.generator.reset(reference)
+                started = True
+            if seq == last_seq:
+                self.idle_ticks += 1
+                continue
+            self.dropped += max(0, seq - last_seq - 1)
+            last_seq = seq
+            try:
+                self._generate(q, stamp)
+            except Exception as exc:  # noqa: BLE001 - report, keep the node (and its diagnostics) alive
+                self.get_logger().error(f"generation failed: {exc!r}", throttle_duration_sec=5.0)
+                self.generation_errors += 1
+
+    def _generate(self, q: np.ndarray, stamp) -> None:
+        with self.generator.timer.stage("condition"):
+            condition = self.conditioner.condition_image(q)
+        self._pending_stamps.append(stamp)
+        frames = self.generator.step(q, condition)
+        now = self.now_s()
+        for frame in frames:
+            frame_stamp = self._pending_stamps.popleft()
+            fid = self.params["color_frame_id"]
+            self._image_pub.publish(image_message(frame, "rgb8", frame_stamp, fid))
+            self._info_pub.publish(camera_info_message(self.intrinsics, frame_stamp, fid))
+            self.frames += 1
+            self.meter("frames").tick(now, now - Time.from_msg(frame_stamp).nanoseconds * 1e-9)
+        if self._condition_pub is not None:
+            self._condition_pub.publish(image_message(condition, "rgb8", stamp, self.params["color_frame_id"]))
+
+    # ------------------------------------------------------------------ diagnostics
+    def missing_groups(self) -> list[str]:
+        return [g for g, idx in self._group_index.items() if not np.isfinite(self.state.stamp[idx]).all()]
+
+    def diagnostic_values(self):
+        values = {"backend": self.params["backend"], "frames": self.frames, "commands_dropped": self.dropped,
+                  "idle_ticks": self.idle_ticks, "overruns": self.overruns, "rejected_commands": self.rejected,
+                  "pending_actions": len(self._pending_stamps), "generation_errors": self.generation_errors}
+        for stage, ms in self.generator.timings().items():
+            values[f"stage.{stage}_ms"] = f"{ms:.2f}"
+        return values
+
+    def diagnostic_level(self):
+        if self._reference is None:
+            return DiagnosticStatus.WARN, f"waiting for a reference frame on {self.params['reference.topic']}"
+        missing = self.missing_groups()
+        if missing:
+            return DiagnosticStatus.WARN, f"waiting for commands of {', '.join(missing)}"
+        if self.meter("frames").rate(self.now_s()) == 0.0:
+            return DiagnosticStatus.WARN, "no new commands: no frames"
+        return DiagnosticStatus.OK, "generating"
+
+    def destroy_node(self) -> None:
+        self._running = False
+        thread = getattr(self, "_thread", None)
+        if thread is not None:
+            thread.join(timeout=5.0)
+        generator = getattr(self, "generator", None)
+        if generator is not None:
+            generator.close()
+        super().destroy_node()
+
+
+def _profile(p):
+    try:
+        return parse_profile(p["profile"])
+    except ConfigurationError as exc:
+        raise ParameterError("profile", f"profile: {exc}") from None
+
+
+def _intrinsics(p, width: int, height: int):
+    intr = default_intrinsics(width, height)
+    return intr._replace(
+        fx=p["camera.fx"] or intr.fx, fy=p["camera.fy"] or intr.fy,
+        cx=intr.cx if p["camera.cx"] < 0 else p["camera.cx"], cy=intr.cy if p["camera.cy"] < 0 else p["camera.cy"],
+    )
+
+
+def _conditioner(robot, intrinsics, p):
+    from ..world_model.conditioning import Conditioner, SkeletonStyle  # noqa: PLC0415
+
+    try:
+        style = SkeletonStyle(colormap=p["condition.colormap"], near=p["condition.near_m"], far=p["condition.far_m"],
+                              radius=p["condition.radius_px"], reference_depth=p["condition.reference_m"])
+    except ParameterError as exc:  # names the style field: map it back to this node's key
+        key = f"condition.{_STYLE_KEYS.get(exc.key, exc.key)}"
+        raise ParameterError(key, f"{key}: {exc}") from None
+    return Conditioner(robot, intrinsics, style)
+
+
+_STYLE_KEYS = {"near": "near_m", "far": "far_m", "radius": "radius_px", "reference_depth": "reference_m"}
+
+
+def _generator(robot, intrinsics, p):
+    if p["backend"] == "render":
+        from ..world_model.render import RenderGenerator  # noqa: PLC0415
+
+        return RenderGenerator(robot, intrinsics)
+    from ..world_model.diffusion.backend import DiffusionGenerator  # noqa: PLC0415 - imports torch
+
+    return DiffusionGenerator(
+        preset=p["diffusion.preset"], checkpoint=p["diffusion.checkpoint"], device=p["diffusion.device"],
+        dtype=p["diffusion.dtype"], seed=p["diffusion.seed"], chunk_frames=p["diffusion.chunk_frames"],
+        width=intrinsics.width, height=intrinsics.height,
+    )
+
+
+def _load_reference(p, width: int, height: int) -> np.ndarray | None:
+    source = p["reference.source"]
+    if source == "topic":
+        return None
+    if source == "file":
+        import cv2  # noqa: PLC0415
+
+        path = p["reference.path"].strip()
+        image = cv2.imread(path, cv2.IMREAD_COLOR) if path and Path(path).is_file() else None
+        if image is None:
+            raise ParameterError("reference.path", f"reference.path: {path!r} is not a readable image file "
+                                 "(reference.source file needs one)")
+        return as_rgb(image[:, :, ::-1], width, height)
+    from ..sources.camera import make_camera_source  # noqa: PLC0415
+
+    scene = make_camera_source("synthetic", width=width, height=height, fps=30.0, seed=p["reference.seed"],
+                               depth=False)
+    scene.start(0.0)
+    try:
+        return scene.read(0.0)[0].color
+    finally:
+        scene.close()
+
+
+def main(args=None) -> int:
+    return run_single(WorldModelNode, args)

@@ -1,0 +1,128 @@
+"""The interface every world-model backend implements (ROS-free, torch-free).
+
+A backend turns a stream of actions into head-camera frames:
+
+* :meth:`Generator.reset` starts a stream from a reference frame (what the
+  head camera sees before the robot moves);
+* :meth:`Generator.step` takes one action (the 54-D joint vector, in
+  :class:`~rynn_teleop.core.robot_model.RobotModel` joint order, [rad]) and
+  its condition image, and returns the frames that are complete now, in
+  action order. A frame-by-frame backend (``render``) returns one frame per
+  step; a block-wise backend (``diffusion``) returns nothing until a block of
+  actions is in, then that block's frames. ``pending`` says how many actions
+  wait for their frames, so a caller can tie each returned frame to the
+  action (and the command stamp) it was conditioned on: the returned frames
+  belong to the oldest pending actions.
+* :meth:`Generator.observe` hands over the newest real camera frame; a backend
+  that re-anchors periodically uses the newest one at its next re-anchoring
+  point. :meth:`Generator.reanchor` re-anchors now.
+* :meth:`Generator.timings` reports the time per stage [ms] of recent steps.
+
+Images are RGB uint8 arrays of shape (height, width, 3).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections import defaultdict, deque
+from contextlib import contextmanager
+from typing import Iterator
+
+import numpy as np
+
+
+class StageTimer:
+    """Wall time per named stage over the last ``window`` samples of each stage.
+
+    ``with timer.stage("denoise"): ...`` records one sample; :meth:`mean_ms`
+    and :meth:`split` summarise them.
+    """
+
+    def __init__(self, window: int = 100) -> None:
+        self._samples: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=window))
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._samples[name].append(time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        """Record one sample of ``name`` measured elsewhere [s]."""
+        self._samples[name].append(seconds)
+
+    def mean_ms(self) -> dict[str, float]:
+        """Mean time per stage [ms] over the recent samples."""
+        return {k: 1e3 * float(np.mean(v)) for k, v in self._samples.items() if v}
+
+    def total_ms(self) -> dict[str, float]:
+        """Summed time per stage [ms] over the recent samples."""
+        return {k: 1e3 * float(np.sum(v)) for k, v in self._samples.items() if v}
+
+    def split(self) -> dict[str, float]:
+        """Each stage's share of the summed time of all stages (fractions adding up to 1)."""
+        totals = self.total_ms()
+        whole = sum(totals.values())
+        return {k: v / whole for k, v in totals.items()} if whole > 0 else {}
+
+    def clear(self) -> None:
+        self._samples.clear()
+
+
+class Generator(ABC):
+    """A world-model backend (see the module docstring)."""
+
+    #: output frame size [px]
+    width: int
+    height: int
+
+    def __init__(self) -> None:
+        self.timer = StageTimer()
+
+    @abstractmethod
+    def reset(self, reference: np.ndarray) -> None:
+        """Start a new stream whose first frame is ``reference`` (RGB uint8, any size: resized as needed)."""
+
+    @abstractmethod
+    def step(self, action: np.ndarray, condition: np.ndarray | None = None) -> list[np.ndarray]:
+        """Take one action (54,) [rad] and its condition image; return the frames complete now (oldest first)."""
+
+    @property
+    def pending(self) -> int:
+        """Actions taken whose frames have not been returned yet."""
+        return 0
+
+    def observe(self, frame: np.ndarray) -> None:
+        """The newest real camera frame (used at the next re-anchoring point, if the backend has one)."""
+
+    def reanchor(self, frame: np.ndarray) -> None:
+        """Re-anchor on a real frame now (default: start a new stream from it)."""
+        self.reset(frame)
+
+    def timings(self) -> dict[str, float]:
+        """Mean time per stage [ms] of recent steps."""
+        return self.timer.mean_ms()
+
+    def close(self) -> None:
+        """Release resources (threads, device memory)."""
+
+
+def as_rgb(frame: np.ndarray, width: int, height: int) -> np.ndarray:
+    """``frame`` as a contiguous RGB uint8 (height, width, 3) array, resized if its size differs.
+
+    Raises:
+        ValueError: not an (H, W, 3) image.
+    """
+    frame = np.asarray(frame)
+    if frame.ndim != 3 or frame.shape[2] != 3:
+        raise ValueError(f"expected an RGB image of shape (H, W, 3), got {frame.shape}")
+    if frame.dtype != np.uint8:
+        frame = np.clip(frame, 0, 255).astype(np.uint8)
+    if frame.shape[:2] != (height, width):
+        import cv2  # noqa: PLC0415
+
+        frame = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
+    return np.ascontiguousarray(frame)
