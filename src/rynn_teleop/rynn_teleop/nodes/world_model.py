@@ -14,20 +14,25 @@ Topics:
     <namespace>/condition/image_raw sensor_msgs/Image rgb8 (out, ``publish_condition``: the skeleton image)
 
 Timing: a generation thread (off the executor) ticks at the profile's rate.
-Each tick conditions on the newest action (commands superseded in between are
-dropped and counted) and publishes the frames the backend completes, each
-stamped with the header stamp of the newest command its action used, so a
-recorded action and its frame align exactly. Without a new command since the
-last frame a tick generates nothing (the feed is silent, which the camera
-switch reports). No frame is generated before every one of the 54 joints has
-been commanded once (diagnostics name the missing groups).
+Each tick conditions on the newest action if a newer command arrived since
+the last one (commands overwritten in between are dropped and counted) and
+publishes one frame, stamped with the header stamp of the newest command its
+action used, so a recorded action and its frame align exactly and no two
+frames share a stamp (``world_model.stream``). A block-wise backend
+(diffusion) returns frames a block at a time; they leave one per tick, a
+block later. Without new commands no frame is generated (the feed goes
+silent, which the camera switch reports); a half-full block is completed by
+repeating the last action so its frame is still shown. No frame is generated
+before every one of the 54 joints has been commanded once (diagnostics name
+the missing groups). Real frames on ``reanchor_topic`` are subscribed only
+for a backend that re-anchors on them (diffusion).
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -37,11 +42,11 @@ from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from ..core.camera import default_intrinsics, parse_profile
-from ..core.joint_state import JointStateBuffer
 from ..core.params import Param, ParamSchema
 from ..core.robot_model import arm_joint_names, hand_joint_names
 from ..errors import ConfigurationError, ParameterError
 from ..world_model.generator import as_rgb
+from ..world_model.stream import ActionStream, FrameQueue
 from .base import TeleopNode, run_single
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .conversions import camera_info_message, image_array, image_message
@@ -109,22 +114,22 @@ class WorldModelNode(TeleopNode):
         if p["condition.far_m"] <= p["condition.near_m"]:
             raise ParameterError("condition.far_m", f"condition.far_m ({p['condition.far_m']}) must be greater than "
                                  f"condition.near_m ({p['condition.near_m']})")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", p["diffusion.device"]):
+            raise ParameterError("diffusion.device", f"diffusion.device: {p['diffusion.device']!r} is not cpu, cuda "
+                                 "or cuda:N")
         self.intrinsics = _intrinsics(p, self.width, self.height)
         self.robot = robot_from_overlay(p["description_overlay"])
         self.conditioner = _conditioner(self.robot, self.intrinsics, p)
         self.generator = _generator(self.robot, self.intrinsics, p)
         reference = _load_reference(p, self.width, self.height)  # None: the first frame on reference.topic
 
-        self.state = JointStateBuffer(self.robot.neutral())
-        self._lock = threading.Lock()
-        self._seq = 0  # commands merged so far
-        self._stamp = None  # builtin_interfaces/Time of the newest merged command
-        self._stamp_s = -np.inf  # the same [s]
+        self.actions = ActionStream(self.robot.joint_names, GROUPS, self.robot.neutral())
+        self.frame_queue = FrameQueue(self.generator)
+        self._lock = threading.Lock()  # guards actions, _reference, _real
         self._reference = reference
         self._real = None  # newest real frame (Image) not yet offered to the generator
-        self._pending_stamps: deque = deque()
-        self.frames = self.dropped = self.idle_ticks = self.overruns = self.rejected = self.generation_errors = 0
-        self._group_index = {g: self.robot.indices(names) for g, names in GROUPS.items()}
+        self.frames = self.idle_ticks = self.overruns = self.generation_errors = self.bad_images = 0
+        self.meter("frames")  # created before the generation thread can add it while diagnostics iterate
 
         ns = p["namespace"].rstrip("/")
         self._image_pub = self.create_publisher(Image, f"{ns}/color/image_raw", qos_profile_sensor_data)
@@ -133,14 +138,15 @@ class WorldModelNode(TeleopNode):
                                if p["publish_condition"] else None)
         topics = ([p["arms_topic"], p["hands_topic"]] if p["action_source"] == "commands"
                   else [p["joint_states_topic"]])
-        for topic in topics:  # commands are reliable (as published); keep only the newest
+        for topic in topics:  # commands are reliable (as published); the newest wins
             self.create_subscription(JointState, topic, self._on_joints, 10)
         if reference is None:
             self.create_subscription(Image, p["reference.topic"], self._on_reference, qos_profile_sensor_data)
-        if p["reanchor_topic"].strip():
+        self.reanchoring = bool(p["reanchor_topic"].strip()) and self.generator.uses_real_frames
+        if self.reanchoring:  # only a backend that re-anchors on real frames gets them
             self.create_subscription(Image, p["reanchor_topic"], self._on_real, qos_profile_sensor_data)
 
-        self._running = True
+        self._stop = threading.Event()
         self._thread = threading.Thread(target=self._generate_loop, name="world_model", daemon=True)
         self._thread.start()
         self.get_logger().info(f"{p['backend']} world model {self.width}x{self.height} at {self.rate_hz:g} Hz on "
@@ -148,94 +154,100 @@ class WorldModelNode(TeleopNode):
 
     # ------------------------------------------------------------------ inputs (executor thread)
     def _on_joints(self, msg: JointState) -> None:
-        stamp = Time.from_msg(msg.header.stamp).nanoseconds * 1e-9
+        stamp_ns = Time.from_msg(msg.header.stamp).nanoseconds
         with self._lock:
-            if not self.state.update(msg.name, msg.position, stamp):
-                self.rejected += 1
-                return
-            self._seq += 1
-            if stamp >= self._stamp_s:
-                self._stamp, self._stamp_s = msg.header.stamp, stamp  # the newest command stamp the action uses
-        self.meter("commands_in").tick(self.now_s(), self.now_s() - stamp)
+            accepted = self.actions.update(msg.name, msg.position, stamp_ns)
+        if accepted:
+            self.meter("commands_in").tick(self.now_s(), self.now_s() - 1e-9 * stamp_ns)
 
     def _on_reference(self, msg: Image) -> None:
+        try:
+            frame = as_rgb(image_array(msg), self.width, self.height)
+        except (ValueError, TypeError) as exc:  # e.g. a mono8 or yuv stream: not a reference, keep waiting
+            self.bad_images += 1
+            self.get_logger().error(f"reference frame rejected: {exc}", throttle_duration_sec=5.0)
+            return
         with self._lock:
             if self._reference is None:
-                self._reference = as_rgb(image_array(msg), self.width, self.height)
+                self._reference = frame
 
     def _on_real(self, msg: Image) -> None:
         with self._lock:
-            self._real = msg
+            self._real = msg  # converted on the generation thread, newest only
 
     # ------------------------------------------------------------------ generation thread
     def _generate_loop(self) -> None:
         period = 1.0 / self.rate_hz
         next_tick = time.monotonic()
-        last_seq = 0
         started = False
-        while self._running:
-            delay = next_tick - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
+        while not self._stop.wait(max(0.0, next_tick - time.monotonic())):
             next_tick += period
-            if time.monotonic() - next_tick > period:  # more than a tick behind: skip ahead, count it
+            if time.monotonic() > next_tick:  # a tick late already: skip ahead, count it
                 self.overruns += 1
                 next_tick = time.monotonic() + period
-            with self._lock:
-                reference, real, self._real = self._reference, self._real, None
-                seq, stamp = self._seq, self._stamp
-                ready = bool(np.isfinite(self.state.stamp).all())  # every joint commanded at least once
-                q = self.state.position.copy() if ready else None
-            if real is not None:
-                self.generator.observe(as_rgb(image_array(real), self.width, self.height))
-            if reference is None or not ready:
-                continue
-            if not started:
-                self.generator.reset(reference)
-                started = True
-            if seq == last_seq:
-                self.idle_ticks += 1
-                continue
-            self.dropped += max(0, seq - last_seq - 1)
-            last_seq = seq
             try:
-                self._generate(q, stamp)
+                started = self._tick(started)
             except Exception as exc:  # noqa: BLE001 - report, keep the node (and its diagnostics) alive
-                self.get_logger().error(f"generation failed: {exc!r}", throttle_duration_sec=5.0)
                 self.generation_errors += 1
+                self.get_logger().error(f"generation failed: {exc!r}", throttle_duration_sec=5.0)
 
-    def _generate(self, q: np.ndarray, stamp) -> None:
-        with self.generator.timer.stage("condition"):
-            condition = self.conditioner.condition_image(q)
-        self._pending_stamps.append(stamp)
-        frames = self.generator.step(q, condition)
-        now = self.now_s()
-        for frame in frames:
-            frame_stamp = self._pending_stamps.popleft()
-            fid = self.params["color_frame_id"]
-            self._image_pub.publish(image_message(frame, "rgb8", frame_stamp, fid))
-            self._info_pub.publish(camera_info_message(self.intrinsics, frame_stamp, fid))
+    def _tick(self, started: bool) -> bool:
+        """One generation tick; returns whether the stream has started."""
+        with self._lock:
+            reference, real, self._real = self._reference, self._real, None
+            if reference is None or not self.actions.complete:
+                return started
+            if not started:
+                self.actions.skip_pending()  # what arrived before the stream started is not "dropped"
+            taken = self.actions.take() if started else None
+        if not started:
+            self.frame_queue.reset(reference)
+            started = True
+        if real is not None:
+            try:
+                self.generator.observe(as_rgb(image_array(real), self.width, self.height))
+            except (ValueError, TypeError):
+                self.bad_images += 1
+        if taken is None:
+            self.idle_ticks += 1
+            self.frame_queue.pad()  # a half-full block completes with the last action repeated
+        else:
+            q, stamp_ns = taken
+            with self.generator.timer.stage("condition"):
+                condition = self.conditioner.condition_image(q)
+            self.frame_queue.push(q, stamp_ns, condition)
+            if self._condition_pub is not None:
+                self._condition_pub.publish(image_message(condition, "rgb8", _stamp_msg(stamp_ns),
+                                                          self.params["color_frame_id"]))
+        out = self.frame_queue.pop()  # one frame per tick: a fixed output rate
+        if out is not None:
+            frame, stamp_ns = out
+            stamp, fid = _stamp_msg(stamp_ns), self.params["color_frame_id"]
+            self._image_pub.publish(image_message(frame, "rgb8", stamp, fid))
+            self._info_pub.publish(camera_info_message(self.intrinsics, stamp, fid))
             self.frames += 1
-            self.meter("frames").tick(now, now - Time.from_msg(frame_stamp).nanoseconds * 1e-9)
-        if self._condition_pub is not None:
-            self._condition_pub.publish(image_message(condition, "rgb8", stamp, self.params["color_frame_id"]))
+            now = self.now_s()
+            self.meter("frames").tick(now, now - 1e-9 * stamp_ns)
+        return started
 
     # ------------------------------------------------------------------ diagnostics
-    def missing_groups(self) -> list[str]:
-        return [g for g, idx in self._group_index.items() if not np.isfinite(self.state.stamp[idx]).all()]
-
     def diagnostic_values(self):
-        values = {"backend": self.params["backend"], "frames": self.frames, "commands_dropped": self.dropped,
-                  "idle_ticks": self.idle_ticks, "overruns": self.overruns, "rejected_commands": self.rejected,
-                  "pending_actions": len(self._pending_stamps), "generation_errors": self.generation_errors}
+        a = self.actions
+        values = {"backend": self.params["backend"], "frames": self.frames, "commands_dropped": a.dropped,
+                  "commands_out_of_order": a.out_of_order, "commands_rejected": a.rejected,
+                  "idle_ticks": self.idle_ticks, "overruns": self.overruns, "waiting_actions": self.frame_queue.waiting,
+                  "generation_errors": self.generation_errors, "bad_images": self.bad_images,
+                  "reanchoring": self.reanchoring}
         for stage, ms in self.generator.timings().items():
             values[f"stage.{stage}_ms"] = f"{ms:.2f}"
         return values
 
     def diagnostic_level(self):
+        if not self._thread.is_alive():
+            return DiagnosticStatus.ERROR, "generation thread stopped"
         if self._reference is None:
             return DiagnosticStatus.WARN, f"waiting for a reference frame on {self.params['reference.topic']}"
-        missing = self.missing_groups()
+        missing = self.actions.missing_groups()
         if missing:
             return DiagnosticStatus.WARN, f"waiting for commands of {', '.join(missing)}"
         if self.meter("frames").rate(self.now_s()) == 0.0:
@@ -243,21 +255,31 @@ class WorldModelNode(TeleopNode):
         return DiagnosticStatus.OK, "generating"
 
     def destroy_node(self) -> None:
-        self._running = False
-        thread = getattr(self, "_thread", None)
-        if thread is not None:
-            thread.join(timeout=5.0)
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+            self._thread.join(timeout=10.0)
         generator = getattr(self, "generator", None)
         if generator is not None:
-            generator.close()
+            if stop is not None and self._thread.is_alive():  # still inside a step: closing would pull the model away
+                self.get_logger().error("generation thread did not stop within 10 s; generator left open")
+            else:
+                generator.close()
         super().destroy_node()
+
+
+def _stamp_msg(stamp_ns: int):
+    return Time(nanoseconds=stamp_ns).to_msg()
 
 
 def _profile(p):
     try:
-        return parse_profile(p["profile"])
+        profile = parse_profile(p["profile"])
     except ConfigurationError as exc:
         raise ParameterError("profile", f"profile: {exc}") from None
+    if not (16 <= profile.width <= 4096 and 16 <= profile.height <= 4096 and 1 <= profile.fps <= 120):
+        raise ParameterError("profile", f"profile: {p['profile']!r} out of range (16..4096 px, 1..120 Hz)")
+    return profile
 
 
 def _intrinsics(p, width: int, height: int):

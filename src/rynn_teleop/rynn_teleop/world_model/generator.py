@@ -23,6 +23,7 @@ Images are RGB uint8 arrays of shape (height, width, 3).
 
 from __future__ import annotations
 
+import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict, deque
@@ -36,11 +37,13 @@ class StageTimer:
     """Wall time per named stage over the last ``window`` samples of each stage.
 
     ``with timer.stage("denoise"): ...`` records one sample; :meth:`mean_ms`
-    and :meth:`split` summarise them.
+    and :meth:`split` summarise them. Thread-safe: a generation thread
+    records while a diagnostics timer reads.
     """
 
     def __init__(self, window: int = 100) -> None:
         self._samples: dict[str, deque[float]] = defaultdict(lambda: deque(maxlen=window))
+        self._lock = threading.Lock()
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
@@ -48,19 +51,24 @@ class StageTimer:
         try:
             yield
         finally:
-            self._samples[name].append(time.perf_counter() - start)
+            self.add(name, time.perf_counter() - start)
 
     def add(self, name: str, seconds: float) -> None:
         """Record one sample of ``name`` measured elsewhere [s]."""
-        self._samples[name].append(seconds)
+        with self._lock:
+            self._samples[name].append(seconds)
+
+    def _snapshot(self) -> dict[str, list[float]]:
+        with self._lock:
+            return {k: list(v) for k, v in self._samples.items() if v}
 
     def mean_ms(self) -> dict[str, float]:
         """Mean time per stage [ms] over the recent samples."""
-        return {k: 1e3 * float(np.mean(v)) for k, v in self._samples.items() if v}
+        return {k: 1e3 * float(np.mean(v)) for k, v in self._snapshot().items()}
 
     def total_ms(self) -> dict[str, float]:
         """Summed time per stage [ms] over the recent samples."""
-        return {k: 1e3 * float(np.sum(v)) for k, v in self._samples.items() if v}
+        return {k: 1e3 * float(np.sum(v)) for k, v in self._snapshot().items()}
 
     def split(self) -> dict[str, float]:
         """Each stage's share of the summed time of all stages (fractions adding up to 1)."""
@@ -69,7 +77,8 @@ class StageTimer:
         return {k: v / whole for k, v in totals.items()} if whole > 0 else {}
 
     def clear(self) -> None:
-        self._samples.clear()
+        with self._lock:
+            self._samples.clear()
 
 
 class Generator(ABC):
@@ -78,6 +87,8 @@ class Generator(ABC):
     #: output frame size [px]
     width: int
     height: int
+    #: whether :meth:`observe` frames are used (re-anchoring); callers need not convert real frames otherwise
+    uses_real_frames: bool = False
 
     def __init__(self) -> None:
         self.timer = StageTimer()
