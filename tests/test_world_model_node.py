@@ -15,7 +15,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.robot_model import RobotModel, arm_joint_names, hand_joint_names
-from rynn_teleop.errors import ParameterError
+from rynn_teleop.errors import ConfigurationError, ParameterError
 from rynn_teleop.nodes.conversions import image_array
 from rynn_teleop.runner import Composition
 
@@ -213,3 +213,37 @@ def test_bad_profile_and_device_name_their_key(ros_domain_id):
     with pytest.raises(ParameterError, match="diffusion.device"):
         Composition(["world_model"], overrides={"world_model": {"diffusion.device": "gpu0"}},
                     domain_id=ros_domain_id)
+
+
+def test_diffusion_without_a_checkpoint_refuses_to_start(ros_domain_id):
+    with pytest.raises(ConfigurationError, match="checkpoint"):
+        Composition(["world_model"], overrides={"world_model": {"backend": "diffusion"}}, domain_id=ros_domain_id)
+
+
+def test_diffusion_backend_frames_arrive_block_wise_with_their_own_command_stamps(ros_domain_id, tmp_path):
+    from rynn_teleop.world_model.diffusion.checkpoint import save_checkpoint  # noqa: PLC0415
+    from rynn_teleop.world_model.diffusion.model import untrained_model  # noqa: PLC0415
+    from rynn_teleop.world_model.diffusion.presets import get_preset  # noqa: PLC0415
+
+    preset = get_preset("tiny")
+    path = tmp_path / "tiny.safetensors"
+    save_checkpoint(untrained_model(preset, seed=0), path, preset)  # tests the plumbing, not a trained model
+    comp = Composition(["world_model"], overrides={"world_model": {
+        **SMALL, "backend": "diffusion", "diffusion.checkpoint": str(path), "profile": "96x64x30"}},
+        domain_id=ros_domain_id)
+    try:
+        op = Operator(comp)
+        wm = comp.node("world_model")
+        op.stream(2.0)
+        assert wait_for(lambda: len(op.images) >= 12, 5.0)
+        # commands stopped: the half-full block is padded and every action taken is shown
+        assert wait_for(lambda: wm.frame_queue.waiting == 0, 5.0)
+        with op.lock:
+            images, sent = list(op.images), dict(op.sent)
+        keys = [(m.header.stamp.sec, m.header.stamp.nanosec) for m in images]
+        assert all(k in sent for k in keys) and len(set(keys)) == len(keys)
+        assert (images[-1].width, images[-1].height, images[-1].encoding) == (96, 64, "rgb8")
+        assert wm.reanchoring is False  # SMALL has no re-anchoring topic
+        assert {"denoise", "decode"} <= set(wm.generator.timings())
+    finally:
+        comp.shutdown()

@@ -161,4 +161,4 @@ class FrameQueue:
     @property
     def waiting(self) -> int:
         """Actions whose frames are not published yet (pending in the backend or queued here)."""
-        return sum(s is not None for s in self._stamps) + len(self._ready)
+        return sum(s is not None for s in list(self._stamps)) + len(self._ready)  # list(): read from other threads

@@ -1,0 +1,103 @@
+"""The ``diffusion`` world-model backend: :class:`~rynn_teleop.world_model.generator.Generator`
+over the :class:`~.engine.StreamEngine`.
+
+The network sees the action only through its condition image (the depth-aware
+skeleton drawn from the action), so :meth:`DiffusionGenerator.step` needs the
+condition and does not read the action itself. Condition images are buffered
+(resized to the preset's size) until a block is complete; that block's frames
+are then returned at once (resized to the output size), oldest first, one per
+buffered action.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import torch
+
+from rynn_teleop.world_model.generator import Generator, as_rgb
+
+from .checkpoint import load_model
+from .engine import StreamEngine
+from .model import resolve_dtype
+from .presets import get_preset
+
+
+class DiffusionGenerator(Generator):
+    """The learned world model as a backend.
+
+    Args:
+        preset: preset name ("tiny", "paper").
+        checkpoint: a safetensors file written by
+            :func:`~.checkpoint.save_checkpoint` for this preset (required).
+        device: torch device ("cpu", "cuda", ...).
+        dtype: "float32", "bfloat16" or "float16".
+        seed: sampler noise seed.
+        chunk_frames: frames per chunk, anchor included (re-anchoring period); default the preset's
+            (81). Must be 1 + a whole number of blocks.
+        width, height: output frame size [px]; default the preset's.
+
+    Raises:
+        ConfigurationError: unknown preset or a ``chunk_frames`` that is not
+            1 + whole blocks; no checkpoint (None or ""), or one that does not
+            match the preset (``CheckpointMissingError``/``CheckpointMismatchError``).
+    """
+
+    uses_real_frames = True  # observe() frames re-anchor the stream
+
+    def __init__(self, preset: str, checkpoint: str | os.PathLike | None, device: str = "cpu",
+                 dtype: str | torch.dtype = "float32", seed: int = 0, chunk_frames: int | None = None,
+                 width: int | None = None, height: int | None = None) -> None:
+        super().__init__()
+        config = get_preset(preset)
+        if chunk_frames is not None:
+            config = dataclasses.replace(config, chunk_frames=chunk_frames)  # validated by the preset
+        resolved = resolve_dtype(dtype)
+        model = load_model(config, checkpoint, device, resolved)
+        self.engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=self.timer)
+        self.preset = config
+        self.width = width if width is not None else config.width
+        self.height = height if height is not None else config.height
+        self._conditions: list[np.ndarray] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self._conditions)
+
+    def reset(self, reference: np.ndarray) -> None:
+        """Start a stream from ``reference``; actions still pending are dropped."""
+        self._conditions.clear()
+        self.engine.reset(as_rgb(reference, self.preset.width, self.preset.height))
+
+    def step(self, action: np.ndarray, condition: np.ndarray | None = None) -> list[np.ndarray]:
+        """Buffer ``condition`` (the action is carried by it and not read); return a block's frames when complete.
+
+        Raises:
+            ValueError: no condition image (this backend cannot draw one).
+            RuntimeError: :meth:`reset` was never called.
+        """
+        if condition is None:
+            raise ValueError("the diffusion backend needs the condition (skeleton) image of every action")
+        if not self.engine.started:
+            raise RuntimeError("no stream: call reset(reference) first")
+        self._conditions.append(as_rgb(condition, self.preset.width, self.preset.height))
+        if len(self._conditions) < self.engine.frames_per_block:
+            return []
+        block, self._conditions = self._conditions, []
+        return [as_rgb(frame, self.width, self.height) for frame in self.engine.generate_block(block)]
+
+    def observe(self, frame: np.ndarray) -> None:
+        self.engine.observe(as_rgb(frame, self.preset.width, self.preset.height))
+
+    def reanchor(self, frame: np.ndarray) -> None:
+        """Re-anchor on ``frame`` now; pending actions keep their place and continue from it."""
+        self.engine.reanchor(as_rgb(frame, self.preset.width, self.preset.height))
+
+    def close(self) -> None:
+        """Free the model and cache; the generator cannot be used afterwards."""
+        engine = self.__dict__.pop("engine", None)
+        if engine is not None and engine.device.type == "cuda":
+            del engine
+            torch.cuda.empty_cache()

@@ -1,0 +1,119 @@
+"""Stream-speed measurement of the diffusion engine (for ``bench/``).
+
+Speed does not depend on the weights' values, so the ``paper`` preset can be
+timed with random weights on a GPU, but only when the caller asks for it
+(``random_weights=True``); otherwise a checkpoint is required, as everywhere.
+The inputs are synthetic: a gradient reference frame and condition frames
+with a moving disc (what is drawn does not change the work done).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import resource
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from rynn_teleop.world_model.generator import StageTimer
+
+from .checkpoint import load_model
+from .engine import StreamEngine
+from .model import resolve_dtype, untrained_model
+from .presets import Preset, get_preset
+
+WARMUP_BLOCKS = 2  # blocks run (then discarded) before timing: kernel selection, allocator warm-up
+
+
+def measure_stream(preset: str | Preset, device: str = "cpu", dtype: str | torch.dtype = "float32",
+                   frames: int = 49, checkpoint: str | os.PathLike | None = None,
+                   random_weights: bool = False, seed: int = 0, segments: int = 4) -> dict[str, Any]:
+    """Time one stream of ``frames`` frames (the reference frame and whole blocks), after a short warm-up.
+
+    Args:
+        preset: preset or its name.
+        frames: stream length, reference included; rounded up to 1 + whole blocks (49 -> 1 + 12 * 4).
+        checkpoint: the weights (required unless ``random_weights``).
+        random_weights: time seeded untrained weights (speed only; never frames to look at).
+        segments: stretches the stream is cut into for ``fps_by_stream_length``.
+
+    Returns:
+        ``preset``, ``device``, ``dtype``, ``weights`` ("checkpoint" or "random"), ``width``,
+        ``height`` [px], ``frames`` (generated frames timed), ``fps`` (generated frames per
+        second after the first block [1/s]), ``first_frame_ms`` (reset(reference) until the first
+        block's frames are back [ms]), ``stage_ms`` (mean time per stage call [ms]),
+        ``stage_split`` (each stage's share of the summed stage time), ``peak_memory_mb`` (CUDA:
+        peak allocated by torch; CPU: the process's peak resident set [MiB]),
+        ``fps_by_stream_length`` (frames per second over each of ``segments`` stretches: flat
+        with a fixed-size cache) and ``stream_length_frames`` (stream length at the end of
+        each stretch [frames]).
+
+    Raises:
+        CheckpointMissingError, CheckpointMismatchError: no usable checkpoint and not ``random_weights``.
+        ValueError: both a checkpoint and ``random_weights``.
+    """
+    config = get_preset(preset) if isinstance(preset, str) else preset
+    resolved = resolve_dtype(dtype)
+    if random_weights and checkpoint is not None:
+        raise ValueError("give either a checkpoint or random_weights=True, not both")
+    model = (untrained_model(config, seed, device, resolved) if random_weights
+             else load_model(config, checkpoint, device, resolved))
+    per_block = config.frames_per_block
+    blocks = max(segments, 2, -(-(frames - 1) // per_block))
+    timer = StageTimer(window=blocks + WARMUP_BLOCKS + 8)
+    engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=timer)
+    reference, conditions = _inputs(config)
+
+    engine.reset(reference)
+    for b in range(WARMUP_BLOCKS):
+        engine.generate_block(conditions[b % len(conditions)])
+    timer.clear()
+    if engine.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(engine.device)
+
+    start = time.perf_counter()
+    engine.reset(reference)
+    ends = []
+    for b in range(blocks):
+        engine.generate_block(conditions[b % len(conditions)])
+        ends.append(time.perf_counter())
+    bounds = np.linspace(0, blocks, segments + 1).round().astype(int).tolist()
+    times = [start, *ends]
+    stretches = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
+    return {
+        "preset": config.name, "device": str(engine.device), "dtype": str(resolved).removeprefix("torch."),
+        "weights": "random" if random_weights else "checkpoint", "width": config.width, "height": config.height,
+        "frames": blocks * per_block,
+        "fps": (blocks - 1) * per_block / (ends[-1] - ends[0]),
+        "first_frame_ms": 1e3 * (ends[0] - start),
+        "stage_ms": timer.mean_ms(), "stage_split": timer.split(),
+        "peak_memory_mb": _peak_memory_mb(engine.device),
+        "fps_by_stream_length": [(hi - lo) * per_block / (times[hi] - times[lo]) for lo, hi in stretches],
+        "stream_length_frames": [1 + hi * per_block for _, hi in stretches],
+    }
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _inputs(config: Preset, count: int = 8) -> tuple[np.ndarray, list[list[np.ndarray]]]:
+    """A gradient reference frame and ``count`` blocks of condition frames with a moving disc."""
+    h, w = config.height, config.width
+    rows, cols = np.mgrid[0:h, 0:w]
+    reference = np.stack([255 * cols / w, 255 * rows / h, np.full((h, w), 96.0)], axis=-1).astype(np.uint8)
+    blocks = []
+    for b in range(count):
+        block = []
+        for f in range(config.frames_per_block):
+            phase = 2 * np.pi * (b * config.frames_per_block + f) / (count * config.frames_per_block)
+            cy, cx = h / 2 + h / 4 * np.sin(phase), w / 2 + w / 4 * np.cos(phase)
+            disc = (rows - cy) ** 2 + (cols - cx) ** 2 < (min(h, w) / 8) ** 2
+            block.append(np.repeat((255 * disc).astype(np.uint8)[..., None], 3, axis=-1))
+        blocks.append(block)
+    return reference, blocks

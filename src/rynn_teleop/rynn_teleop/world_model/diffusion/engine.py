@@ -1,0 +1,220 @@
+"""The streaming engine: block-wise generation with a fixed cache, a commit pass and re-anchoring.
+
+One stream, as in the paper:
+
+1. :meth:`StreamEngine.reset` encodes the reference frame alone (1 frame ->
+   1 latent frame, the anchor) and commits it at noise level 0: it becomes
+   the cache's sink. The reference frame is frame 0 of the stream, so the
+   stream follows the causal VAE's 1 + 4k rule with 4k frames per block.
+2. :meth:`StreamEngine.generate_block` takes the 4 * ``block_frames``
+   condition (skeleton) frames of the next block and
+
+   * ``encode_condition``: encodes them with the streaming VAE encoder;
+   * ``denoise``: runs the 4-step flow sampler, each step one DiT pass of the
+     block against the cache (reads only);
+   * ``commit``: one DiT pass on the clean block at noise level 0 writes its
+     keys/values into the cache (sink first, then the sliding window);
+   * ``decode``: decodes the block with the streaming VAE decoder to
+     4 * ``block_frames`` RGB frames.
+3. Every ``chunk_frames`` frames (81: the anchor plus 80 generated frames)
+   it re-anchors (stage ``reanchor``): the cache, VAE streams and frame
+   positions restart from the newest real frame handed to :meth:`observe`
+   since the last anchoring, else from its own last generated frame (as
+   returned, in uint8: the same as re-anchoring on that image). :meth:`reset`
+   is timed under the same stage.
+
+The condition of the anchor frame is the newest condition frame seen (a
+black image at :meth:`reset` when none is given). Shapes are static (every
+block has the same size, the cache is allocated once), and the per-stage
+wall times go to a :class:`~rynn_teleop.world_model.generator.StageTimer`
+(on CUDA each stage ends with a synchronisation so that the split is true).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+from rynn_teleop.world_model.generator import StageTimer
+
+from .model import WorldModel, resolve_dtype
+from .sampler import FlowSampler
+from .vae import (
+    StreamState,
+    pixels_to_rgb,
+    pixels_to_tensor,
+    rgb_to_tensor,
+    tensor_to_pixels,
+)
+
+STAGES = ("encode_condition", "denoise", "commit", "decode", "reanchor")
+
+
+class StreamEngine:
+    """Streaming generation with one model (see the module docstring).
+
+    Args:
+        model: the world model (loaded from a checkpoint by the caller); moved
+            to ``device``/``dtype`` and put in eval mode.
+        device: "cpu", "cuda", "cuda:1", ...
+        dtype: torch dtype or its name ("float32", "bfloat16", "float16").
+        seed: seed of the sampler's noise (same seed and inputs -> same frames).
+        timer: where the stage times go (a new one if None).
+    """
+
+    def __init__(self, model: WorldModel, device: torch.device | str = "cpu",
+                 dtype: torch.dtype | str = torch.float32, seed: int = 0, timer: StageTimer | None = None) -> None:
+        self.device = torch.device(device)
+        self.dtype = resolve_dtype(dtype)
+        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.preset = model.preset
+        self.timer = timer if timer is not None else StageTimer()
+        self.sampler = FlowSampler(self.preset.timesteps, self.preset.shift)
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.cache = model.dit.make_cache()
+        self._condition_stream = StreamState()
+        self._decoder_stream = StreamState()
+        self._frames_since_anchor = 0  # generated video frames since the anchor (the anchor not counted)
+        self._last_frame: torch.Tensor | None = None  # (1, 3, 1, H, W), the newest frame as returned (uint8 values)
+        self._last_condition: torch.Tensor | None = None  # (1, 3, 1, H, W), the newest condition frame
+        self._observed: np.ndarray | None = None  # newest real frame since the last anchoring
+
+    # ---- public API ---------------------------------------------------------
+    @property
+    def frames_per_block(self) -> int:
+        """Condition frames per block = video frames generated per block."""
+        return self.preset.frames_per_block
+
+    @property
+    def frames_since_anchor(self) -> int:
+        """Video frames generated since the last (re-)anchoring [frames]."""
+        return self._frames_since_anchor
+
+    @property
+    def started(self) -> bool:
+        return self._last_frame is not None
+
+    def reset(self, reference: np.ndarray, condition: np.ndarray | None = None) -> None:
+        """Start a stream from ``reference`` (RGB uint8 at the preset's size), the anchor.
+
+        Args:
+            condition: the condition image of the reference frame; None = a black image.
+        """
+        self._observed = None
+        cond = self._image(condition) if condition is not None else self._black()
+        with torch.no_grad(), self._stage("reanchor"):
+            self._anchor(self._image(reference), cond)
+
+    def observe(self, frame: np.ndarray) -> None:
+        """Offer the newest real camera frame (RGB uint8 at the preset's size) for the next re-anchoring."""
+        self._check_image(frame)
+        self._observed = np.array(frame, copy=True)
+
+    def reanchor(self, frame: np.ndarray | None = None) -> None:
+        """Re-anchor now on ``frame``, else the newest observed real frame, else the last generated frame.
+
+        Raises:
+            RuntimeError: no stream was started (call :meth:`reset`).
+        """
+        self._require_started()
+        if frame is not None:
+            self._check_image(frame)
+        with torch.no_grad(), self._stage("reanchor"):
+            self._reanchor(frame)
+
+    def generate_block(self, condition_frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:
+        """The next block's frames from its condition frames.
+
+        Args:
+            condition_frames: ``frames_per_block`` RGB uint8 (H, W, 3) images
+                at the preset's size, oldest first.
+
+        Returns:
+            ``frames_per_block`` generated RGB uint8 (H, W, 3) frames, oldest first.
+
+        Raises:
+            RuntimeError: no stream was started (call :meth:`reset`).
+            ValueError: another number or size of condition frames.
+        """
+        self._require_started()
+        if len(condition_frames) != self.frames_per_block:
+            raise ValueError(f"a block takes {self.frames_per_block} condition frames; got {len(condition_frames)}")
+        for frame in condition_frames:
+            self._check_image(frame)
+        with torch.no_grad():
+            if self._frames_since_anchor >= self.preset.chunk_frames - 1:
+                with self._stage("reanchor"):
+                    self._reanchor(None)
+            with self._stage("encode_condition"):
+                pixels = rgb_to_tensor(condition_frames, self.device, self.dtype)
+                condition = self.model.vae.encode(pixels, self._condition_stream)
+                self._last_condition = pixels[:, :, -1:]
+            with self._stage("denoise"):
+                latents = self._denoise(condition)
+            with self._stage("commit"):
+                self._commit(latents, condition)
+            with self._stage("decode"):
+                pixels = tensor_to_pixels(self.model.vae.decode(latents, self._decoder_stream))
+                self._last_frame = pixels_to_tensor(pixels[:, :, -1:], self.dtype)  # as returned, in uint8
+                frames = pixels_to_rgb(pixels)
+        self._frames_since_anchor += self.frames_per_block
+        return frames
+
+    # ---- the stages ---------------------------------------------------------
+    def _denoise(self, condition: torch.Tensor) -> torch.Tensor:
+        def velocity(x: torch.Tensor, timestep: float) -> torch.Tensor:
+            timesteps = torch.full(x.shape[:1] + x.shape[2:3], timestep, device=self.device)
+            return self.model.dit.forward_block(x, condition, timesteps, self.cache, commit=False)
+
+        return self.sampler.sample(velocity, condition.shape, self.generator, self.device, self.dtype)
+
+    def _commit(self, latents: torch.Tensor, condition: torch.Tensor) -> None:
+        timesteps = torch.zeros(latents.shape[:1] + latents.shape[2:3], device=self.device)
+        self.model.dit.forward_block(latents, condition, timesteps, self.cache, commit=True)
+
+    def _anchor(self, frame: torch.Tensor, condition: torch.Tensor) -> None:
+        """Restart cache, VAE streams and positions from ``frame`` (1, 3, 1, H, W) and its condition."""
+        self.cache.reset()
+        self._condition_stream.clear()
+        self._decoder_stream.clear()
+        latent = self.model.vae.encode(frame)
+        condition_latent = self.model.vae.encode(condition, self._condition_stream)
+        self._commit(latent, condition_latent)
+        self.model.vae.decode(latent, self._decoder_stream)  # the decoder's causal past starts at the anchor
+        self._last_frame, self._last_condition = frame, condition
+        self._frames_since_anchor = 0
+
+    def _reanchor(self, frame: np.ndarray | None) -> None:
+        chosen = frame if frame is not None else self._observed
+        self._observed = None
+        pixels = self._image(chosen) if chosen is not None else self._last_frame
+        self._anchor(pixels, self._last_condition)
+
+    # ---- helpers ------------------------------------------------------------
+    def _image(self, frame: np.ndarray) -> torch.Tensor:
+        self._check_image(frame)
+        return rgb_to_tensor([frame], self.device, self.dtype)
+
+    def _black(self) -> torch.Tensor:
+        return torch.full((1, 3, 1, self.preset.height, self.preset.width), -1.0, device=self.device,
+                          dtype=self.dtype)
+
+    def _check_image(self, frame: np.ndarray) -> None:
+        expected = (self.preset.height, self.preset.width, 3)
+        if np.shape(frame) != expected or np.asarray(frame).dtype != np.uint8:
+            raise ValueError(f"expected an RGB uint8 image of shape {expected}, got "
+                             f"{np.asarray(frame).dtype} {np.shape(frame)}")
+
+    def _require_started(self) -> None:
+        if not self.started:
+            raise RuntimeError("no stream: call reset(reference) first")
+
+    @contextmanager
+    def _stage(self, name: str) -> Iterator[None]:
+        with self.timer.stage(name):
+            yield
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)

@@ -1,0 +1,146 @@
+"""Streaming engine on the tiny preset: causality, re-anchoring, stages, input rules."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from rynn_teleop.world_model.diffusion.engine import STAGES, StreamEngine
+from rynn_teleop.world_model.diffusion.model import WorldModel, untrained_model
+from rynn_teleop.world_model.diffusion.presets import TINY
+
+# re-anchor every 9 frames: the anchor + 2 blocks of 4
+SHORT = dataclasses.replace(TINY, chunk_frames=9)
+H, W = TINY.height, TINY.width
+
+
+def make_model(preset=TINY) -> WorldModel:
+    """Seeded weights with a non-zero control branch (as after training), so conditions matter."""
+    torch.set_num_threads(2)
+    model = untrained_model(preset, seed=0)
+    with torch.no_grad():
+        model.dit.control_embed.weight.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(1))
+    return model
+
+
+@pytest.fixture(scope="module")
+def model() -> WorldModel:
+    return make_model()
+
+
+@pytest.fixture(scope="module")
+def short_model() -> WorldModel:
+    return make_model(SHORT)
+
+
+def image(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (H, W, 3), dtype=np.uint8)
+
+
+def block(seed: int) -> list[np.ndarray]:
+    return [image(1000 * seed + i) for i in range(TINY.frames_per_block)]
+
+
+def stream(model: WorldModel, blocks: list[int], seed: int = 0) -> list[list[np.ndarray]]:
+    engine = StreamEngine(model, seed=seed)
+    engine.reset(image(0))
+    return [engine.generate_block(block(b)) for b in blocks]
+
+
+def test_changing_future_conditions_leaves_earlier_frames_bit_identical(model):
+    a = stream(model, [1, 2, 3, 4])
+    b = stream(model, [1, 2, 7, 8])
+    for early_a, early_b in zip(a[:2], b[:2]):
+        assert all(np.array_equal(x, y) for x, y in zip(early_a, early_b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a[2], b[2]))  # the conditions do matter
+
+
+def test_same_seed_same_stream_other_seed_other_stream(model):
+    a, b, c = stream(model, [1, 2]), stream(model, [1, 2]), stream(model, [1, 2], seed=5)
+    assert all(np.array_equal(x, y) for x, y in zip(a[1], b[1]))
+    assert not all(np.array_equal(x, y) for x, y in zip(a[1], c[1]))
+
+
+def test_block_shapes_and_stage_timings(model):
+    engine = StreamEngine(model)
+    engine.reset(image(0))
+    frames = engine.generate_block(block(1))
+    assert len(frames) == engine.frames_per_block == 4 * TINY.block_frames
+    assert all(f.shape == (H, W, 3) and f.dtype == np.uint8 for f in frames)
+    assert engine.cache.committed == 1 + TINY.block_frames  # the anchor and the block
+    assert set(engine.timer.mean_ms()) == set(STAGES)  # reset is timed as "reanchor"
+
+
+def test_input_rules(model):
+    engine = StreamEngine(model)
+    with pytest.raises(RuntimeError, match="reset"):
+        engine.generate_block(block(1))
+    engine.reset(image(0))
+    with pytest.raises(ValueError, match="takes 4 condition frames"):
+        engine.generate_block(block(1)[:3])
+    with pytest.raises(ValueError, match=r"shape \(64, 96, 3\)"):
+        engine.generate_block([np.zeros((W, H, 3), np.uint8)] * 4)
+
+
+def sink_keys(engine: StreamEngine) -> torch.Tensor:
+    tokens = engine.cache.tokens_per_frame * engine.cache.sink_frames
+    return engine.cache.keys[:, :, :, :tokens].clone()
+
+
+def test_reanchoring_resets_the_cache_on_the_newest_real_frame(short_model):
+    engine = StreamEngine(short_model)
+    engine.reset(image(0))
+    engine.generate_block(block(1))
+    engine.generate_block(block(2))
+    assert engine.cache.committed == 3 and engine.frames_since_anchor == 8
+    engine.observe(image(50))
+    engine.observe(image(51))  # the newest one counts
+    engine.generate_block(block(3))  # 9 frames reached: re-anchors first
+    assert engine.frames_since_anchor == 4
+    assert engine.cache.committed == 2 and engine.cache.frames_held() == [0, 1]
+    # the sink is what a fresh stream anchored on that frame (and the newest condition) holds
+    fresh = StreamEngine(short_model)
+    fresh.reset(image(51), condition=block(2)[-1])
+    assert torch.equal(sink_keys(engine), sink_keys(fresh))
+    assert "reanchor" in engine.timer.mean_ms()
+
+
+def test_reanchoring_without_a_real_frame_uses_the_last_generated_frame(short_model):
+    engine = StreamEngine(short_model)
+    engine.reset(image(0))
+    engine.generate_block(block(1))
+    last = engine.generate_block(block(2))[-1]
+    engine.generate_block(block(3))
+    fresh = StreamEngine(short_model)
+    fresh.reset(last, condition=block(2)[-1])
+    assert torch.equal(sink_keys(engine), sink_keys(fresh))
+
+
+def test_observed_frame_is_used_once(short_model):
+    engine = StreamEngine(short_model)
+    engine.reset(image(0))
+    engine.observe(image(60))
+    for b in range(1, 4):
+        engine.generate_block(block(b))  # re-anchors on image 60 before block 3
+    on_real = StreamEngine(short_model)
+    on_real.reset(image(60), condition=block(2)[-1])
+    assert torch.equal(sink_keys(engine), sink_keys(on_real))
+    last = engine.generate_block(block(4))[-1]
+    engine.generate_block(block(5))  # re-anchors again: no newer real frame, so on its own last frame
+    on_own = StreamEngine(short_model)
+    on_own.reset(last, condition=block(4)[-1])
+    assert torch.equal(sink_keys(engine), sink_keys(on_own))
+
+
+def test_reanchor_now(model):
+    engine = StreamEngine(model)
+    engine.reset(image(0))
+    engine.generate_block(block(1))
+    engine.reanchor(image(70))
+    assert engine.cache.committed == 1 and engine.frames_since_anchor == 0
+    fresh = StreamEngine(model)
+    fresh.reset(image(70), condition=block(1)[-1])
+    assert torch.equal(sink_keys(engine), sink_keys(fresh))
