@@ -1,0 +1,509 @@
+"""Looking at recorded episodes: list, info, check, joint plots, camera previews (ROS-free).
+
+``rynn-teleop episodes ...`` is :func:`episodes_main`::
+
+    episodes list DIR                      one line per episode of an output directory
+    episodes info PATH [--json] [--plot FILE.png] [--video FILE.mp4] [--camera-topic T] [--rate TOPIC=HZ ...]
+    episodes check PATH [--rate TOPIC=HZ ...]   exit 1 if an episode has problems
+    episodes recover PATH                  rebuild the index and metadata.yaml of a killed recorder's bag
+
+PATH is one episode directory or an output directory (every episode in it).
+Exit codes: 0 fine, 1 ``check`` found problems, 2 an error (unreadable bag,
+bad arguments). Per-topic statistics are computed from the MCAP index
+(receive times only, no payload is read); the plot and the preview decode
+messages with rosbags.
+
+The plot draws, per joint, the commanded position (``/arms/command``,
+``/hands/command``, ``sensor_msgs/JointState``) and the measured one
+(``/joint_states``) against receive time, with OpenCV. The preview is an MP4
+(``mp4v``) of a ``sensor_msgs/Image`` topic at its recorded rate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+from rosbags.rosbag2 import Reader
+
+from ..errors import RynnTeleopError
+from .episodes import episode_dirs
+from .errors import RecordingError
+from .mcapfile import read_index
+from .metadata import episode_doc, read_metadata
+from .recover import mcap_file, recover_bag
+from .stats import EpisodeStats, episode_stats
+from .writer import default_typestore
+
+COMMAND_TOPICS = ("/arms/command", "/hands/command")
+MEASURED_TOPIC = "/joint_states"
+CAMERA_TOPIC = "/head_camera/color/image_raw"
+IMAGE_TYPE = "sensor_msgs/msg/Image"
+JOINT_STATE_TYPE = "sensor_msgs/msg/JointState"
+
+
+@dataclass(frozen=True)
+class EpisodeInfo:
+    """What an episode directory holds and how healthy it is."""
+
+    path: Path
+    state: str  # complete, recovered, failed, recording (not closed: needs recover), or unknown (no description)
+    doc: dict[str, Any] = field(default_factory=dict)  # the episode description (episode.yaml)
+    stats: EpisodeStats | None = None  # None when the bag has no readable index
+    problems: list[str] = field(default_factory=list)  # empty when the episode is fine
+
+    @property
+    def ok(self) -> bool:
+        """True when nothing is wrong with the episode."""
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (JSON)."""
+        return {
+            "path": str(self.path),
+            "state": self.state,
+            "task": self.doc.get("task", ""),
+            "operator": self.doc.get("operator", ""),
+            "notes": self.doc.get("notes", ""),
+            "camera_sources": self.doc.get("camera_sources", []),
+            "stats": self.stats.to_dict() if self.stats else None,
+            "problems": list(self.problems),
+        }
+
+
+def _topic_times(path: Path) -> dict[str, tuple[str, np.ndarray]]:
+    """Topic -> (type name, sorted receive times [ns]) from the bag's MCAP index."""
+    index = read_index(mcap_file(path))
+    out: dict[str, tuple[str, list[np.ndarray]]] = {}
+    for cid, ch in index.channels.items():
+        schema = index.schemas.get(ch.schema_id)
+        type_name = schema.name if schema is not None else ""
+        known, parts = out.setdefault(ch.topic, (type_name, []))
+        if type_name not in known.split(", "):
+            out[ch.topic] = (f"{known}, {type_name}", parts)
+        parts.append(index.times.get(cid, np.zeros(0, np.int64)))
+    return {t: (ty, np.sort(np.concatenate(parts))) for t, (ty, parts) in out.items()}
+
+
+def episode_info(path: str | Path, expected_rates: Mapping[str, float] | None = None) -> EpisodeInfo:
+    """Describe and check one episode directory.
+
+    Args:
+        path: the episode (bag) directory.
+        expected_rates: topic -> rate [Hz], overriding or adding to the recorded configuration.
+
+    Raises:
+        RecordingError: the directory holds no MCAP file or unreadable descriptions.
+    """
+    path = Path(path)
+    doc = episode_doc(path)
+    state = str(doc.get("state") or "unknown")
+    problems: list[str] = []
+    if state == "failed":
+        problems.append(f"recording failed: {doc.get('error', 'unknown error')}")
+    meta = read_metadata(path)
+    try:
+        if meta is None:
+            raise RecordingError("no metadata.yaml")
+        times = _topic_times(path)
+    except RecordingError as exc:
+        if state != "failed":
+            problems.append(f"not closed ({exc}): still being recorded, or run `rynn-teleop episodes recover {path}`")
+        return EpisodeInfo(path, "recording" if state in ("recording", "unknown") else state, doc, None, problems)
+    rates = {**(doc.get("expected_rates") or {}), **(expected_rates or {})}
+    edges = [int(x) for _, ts in times.values() if ts.size for x in (ts[0], ts[-1])]
+    start_ns = int(doc.get("start_ns") or min(edges, default=0))
+    stop_ns = int(doc.get("stop_ns") or max(edges, default=start_ns))
+    recorded = (doc.get("stats") or {}).get("topics") or {}
+    dropped = {t: int(s.get("dropped", 0)) for t, s in recorded.items()}
+    stats = episode_stats(times, start_ns=start_ns, stop_ns=stop_ns, expected_rates=rates, dropped=dropped)
+    return EpisodeInfo(path, state, doc, stats, problems + stats.problems())
+
+
+@dataclass(frozen=True)
+class EpisodeListing:
+    """One line of ``episodes list`` (from the descriptions only; no bag is read)."""
+
+    path: Path
+    state: str
+    task: str
+    operator: str
+    duration_s: float | None  # None while not stopped
+    message_count: int | None  # None while not closed
+    problem_count: int | None  # recorded at stop or recover; None if never checked
+
+
+def list_episodes(output_dir: str | Path) -> list[EpisodeListing]:
+    """The episodes of an output directory, by number.
+
+    Raises:
+        RecordingError: ``output_dir`` is not a directory, or a description cannot be parsed.
+    """
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        raise RecordingError(f"{output_dir} is not a directory")
+    out = []
+    for path in episode_dirs(output_dir):
+        doc = episode_doc(path)
+        meta = read_metadata(path)
+        start, stop = doc.get("start_ns"), doc.get("stop_ns")
+        problems = doc.get("problems")
+        out.append(
+            EpisodeListing(
+                path=path,
+                state=str(doc.get("state") or ("unknown" if meta else "recording")),
+                task=str(doc.get("task", "")),
+                operator=str(doc.get("operator", "")),
+                duration_s=(stop - start) * 1e-9 if start is not None and stop is not None else None,
+                message_count=int(meta["message_count"]) if meta else None,
+                problem_count=len(problems) if isinstance(problems, list) else None,
+            )
+        )
+    return out
+
+
+# -- decoding --------------------------------------------------------------------------------
+
+
+def _messages(path: Path, topics: Sequence[str], type_name: str) -> Iterator[tuple[str, int, Any]]:
+    """(topic, receive time [ns], decoded message) of the given topics of one type, in time order."""
+    typestore = default_typestore()
+    try:
+        with Reader(path) as reader:
+            conns = [c for c in reader.connections if c.topic in topics and c.msgtype == type_name]
+            for conn, t, data in reader.messages(connections=conns) if conns else ():
+                yield conn.topic, int(t), typestore.deserialize_cdr(data, type_name)
+    except RecordingError:
+        raise
+    except Exception as exc:
+        raise RecordingError(f"cannot read {path}: {exc}") from exc
+
+
+def image_to_bgr(msg: Any) -> np.ndarray:
+    """A ``sensor_msgs/Image`` (rgb8, bgr8, rgba8, bgra8, mono8, 16UC1/mono16) as an (H, W, 3) uint8 BGR array.
+
+    16-bit images (depth) are scaled so that their largest value is white.
+
+    Raises:
+        RecordingError: another encoding, or data too short for the declared size.
+    """
+    h, w, step, enc = int(msg.height), int(msg.width), int(msg.step), str(msg.encoding)
+    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "16UC1": 2, "mono16": 2}.get(enc)
+    data = np.asarray(msg.data, dtype=np.uint8)
+    if channels is None or data.size < h * step or step < w * channels:
+        raise RecordingError(f"cannot preview image encoding {enc!r} ({w}x{h}, step {step}, {data.size} bytes)")
+    rows = data[: h * step].reshape(h, step)[:, : w * channels]
+    if channels == 2:
+        depth = rows.copy().view(">u2" if msg.is_bigendian else "<u2").reshape(h, w).astype(np.float32)
+        peak = float(depth.max()) or 1.0
+        return cv2.cvtColor((depth * (255.0 / peak)).astype(np.uint8), cv2.COLOR_GRAY2BGR)
+    img = rows.reshape(h, w, channels) if channels > 1 else rows.reshape(h, w)
+    code = {"rgb8": cv2.COLOR_RGB2BGR, "rgba8": cv2.COLOR_RGBA2BGR, "bgra8": cv2.COLOR_BGRA2BGR, "mono8": cv2.COLOR_GRAY2BGR}
+    return cv2.cvtColor(img, code[enc]) if enc in code else np.ascontiguousarray(img)
+
+
+# -- joint plot ------------------------------------------------------------------------------
+
+_COMMAND_COLOUR = (40, 40, 220)  # BGR: red
+_MEASURED_COLOUR = (200, 120, 0)  # BGR: blue
+
+
+def _series(
+    path: Path, topics: Sequence[str]
+) -> tuple[list[str], dict[str, tuple[list[int], list[float]]]]:
+    """Joint names in order of first appearance, and joint -> (receive times [ns], positions) of the topics."""
+    names: list[str] = []
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for _, t, msg in _messages(path, topics, JOINT_STATE_TYPE):
+        for name, pos in zip(msg.name, np.asarray(msg.position, dtype=float)):
+            if name not in out:
+                names.append(name)
+                out[name] = ([], [])
+            out[name][0].append(t)
+            out[name][1].append(float(pos))
+    return names, out
+
+
+def plot_joints(
+    path: str | Path,
+    png: str | Path,
+    *,
+    command_topics: Sequence[str] = COMMAND_TOPICS,
+    measured_topic: str = MEASURED_TOPIC,
+    panel_size: tuple[int, int] = (300, 110),
+    columns: int = 6,
+) -> int:
+    """Draw commanded (red) and measured (blue) position of every joint over receive time into a PNG.
+
+    One panel per joint (commanded joints first, in the order they appear), each
+    scaled to its own range; the time axis [s since the first message plotted] is
+    shared.
+
+    Args:
+        path: the episode (bag) directory.
+        png: the image file to write.
+        panel_size: (width, height) of one joint's panel [px].
+        columns: panels per row.
+
+    Returns:
+        The number of joints drawn.
+
+    Raises:
+        RecordingError: the bag cannot be read, holds none of these topics, or the PNG cannot be written.
+    """
+    path = Path(path)
+    cmd_names, cmd = _series(path, command_topics)
+    meas_names, meas = _series(path, [measured_topic])
+    joints = cmd_names + [n for n in meas_names if n not in cmd]
+    if not joints:
+        raise RecordingError(f"{path}: no JointState on {', '.join([*command_topics, measured_topic])}")
+    t_all = [t for s in (cmd, meas) for ts, _ in s.values() for t in (ts[0], ts[-1])]
+    t0, t1 = min(t_all), max(t_all)
+    span = max(t1 - t0, 1)
+    pw, ph = panel_size
+    rows = math.ceil(len(joints) / columns)
+    header = 36
+    canvas = np.full((header + rows * ph, columns * pw, 3), 255, np.uint8)
+    font = cv2.FONT_HERSHEY_SIMPLEX
+    title = f"{path.name}: commanded (red) vs measured (blue) joint position, {span * 1e-9:.2f} s"
+    cv2.putText(canvas, title, (8, 24), font, 0.6, (0, 0, 0), 1, cv2.LINE_AA)
+    for k, name in enumerate(joints):
+        x0, y0 = (k % columns) * pw, header + (k // columns) * ph
+        left, right, top, bottom = x0 + 6, x0 + pw - 6, y0 + 16, y0 + ph - 6
+        cv2.rectangle(canvas, (left, top), (right, bottom), (200, 200, 200), 1)
+        values = [v for s in (cmd, meas) if name in s for v in s[name][1]]
+        lo, hi = min(values), max(values)
+        if hi - lo < 1e-6:
+            lo, hi = lo - 0.5, hi + 0.5
+        cv2.putText(canvas, f"{name} [{lo:.2f}, {hi:.2f}]", (left, y0 + 12), font, 0.33, (0, 0, 0), 1, cv2.LINE_AA)
+        for series, colour in ((meas, _MEASURED_COLOUR), (cmd, _COMMAND_COLOUR)):
+            if name not in series:
+                continue
+            ts, vs = np.asarray(series[name][0], np.int64), np.asarray(series[name][1], float)
+            step = max(1, len(ts) // (2 * (right - left)))  # about two points per pixel column
+            xs = left + (ts[::step] - t0) / span * (right - left)
+            ys = bottom - (vs[::step] - lo) / (hi - lo) * (bottom - top)
+            pts = np.stack([xs, ys], axis=1).round().astype(np.int32).reshape(-1, 1, 2)
+            cv2.polylines(canvas, [pts], False, colour, 1, cv2.LINE_AA)
+    if not cv2.imwrite(str(png), canvas):
+        raise RecordingError(f"cannot write {png}")
+    return len(joints)
+
+
+# -- camera preview --------------------------------------------------------------------------
+
+
+def image_topics(path: str | Path) -> list[str]:
+    """The ``sensor_msgs/Image`` topics of a closed bag, sorted.
+
+    Raises:
+        RecordingError: the bag has no readable index.
+    """
+    return sorted(t for t, (ty, _) in _topic_times(Path(path)).items() if IMAGE_TYPE in ty.split(", "))
+
+
+def video_preview(path: str | Path, mp4: str | Path, *, topic: str | None = None, max_width: int = 640) -> int:
+    """Write an MP4 (``mp4v``) of an Image topic at its measured rate, with the receive time printed on it.
+
+    Args:
+        path: the episode (bag) directory.
+        mp4: the video file to write.
+        topic: the Image topic (default: ``/head_camera/color/image_raw`` if recorded,
+            else the first Image topic).
+        max_width: frames wider than this are scaled down [px].
+
+    Returns:
+        The number of frames written.
+
+    Raises:
+        RecordingError: no Image topic, an encoding that cannot be shown, or the video
+            cannot be written.
+    """
+    path = Path(path)
+    times = _topic_times(path)
+    candidates = [t for t, (ty, _) in times.items() if IMAGE_TYPE in ty.split(", ")]
+    if topic is None:
+        topic = CAMERA_TOPIC if CAMERA_TOPIC in candidates else (sorted(candidates) or [None])[0]
+    if topic is None or topic not in candidates:
+        raise RecordingError(f"{path}: no {IMAGE_TYPE} topic {topic or ''} to preview (found: {', '.join(candidates) or 'none'})")
+    stamps = times[topic][1]
+    fps = (len(stamps) - 1) / ((stamps[-1] - stamps[0]) * 1e-9) if len(stamps) > 1 and stamps[-1] > stamps[0] else 30.0
+    writer: cv2.VideoWriter | None = None
+    size: tuple[int, int] = (0, 0)
+    frames = 0
+    t0 = int(stamps[0]) if len(stamps) else 0
+    try:
+        for _, t, msg in _messages(path, [topic], IMAGE_TYPE):
+            img = image_to_bgr(msg)
+            if writer is None:
+                h, w = img.shape[:2]
+                scale = min(1.0, max_width / w)
+                size = (max(2, int(w * scale)) // 2 * 2, max(2, int(h * scale)) // 2 * 2)
+                writer = cv2.VideoWriter(str(mp4), cv2.VideoWriter_fourcc(*"mp4v"), float(fps), size)
+                if not writer.isOpened():
+                    raise RecordingError(f"cannot write video {mp4}")
+            if img.shape[1] != size[0] or img.shape[0] != size[1]:
+                img = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
+            cv2.putText(img, f"{topic}  t={(t - t0) * 1e-9:7.3f} s", (8, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (255, 255, 255), 1, cv2.LINE_AA)
+            writer.write(img)
+            frames += 1
+    finally:
+        if writer is not None:
+            writer.release()
+    return frames
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def _episodes_at(path: Path) -> list[Path]:
+    """PATH as episode directories: itself if it holds an MCAP file, else its numbered episodes."""
+    if not path.is_dir():
+        raise RecordingError(f"{path} is not a directory")
+    if any(path.glob("*.mcap")):
+        return [path]
+    found = episode_dirs(path)
+    if not found:
+        raise RecordingError(f"{path} is neither an episode (no *.mcap) nor a directory of episode_NNNN folders")
+    return found
+
+
+def _rates(items: Sequence[str]) -> dict[str, float]:
+    """``TOPIC=HZ`` arguments -> {topic: rate [Hz]}."""
+    out = {}
+    for item in items:
+        topic, _, value = item.partition("=")
+        try:
+            rate = float(value)
+        except ValueError:
+            rate = 0.0
+        if not topic or not rate > 0:
+            raise RecordingError(f"--rate expects TOPIC=HZ with HZ > 0, got {item!r}")
+        out[topic] = rate
+    return out
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _print_info(info: EpisodeInfo) -> None:
+    doc = info.doc
+    print(f"{info.path}")
+    print(f"  state {info.state}   task {doc.get('task', '')!r}   operator {doc.get('operator', '')!r}")
+    if doc.get("notes"):
+        print(f"  notes {doc['notes']!r}")
+    if doc.get("camera_sources"):
+        print(f"  camera sources {', '.join(doc['camera_sources'])}")
+    if info.stats is not None:
+        s = info.stats
+        print(f"  duration {s.duration_s:.3f} s   messages {s.message_count}")
+        print(f"  {'topic':<40} {'received':>9} {'expected':>9} {'dropped':>8} {'rate Hz':>9} {'gaps':>5} {'longest gap s':>14}  type")
+        for name, t in s.topics.items():
+            longest = max((g.duration_s for g in t.gaps), default=None)
+            print(
+                f"  {name:<40} {t.received:>9} {_fmt(t.expected, 'd'):>9} {t.dropped:>8} "
+                f"{_fmt(t.rate_hz, '.2f'):>9} {len(t.gaps):>5} {_fmt(longest, '.3f'):>14}  {t.type_name}"
+            )
+        for name in s.missing:
+            print(f"  {name:<40} {0:>9} {'':>9} {'':>8} {'':>9} {'':>5} {'':>14}  (never received)")
+    print("  problems: none" if info.ok else "  problems:\n" + "\n".join(f"    - {p}" for p in info.problems))
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    rows = list_episodes(args.dir)
+    if not rows:
+        print(f"no episodes in {args.dir}")
+        return 0
+    print(f"{'episode':<16} {'state':<10} {'duration s':>10} {'messages':>9} {'problems':>9}  task / operator")
+    for r in rows:
+        problems = "-" if r.problem_count is None else str(r.problem_count)
+        print(
+            f"{r.path.name:<16} {r.state:<10} {_fmt(r.duration_s, '.3f'):>10} {_fmt(r.message_count, 'd'):>9} "
+            f"{problems:>9}  {r.task} / {r.operator}"
+        )
+    return 0
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    paths = _episodes_at(args.path)
+    if (args.plot or args.video) and len(paths) != 1:
+        raise RecordingError("--plot and --video need a single episode directory")
+    infos = [episode_info(p, _rates(args.rate)) for p in paths]
+    if args.json:
+        print(json.dumps([i.to_dict() for i in infos] if len(infos) > 1 else infos[0].to_dict(), indent=2))
+    else:
+        for info in infos:
+            _print_info(info)
+    if args.plot:
+        n = plot_joints(paths[0], args.plot)
+        print(f"wrote {args.plot} ({n} joints)", file=sys.stderr if args.json else sys.stdout)
+    if args.video:
+        n = video_preview(paths[0], args.video, topic=args.camera_topic)
+        print(f"wrote {args.video} ({n} frames)", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    bad = 0
+    for path in _episodes_at(args.path):
+        info = episode_info(path, _rates(args.rate))
+        if info.ok:
+            print(f"{path}: ok")
+        else:
+            bad += 1
+            print(f"{path}: {len(info.problems)} problem(s)\n" + "\n".join(f"  - {p}" for p in info.problems))
+    return 1 if bad else 0
+
+
+def _cmd_recover(args: argparse.Namespace) -> int:
+    for path in _episodes_at(args.path):
+        r = recover_bag(path, force=args.force)
+        what = "was complete; metadata rewritten" if r.was_complete else f"cut {r.bytes_cut} bytes of incomplete data"
+        print(f"{path}: {r.message_count} messages, {what}")
+    return 0
+
+
+def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
+    """The argument parser of :func:`episodes_main`."""
+    parser = argparse.ArgumentParser(prog=prog, description="Recorded episodes: list, info, check, recover.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("list", help="one line per episode of an output directory")
+    p.add_argument("dir", type=Path)
+    p.set_defaults(func=_cmd_list)
+    rate_help = "expected rate of a topic (gap detection), overrides the recorded configuration; repeatable"
+    p = sub.add_parser("info", help="per-topic counts, rates, gaps and duration; optional plot and preview")
+    p.add_argument("path", type=Path, help="an episode directory, or an output directory of episodes")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--plot", type=Path, metavar="FILE.png", help="commanded vs measured joint positions")
+    p.add_argument("--video", type=Path, metavar="FILE.mp4", help="MP4 preview of a camera Image topic")
+    p.add_argument("--camera-topic", help=f"Image topic of the preview (default {CAMERA_TOPIC} or the first Image topic)")
+    p.add_argument("--rate", action="append", default=[], metavar="TOPIC=HZ", help=rate_help)
+    p.set_defaults(func=_cmd_info)
+    p = sub.add_parser("check", help="exit 1 if an episode has gaps, missing topics, drops or was not closed")
+    p.add_argument("path", type=Path, help="an episode directory, or an output directory of episodes")
+    p.add_argument("--rate", action="append", default=[], metavar="TOPIC=HZ", help=rate_help)
+    p.set_defaults(func=_cmd_check)
+    p = sub.add_parser("recover", help="rebuild index and metadata.yaml of a bag whose recorder was killed")
+    p.add_argument("path", type=Path, help="an episode directory, or an output directory of episodes")
+    p.add_argument("--force", action="store_true", help="even if the recorder that started it still runs on this host")
+    p.set_defaults(func=_cmd_recover)
+    return parser
+
+
+def episodes_main(argv: Sequence[str] | None = None) -> int:
+    """``rynn-teleop episodes ...``; returns the exit code (0 ok, 1 check failed, 2 error)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except RynnTeleopError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

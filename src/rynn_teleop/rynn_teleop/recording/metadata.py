@@ -1,0 +1,128 @@
+"""Where an episode's description lives: ``episode.yaml`` and rosbag2's ``metadata.yaml``.
+
+Every episode directory holds a rosbag2 bag (``metadata.yaml`` + one MCAP
+file) and a sidecar ``episode.yaml``, both carrying the same description
+(task, operator, notes, camera sources, robot description hash, calibration,
+software version, expected rates, state and, once stopped, the integrity
+statistics with per-topic expected and received counts):
+
+* ``episode.yaml`` is plain nested YAML, written when the episode starts
+  (``state: recording``) and rewritten when it stops, fails or is recovered.
+  It exists while the episode is being recorded, so a recorder killed with
+  SIGKILL leaves the description behind for ``recover`` (rosbag2's
+  ``metadata.yaml`` is only written when a bag is closed).
+* ``metadata.yaml``'s ``custom_data`` map (rosbag2 metadata version >= 6) holds
+  the same fields as strings under ``rynn_teleop.<field>`` keys (non-string
+  values as compact JSON), so the bag describes itself to any rosbag2 tool
+  (``rosbag2_py``'s ``BagMetadata.custom_data``, rosbags) even without the
+  sidecar. rosbag2 ignores other files in a bag directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import RecordingError
+
+SIDECAR = "episode.yaml"
+SIDECAR_FORMAT = "rynn_teleop/episode/1"
+METADATA = "metadata.yaml"
+CUSTOM_PREFIX = "rynn_teleop."
+
+
+def write_yaml_atomic(path: Path, data: Mapping[str, Any]) -> None:
+    """Write ``data`` as YAML to ``path`` through a temporary file and a rename (never half-written).
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as f:
+        yaml.safe_dump(dict(data), f, sort_keys=False, default_flow_style=False, allow_unicode=True)
+        f.flush()
+    os.replace(tmp, path)
+
+
+def read_sidecar(bag_dir: str | Path) -> dict[str, Any] | None:
+    """The episode description of ``bag_dir/episode.yaml``, or None if there is none.
+
+    Raises:
+        RecordingError: the file exists but is not a mapping of YAML.
+    """
+    path = Path(bag_dir) / SIDECAR
+    if not path.is_file():
+        return None
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise RecordingError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise RecordingError(f"{path} is not an episode description")
+    return doc
+
+
+def write_sidecar(bag_dir: str | Path, doc: Mapping[str, Any]) -> None:
+    """Write ``bag_dir/episode.yaml`` atomically.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    write_yaml_atomic(Path(bag_dir) / SIDECAR, {"format": SIDECAR_FORMAT, **{k: v for k, v in doc.items() if k != "format"}})
+
+
+def custom_data(doc: Mapping[str, Any]) -> dict[str, str]:
+    """The episode description as rosbag2 ``custom_data``: ``rynn_teleop.<key>`` -> string (JSON if not a string)."""
+    out = {}
+    for key, value in doc.items():
+        if key == "format":
+            continue
+        out[CUSTOM_PREFIX + key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return out
+
+
+def doc_from_custom_data(data: Mapping[str, str] | None) -> dict[str, Any]:
+    """Inverse of :func:`custom_data` (keys without the ``rynn_teleop.`` prefix are ignored)."""
+    doc: dict[str, Any] = {}
+    for key, value in (data or {}).items():
+        if not key.startswith(CUSTOM_PREFIX):
+            continue
+        try:
+            doc[key[len(CUSTOM_PREFIX):]] = json.loads(value)
+        except ValueError:
+            doc[key[len(CUSTOM_PREFIX):]] = value
+    return doc
+
+
+def read_metadata(bag_dir: str | Path) -> dict[str, Any] | None:
+    """The ``rosbag2_bagfile_information`` mapping of ``bag_dir/metadata.yaml``, or None if absent.
+
+    Raises:
+        RecordingError: the file exists but is not rosbag2 metadata.
+    """
+    path = Path(bag_dir) / METADATA
+    if not path.is_file():
+        return None
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return dict(doc["rosbag2_bagfile_information"])
+    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+        raise RecordingError(f"{path} is not rosbag2 metadata: {exc}") from exc
+
+
+def episode_doc(bag_dir: str | Path) -> dict[str, Any]:
+    """The episode description: the sidecar, else ``metadata.yaml``'s custom data, else empty.
+
+    Raises:
+        RecordingError: a file exists but cannot be parsed.
+    """
+    doc = read_sidecar(bag_dir)
+    if doc is not None:
+        return doc
+    meta = read_metadata(bag_dir)
+    return doc_from_custom_data(meta.get("custom_data") if meta else None)

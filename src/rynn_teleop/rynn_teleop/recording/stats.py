@@ -1,0 +1,222 @@
+"""Per-topic integrity of an episode: counts, rates, gaps and drops (ROS-free).
+
+All times are receive times in integer nanoseconds (the bag timestamps), on
+one clock for the whole episode. A *gap* is a silence longer than
+``GAP_FACTOR`` expected periods of a topic whose rate is configured: between
+two consecutive messages, and also between the episode start and the first
+message or between the last message and the episode stop (a stream that dies
+half-way has no gap between its messages, only a silent tail). Topics without
+a configured rate get counts and a measured rate but no gap detection: their
+"expected period" is unknown, and event topics (a feed switch, a latched
+description) are silent by design.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+GAP_FACTOR = 3.0
+"""A silence longer than this many expected periods is a gap."""
+
+
+@dataclass(frozen=True)
+class Gap:
+    """One silence of a topic, between two receive times [ns]."""
+
+    start_ns: int  # receive time of the last message before it (or the episode start)
+    end_ns: int  # receive time of the first message after it (or the episode stop)
+
+    @property
+    def duration_s(self) -> float:
+        """Length of the silence [s]."""
+        return (self.end_ns - self.start_ns) * 1e-9
+
+
+@dataclass(frozen=True)
+class TopicStats:
+    """What one topic delivered during an episode."""
+
+    topic: str
+    type_name: str  # e.g. "sensor_msgs/msg/JointState" (several joined by ", " if the type changed)
+    received: int  # messages written to the bag
+    dropped: int = 0  # messages the recorder lost (writer queue full, or submitted after a failure)
+    expected_rate_hz: float | None = None  # configured rate [Hz]; None: no expectation, no gap detection
+    expected: int | None = None  # expected_rate_hz x episode duration, rounded; None without a rate
+    rate_hz: float | None = None  # measured: (received - 1) / (last - first) [Hz]; None below 2 messages
+    first_ns: int | None = None  # first receive time [ns]
+    last_ns: int | None = None  # last receive time [ns]
+    gaps: tuple[Gap, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (YAML/JSON): times in ns, gaps as [start_ns, end_ns] pairs."""
+        return {
+            "type": self.type_name,
+            "received": self.received,
+            "dropped": self.dropped,
+            "expected_rate_hz": self.expected_rate_hz,
+            "expected": self.expected,
+            "rate_hz": None if self.rate_hz is None else round(self.rate_hz, 3),
+            "first_ns": self.first_ns,
+            "last_ns": self.last_ns,
+            "gaps": [[g.start_ns, g.end_ns] for g in self.gaps],
+        }
+
+    @classmethod
+    def from_dict(cls, topic: str, d: Mapping[str, Any]) -> TopicStats:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            topic=topic,
+            type_name=str(d.get("type", "")),
+            received=int(d.get("received", 0)),
+            dropped=int(d.get("dropped", 0)),
+            expected_rate_hz=d.get("expected_rate_hz"),
+            expected=d.get("expected"),
+            rate_hz=d.get("rate_hz"),
+            first_ns=d.get("first_ns"),
+            last_ns=d.get("last_ns"),
+            gaps=tuple(Gap(int(a), int(b)) for a, b in d.get("gaps", ())),
+        )
+
+
+def topic_stats(
+    topic: str,
+    type_name: str,
+    times_ns: Iterable[int] | np.ndarray,
+    *,
+    start_ns: int,
+    stop_ns: int,
+    expected_rate_hz: float | None = None,
+    dropped: int = 0,
+    gap_factor: float = GAP_FACTOR,
+) -> TopicStats:
+    """Counts, measured rate and gaps of one topic over the episode [start_ns, stop_ns].
+
+    Args:
+        times_ns: receive times [ns] of the messages written, any order.
+        start_ns, stop_ns: the episode's start and stop [ns], same clock.
+        expected_rate_hz: configured rate [Hz] (> 0) or None (no gap detection).
+        dropped: messages the recorder lost on this topic.
+        gap_factor: a silence longer than this many expected periods is a gap.
+    """
+    t = np.sort(np.asarray(list(times_ns) if not isinstance(times_ns, np.ndarray) else times_ns, dtype=np.int64))
+    n = int(t.size)
+    duration_ns = max(0, stop_ns - start_ns)
+    rate = float((n - 1) / ((t[-1] - t[0]) * 1e-9)) if n >= 2 and t[-1] > t[0] else None
+    expected = None
+    gaps: tuple[Gap, ...] = ()
+    if expected_rate_hz:
+        expected = round(expected_rate_hz * duration_ns * 1e-9)
+        if n:
+            limit_ns = gap_factor * 1e9 / expected_rate_hz
+            edges = np.concatenate(([min(start_ns, int(t[0]))], t, [max(stop_ns, int(t[-1]))]))
+            idx = np.nonzero(np.diff(edges) > limit_ns)[0]
+            gaps = tuple(Gap(int(edges[i]), int(edges[i + 1])) for i in idx)
+    return TopicStats(
+        topic=topic,
+        type_name=type_name,
+        received=n,
+        dropped=int(dropped),
+        expected_rate_hz=float(expected_rate_hz) if expected_rate_hz else None,
+        expected=expected,
+        rate_hz=rate,
+        first_ns=int(t[0]) if n else None,
+        last_ns=int(t[-1]) if n else None,
+        gaps=gaps,
+    )
+
+
+@dataclass(frozen=True)
+class EpisodeStats:
+    """Integrity of a whole episode: one :class:`TopicStats` per topic seen or configured."""
+
+    start_ns: int  # episode start [ns] (receive-time clock)
+    stop_ns: int  # episode stop [ns]
+    topics: dict[str, TopicStats] = field(default_factory=dict)  # by topic name, sorted
+    missing: tuple[str, ...] = ()  # configured topics that never delivered a message
+
+    @property
+    def duration_s(self) -> float:
+        """Episode length [s]."""
+        return max(0, self.stop_ns - self.start_ns) * 1e-9
+
+    @property
+    def message_count(self) -> int:
+        """Messages written over all topics."""
+        return sum(s.received for s in self.topics.values())
+
+    def problems(self) -> list[str]:
+        """One line per integrity problem: missing topics, gaps, recorder drops. Empty when clean."""
+        out = [f"{topic}: configured but never received" for topic in self.missing]
+        for s in self.topics.values():
+            if s.gaps:
+                longest = max(s.gaps, key=lambda g: g.duration_s)
+                out.append(
+                    f"{s.topic}: {len(s.gaps)} gap(s) longer than {GAP_FACTOR:g} periods of {s.expected_rate_hz:g} Hz, "
+                    f"longest {longest.duration_s:.3f} s at +{(longest.start_ns - self.start_ns) * 1e-9:.3f} s"
+                )
+            if s.dropped:
+                out.append(f"{s.topic}: {s.dropped} message(s) dropped by the recorder")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data form (YAML/JSON)."""
+        return {
+            "start_ns": self.start_ns,
+            "stop_ns": self.stop_ns,
+            "duration_s": round(self.duration_s, 6),
+            "missing_topics": list(self.missing),
+            "topics": {name: s.to_dict() for name, s in self.topics.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> EpisodeStats:
+        """Inverse of :meth:`to_dict`."""
+        return cls(
+            start_ns=int(d["start_ns"]),
+            stop_ns=int(d["stop_ns"]),
+            topics={name: TopicStats.from_dict(name, s) for name, s in (d.get("topics") or {}).items()},
+            missing=tuple(d.get("missing_topics") or ()),
+        )
+
+
+def episode_stats(
+    received: Mapping[str, tuple[str, Iterable[int] | np.ndarray]],
+    *,
+    start_ns: int,
+    stop_ns: int,
+    expected_rates: Mapping[str, float | None] | None = None,
+    dropped: Mapping[str, int] | None = None,
+    gap_factor: float = GAP_FACTOR,
+) -> EpisodeStats:
+    """Integrity of an episode from what each topic delivered.
+
+    Args:
+        received: topic -> (type name, receive times [ns]) of the messages written.
+        start_ns, stop_ns: the episode's start and stop [ns].
+        expected_rates: the configured topics -> rate [Hz] or None. A configured
+            topic absent from ``received`` and ``dropped`` is reported missing.
+        dropped: topic -> messages the recorder lost.
+        gap_factor: see :func:`topic_stats`.
+    """
+    expected_rates = dict(expected_rates or {})
+    dropped = dict(dropped or {})
+    names = sorted(set(received) | {t for t, n in dropped.items() if n})
+    topics = {}
+    for name in names:
+        type_name, times = received.get(name, ("", ()))
+        topics[name] = topic_stats(
+            name,
+            type_name,
+            times,
+            start_ns=start_ns,
+            stop_ns=stop_ns,
+            expected_rate_hz=expected_rates.get(name),
+            dropped=dropped.get(name, 0),
+            gap_factor=gap_factor,
+        )
+    missing = tuple(sorted(t for t in expected_rates if t not in topics))
+    return EpisodeStats(start_ns=start_ns, stop_ns=stop_ns, topics=topics, missing=missing)

@@ -1,0 +1,189 @@
+"""Episode integrity and inspection (recording.stats, recording.inspect): gaps, check, list, info, plot, preview."""
+
+from __future__ import annotations
+
+import json
+
+import cv2
+import numpy as np
+import pytest
+from rosbags.typesys import Stores, get_typestore
+from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder, Gap, episode_stats, topic_stats
+from rynn_teleop.recording.inspect import episode_info, episodes_main, image_to_bgr, list_episodes
+
+TS = get_typestore(Stores.ROS2_KILTED)
+MS = 1_000_000  # [ns]
+T0 = 1_700_000_000 * 1_000_000_000  # [ns]
+JS = "sensor_msgs/msg/JointState"
+IMG = "sensor_msgs/msg/Image"
+
+
+def header(stamp_ns: int) -> object:
+    Time = TS.types["builtin_interfaces/msg/Time"]
+    return TS.types["std_msgs/msg/Header"](stamp=Time(sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9), frame_id="")
+
+
+def joint_state(stamp_ns: int, names: list[str], positions) -> bytes:
+    msg = TS.types["sensor_msgs/msg/JointState"](
+        header=header(stamp_ns), name=names, position=np.asarray(positions, float), velocity=np.zeros(0), effort=np.zeros(0)
+    )
+    return bytes(TS.serialize_cdr(msg, JS))
+
+
+def rgb_image(stamp_ns: int, frame: np.ndarray, encoding: str = "rgb8") -> bytes:
+    h, w = frame.shape[:2]
+    channels = 1 if frame.ndim == 2 else frame.shape[2]
+    msg = TS.types["sensor_msgs/msg/Image"](
+        header=header(stamp_ns), height=h, width=w, encoding=encoding, is_bigendian=0,
+        step=w * channels * frame.itemsize, data=np.frombuffer(frame.tobytes(), np.uint8),
+    )
+    return bytes(TS.serialize_cdr(msg, IMG))
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def test_gap_detection_on_a_stream_with_an_injected_pause():
+    times = [T0 + i * 10 * MS for i in range(100)]  # 100 Hz for 1 s ...
+    times += [T0 + 1_300 * MS + i * 10 * MS for i in range(70)]  # ... a 0.31 s pause, then 0.7 s more
+    s = topic_stats("/a", JS, times, start_ns=T0, stop_ns=T0 + 2_000 * MS, expected_rate_hz=100.0)
+    assert s.gaps == (Gap(T0 + 990 * MS, T0 + 1_300 * MS),)
+    assert s.gaps[0].duration_s == pytest.approx(0.31)
+    assert (s.received, s.expected) == (170, 200)
+
+
+def test_a_silence_of_up_to_three_periods_is_not_a_gap_and_a_silent_tail_is():
+    times = [T0 + i * 10 * MS for i in range(50)] + [T0 + 520 * MS]  # 30 ms: exactly 3 periods
+    s = topic_stats("/a", JS, times, start_ns=T0, stop_ns=T0 + 550 * MS, expected_rate_hz=100.0)
+    assert s.gaps == ()
+    tail = topic_stats("/a", JS, times, start_ns=T0, stop_ns=T0 + 600 * MS, expected_rate_hz=100.0)
+    assert tail.gaps == (Gap(T0 + 520 * MS, T0 + 600 * MS),)  # the stream died before the stop
+    late = topic_stats("/a", JS, times, start_ns=T0 - 50 * MS, stop_ns=T0 + 550 * MS, expected_rate_hz=100.0)
+    assert late.gaps == (Gap(T0 - 50 * MS, T0),)  # it started late
+
+
+def test_topics_without_a_configured_rate_get_counts_and_rate_but_no_gaps():
+    times = [T0, T0 + 10 * MS, T0 + 5_000 * MS]
+    s = topic_stats("/event", "std_msgs/msg/String", times, start_ns=T0, stop_ns=T0 + 9_000 * MS)
+    assert s.gaps == () and s.expected is None and s.rate_hz == pytest.approx(2 / 5.0)
+    e = episode_stats({"/event": ("std_msgs/msg/String", times)}, start_ns=T0, stop_ns=T0 + 9_000 * MS,
+                      expected_rates={"/event": None, "/never": 30.0}, dropped={"/event": 2})
+    assert e.missing == ("/never",)
+    assert e.problems() == ["/never: configured but never received", "/event: 2 message(s) dropped by the recorder"]
+    assert type(e).from_dict(e.to_dict()) == e
+
+
+# -- episodes on disk ---------------------------------------------------------------------------
+
+ARMS = [f"arm_{i}" for i in range(3)]
+HANDS = [f"hand_{i}" for i in range(2)]
+RATES = {"/arms/command": 100.0, "/hands/command": 50.0, "/joint_states": 100.0, "/head_camera/color/image_raw": 20.0}
+
+
+def record_episode(out_dir, *, pause: bool = False, task: str = "wave") -> None:
+    """1 s of commands, joint states (the arms lag their commands) and 20 Hz 64x48 frames; optionally a 0.3 s pause."""
+    rec = EpisodeRecorder(out_dir, RATES)
+    rec.start(EpisodeMetadata(task=task, operator="bob"), now_ns=T0)
+    msgs = []
+    for i in range(100):
+        t = T0 + 5 * MS + i * 10 * MS
+        if pause and 40 <= i < 70:
+            continue  # the arm driver stalls for 0.3 s
+        q = np.sin(np.arange(3) + i * 0.05)
+        msgs.append(("/arms/command", JS, joint_state(t, ARMS, q), t))
+        msgs.append(("/joint_states", JS, joint_state(t, ARMS, np.sin(np.arange(3) + (i - 5) * 0.05)), t + MS))
+        if i % 2 == 0:
+            msgs.append(("/hands/command", JS, joint_state(t, HANDS, [0.01 * i, -0.01 * i]), t + 2 * MS))
+            msgs.append(("/joint_states", JS, joint_state(t, HANDS, [0.01 * i - 0.05, -0.01 * i]), t + 3 * MS))
+    for k in range(20):
+        frame = np.zeros((48, 64, 3), np.uint8)
+        frame[:, : 3 * k + 1, 0] = 255  # a red bar growing to the right
+        t = T0 + 10 * MS + k * 50 * MS
+        msgs.append(("/head_camera/color/image_raw", IMG, rgb_image(t, frame), t))
+    for topic, type_name, data, t in sorted(msgs, key=lambda m: m[3]):
+        rec.submit(topic, type_name, data, t)
+    rec.stop(now_ns=T0 + 1_000 * MS)
+
+
+def test_check_passes_a_clean_episode_and_fails_one_with_a_pause(tmp_path, capsys):
+    record_episode(tmp_path / "out")
+    record_episode(tmp_path / "out", pause=True)
+    clean, paused = tmp_path / "out" / "episode_0001", tmp_path / "out" / "episode_0002"
+    assert episodes_main(["check", str(clean)]) == 0
+    assert episodes_main(["check", str(paused)]) == 1
+    out = capsys.readouterr().out
+    assert "/arms/command: 1 gap(s)" in out and "/joint_states: 1 gap(s)" in out
+    assert episodes_main(["check", str(tmp_path / "out")]) == 1  # an output directory: every episode
+    info = episode_info(paused)
+    assert not info.ok and info.stats.topics["/arms/command"].gaps[0].duration_s == pytest.approx(0.31)
+    # A rate given on the command line adds gap detection to a topic recorded without one.
+    assert episodes_main(["check", str(clean), "--rate", "/head_camera/color/image_raw=100"]) == 1
+
+
+def test_list_and_info(tmp_path, capsys):
+    record_episode(tmp_path, task="wave")
+    record_episode(tmp_path, pause=True, task="stall")
+    rows = list_episodes(tmp_path)
+    assert [(r.path.name, r.state, r.task, r.problem_count) for r in rows] == [
+        ("episode_0001", "complete", "wave", 0),
+        ("episode_0002", "complete", "stall", 3),  # arms, hands and joint states paused
+    ]
+    assert rows[0].duration_s == pytest.approx(1.0) and rows[0].message_count == 320
+    assert episodes_main(["list", str(tmp_path)]) == 0
+    assert "episode_0002" in capsys.readouterr().out
+    assert episodes_main(["info", str(tmp_path / "episode_0001"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    js = info["stats"]["topics"]["/joint_states"]
+    assert (info["task"], js["received"], js["expected"], js["rate_hz"] > 0) == ("wave", 150, 100, True)
+    assert info["stats"]["duration_s"] == pytest.approx(1.0) and info["problems"] == []
+    assert episodes_main(["info", str(tmp_path / "episode_0002")]) == 0
+    text = capsys.readouterr().out
+    assert "/head_camera/color/image_raw" in text and "longest gap s" in text and "gap(s)" in text
+
+
+def test_info_writes_a_joint_plot_and_a_camera_preview(tmp_path):
+    record_episode(tmp_path)
+    png, mp4 = tmp_path / "joints.png", tmp_path / "camera.mp4"
+    assert episodes_main(["info", str(tmp_path / "episode_0001"), "--plot", str(png), "--video", str(mp4)]) == 0
+    plot = cv2.imread(str(png))
+    assert plot is not None and plot.shape[0] > 100 and plot.shape[1] >= 6 * 300
+    red = (plot[:, :, 2] > 150) & (plot[:, :, 0] < 100)
+    blue = (plot[:, :, 0] > 150) & (plot[:, :, 2] < 100)
+    assert red.sum() > 100 and blue.sum() > 100  # both curves drawn
+    video = cv2.VideoCapture(str(mp4))
+    frames = []
+    while True:
+        ok, frame = video.read()
+        if not ok:
+            break
+        frames.append(frame)
+    assert len(frames) == 20 and frames[0].shape == (48, 64, 3)
+    assert video.get(cv2.CAP_PROP_FPS) == pytest.approx(20.0, rel=0.01)
+    bottom = frames[-1][40:, :, :]  # below the printed time: the red bar grew to 58 px
+    assert bottom[:, :50, 2].mean() > 150 and bottom[:, 62:, 2].mean() < 60
+
+
+def test_image_conversion_for_the_preview():
+    rgb = np.zeros((2, 3, 3), np.uint8)
+    rgb[..., 0] = 200
+    msg = TS.deserialize_cdr(rgb_image(T0, rgb), IMG)
+    assert image_to_bgr(msg)[0, 0].tolist() == [0, 0, 200]
+    depth = np.array([[0, 1000], [2000, 4000]], np.uint16)
+    msg = TS.deserialize_cdr(rgb_image(T0, depth, "16UC1"), IMG)
+    assert image_to_bgr(msg)[:, :, 0].tolist() == [[0, 63], [127, 255]]
+
+
+def test_unclosed_episode_needs_recover_and_errors_exit_2(tmp_path, capsys):
+    record_episode(tmp_path)
+    bag = tmp_path / "episode_0001"
+    (bag / "metadata.yaml").unlink()
+    assert episodes_main(["check", str(bag)]) == 1
+    assert "episodes recover" in capsys.readouterr().out
+    assert episodes_main(["recover", str(bag)]) == 0
+    assert episodes_main(["check", str(bag)]) == 0
+    assert episodes_main(["info", str(tmp_path / "nowhere")]) == 2
+    assert "error:" in capsys.readouterr().err
+    assert episodes_main(["check", str(bag), "--rate", "bad"]) == 2
+    assert episodes_main(["info", str(tmp_path), "--plot", str(tmp_path / "x.png")]) == 0  # one episode in it
+    record_episode(tmp_path)
+    assert episodes_main(["info", str(tmp_path), "--plot", str(tmp_path / "x.png")]) == 2  # two: which one?
