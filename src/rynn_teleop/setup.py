@@ -28,6 +28,7 @@ NODES = {
     "head_camera": "rynn_teleop.nodes.head_camera:main",
     "camera_switch": "rynn_teleop.nodes.camera_switch:main",
     "world_model": "rynn_teleop.nodes.world_model:main",
+    "recorder": "rynn_teleop.nodes.recorder:main",
 }
 
 

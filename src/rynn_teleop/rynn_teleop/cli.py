@@ -4,6 +4,7 @@
     rynn-teleop params NODE           print NODE's parameter file with every key documented
     rynn-teleop run NODE [NODE ...] [--duration S] [--config-dir DIR] [-p NODE.KEY=VALUE ...]
     rynn-teleop demo [--duration S] [--out DIR]
+    rynn-teleop episodes list|info|check|recover PATH   recorded episodes (counts, rates, gaps, plot, preview)
 """
 
 from __future__ import annotations
@@ -28,6 +29,12 @@ def _cmd_urdf(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _cmd_episodes(args: argparse.Namespace) -> int:
+    from .recording.inspect import episodes_main  # noqa: PLC0415
+
+    return episodes_main(args.args)
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
@@ -93,6 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config-dir", default=None, help="folder with <node>.yaml files (default: the package's config/)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NODE.KEY=VALUE", help="override a parameter")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("episodes", add_help=False,
+                       help="recorded episodes: list|info|check|recover DIR (see `rynn-teleop episodes --help`)")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_episodes)
 
     p = sub.add_parser("demo", help="the most complete end-to-end run that needs no hardware")
     p.add_argument("--duration", type=float, default=20.0, help="seconds to run [s]")

@@ -22,6 +22,7 @@ REGISTRY: dict[str, str] = {
     "head_camera": "rynn_teleop.nodes.head_camera:HeadCameraNode",
     "camera_switch": "rynn_teleop.nodes.camera_switch:CameraSwitchNode",
     "world_model": "rynn_teleop.nodes.world_model:WorldModelNode",
+    "recorder": "rynn_teleop.nodes.recorder:RecorderNode",
 }
 
 

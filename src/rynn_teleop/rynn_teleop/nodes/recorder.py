@@ -1,0 +1,282 @@
+"""recorder node: demonstrations as rosbag2 (MCAP) episodes, with drop and gap accounting.
+
+Subscribes to ``topics`` with raw (serialized) subscriptions once each topic
+appears in the graph (its type and its publishers' QoS are discovered:
+best-effort camera streams are read best effort, latched topics such as
+``/head_camera/active_source`` transient-local) and hands the CDR bytes,
+unchanged, to :class:`~rynn_teleop.recording.EpisodeRecorder`, whose writer
+thread writes them (bag timestamp = receive time; header stamps stay inside
+the messages). The executor never waits for the disk. The newest message of each latched
+(transient-local) topic is written again at the start of every episode, so
+an episode always holds the active camera source it started with.
+
+Services (std_srvs/Trigger):
+    ~/start_episode    a new numbered episode under ``output_dir`` (task, operator, notes from the
+                       runtime-settable parameters)
+    ~/stop_episode     stop and keep it; the response lists missing topics, gaps and drops
+    ~/discard_episode  stop and delete it
+An unwritable or full output directory fails the episode with a clear error
+(service response, log, ERROR in /diagnostics); the node keeps running.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import yaml
+
+from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
+from ..errors import ParameterError
+from ..recording import EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash, software_version
+from .base import TeleopNode, run_single
+from ._robot import DESCRIPTION_OVERLAY
+
+DEFAULT_TOPICS = {  # topic -> expected rate [Hz] (0: no rate expectation)
+    **{f"/operator/trackers/{role}": 120.0
+       for role in ("chest", "left_elbow", "right_elbow", "left_wrist", "right_wrist")},
+    **{f"/operator/{kind}_in_chest/{side}": 120.0 for kind in ("wrist", "elbow") for side in ("left", "right")},
+    "/operator/hand/left/skeleton": 90.0,
+    "/operator/hand/right/skeleton": 90.0,
+    "/arms/command": 200.0,
+    "/hands/command": 180.0,
+    "/joint_states": 300.0,
+    "/head_camera/color/image_raw": 30.0,
+    "/head_camera/color/camera_info": 30.0,
+    "/head_camera/aligned_depth_to_color/image_raw": 0.0,
+    "/head_camera/aligned_depth_to_color/camera_info": 0.0,
+    "/head_camera/active_source": 0.0,
+    "/diagnostics": 0.0,
+}
+ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
+
+
+class RecorderNode(TeleopNode):
+    SCHEMA = ParamSchema(
+        "recorder",
+        [
+            DESCRIPTION_OVERLAY,
+            Param("output_dir", str, "~/rynn_episodes", "directory of the numbered episode bags (~ expanded)"),
+            Param("topics", STR_LIST, list(DEFAULT_TOPICS), "topics to record (types discovered from the graph)"),
+            Param("expected_rates_hz", FLOAT_LIST, list(DEFAULT_TOPICS.values()),
+                  "expected rate of each topic, same order (0 = no expectation: no gap detection)", "Hz",
+                  min=0.0, max=10000.0),
+            Param("task", str, "", "task name stored with the next/current episode", dynamic=True),
+            Param("operator", str, "", "operator stored with the next/current episode", dynamic=True),
+            Param("notes", str, "", "free-text notes stored with the next/current episode", dynamic=True),
+            Param("calibration_file", str, "", "operator calibration stored with each episode (arm_ik's file)"),
+            Param("auto_start", bool, False, "start an episode as soon as the node runs"),
+            Param("discovery_period_s", float, 0.5, "how often the graph is searched for configured topics", "s",
+                  min=0.05, max=10.0),
+            Param("queue_max_mb", float, 256.0, "writer queue bound; beyond it messages are dropped and counted",
+                  "MB", min=1.0, max=16384.0),
+            Param("flush_period_s", float, 0.5, "written data reaches the file at least this often", "s",
+                  min=0.05, max=1.0),
+        ],
+    )
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        p = self.params
+        if len(p["expected_rates_hz"]) != len(p["topics"]):
+            raise ParameterError("expected_rates_hz", f"expected_rates_hz has {len(p['expected_rates_hz'])} values "
+                                 f"for {len(p['topics'])} topics: give one per topic (0 = no expectation)")
+        self.topics = {t: (r or None) for t, r in zip(p["topics"], p["expected_rates_hz"])}
+        self.output_dir = Path(p["output_dir"]).expanduser()
+        self.recorder = EpisodeRecorder(
+            self.output_dir, self.topics, queue_max_bytes=int(p["queue_max_mb"] * 1e6),
+            flush_period_s=p["flush_period_s"], on_error=self._on_writer_error,
+            clock=lambda: self.get_clock().now().nanoseconds,
+        )
+        self._urdf_hash = _description_hash(p["description_overlay"])
+        self._types: dict[str, str] = {}  # subscribed topic -> type name
+        self._qos: dict[str, list[TopicQos]] = {}
+        self._subs = []
+        self._latched: dict[str, tuple[str, bytes]] = {}  # transient-local topic -> its newest (type, CDR)
+        self.failure = ""  # the last episode failure, for diagnostics
+        self.last_summary = None
+        for name in ("start_episode", "stop_episode", "discard_episode"):
+            self.create_service(Trigger, f"~/{name}", getattr(self, f"_srv_{name}"))
+        self._discover()
+        self.create_timer(p["discovery_period_s"], self._discover)
+        if p["auto_start"]:
+            self.start_episode()
+
+    # ------------------------------------------------------------------ graph
+    def _discover(self) -> None:
+        """Subscribe to every configured topic that has appeared (type and QoS from its publishers)."""
+        pending = [t for t in self.topics if t not in self._types]
+        if not pending:
+            return
+        graph = dict(self.get_topic_names_and_types())
+        for topic in pending:
+            types = graph.get(topic)
+            if not types:
+                continue
+            type_name = types[0]
+            try:
+                msg_type = _message_class(type_name)
+            except (ImportError, AttributeError, ValueError):
+                self.get_logger().error(f"{topic}: type {type_name} cannot be imported; not recorded",
+                                        throttle_duration_sec=30.0)
+                continue
+            infos = self.get_publishers_info_by_topic(topic)
+            qos, offered = _subscription_qos(infos)
+            self._qos[topic] = offered
+            self._types[topic] = type_name
+            latched = qos.durability == DurabilityPolicy.TRANSIENT_LOCAL
+            self._subs.append(self.create_subscription(
+                msg_type, topic, lambda raw, t=topic, n=type_name, lt=latched: self._on_message(t, n, raw, lt), qos,
+                raw=True))
+            self.get_logger().info(f"recording {topic} ({type_name}, {qos.reliability.name.lower()})")
+
+    def _on_message(self, topic: str, type_name: str, raw: bytes, latched: bool = False) -> None:
+        now = self.get_clock().now().nanoseconds
+        if latched:  # state topics (e.g. the active camera source): every episode starts with their value
+            self._latched[topic] = (type_name, raw)
+        self.recorder.submit(topic, type_name, raw, now)
+        if topic == ACTIVE_SOURCE_TOPIC and self.recorder.active:
+            self.recorder.add_camera_source(deserialize_message(raw, String).data)
+
+    # ------------------------------------------------------------------ episodes
+    def metadata(self) -> EpisodeMetadata:
+        calibration = {}
+        path = self.params["calibration_file"].strip()
+        if path and Path(path).expanduser().is_file():
+            try:
+                calibration = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8")) or {}
+            except (OSError, yaml.YAMLError) as exc:
+                calibration = {"error": f"{path}: {exc}"}
+        return EpisodeMetadata(
+            task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
+            notes=self.get_parameter("notes").value, robot_description_hash=self._urdf_hash,
+            calibration=calibration, software_version=software_version(),
+        )
+
+    def start_episode(self) -> Path:
+        """Start the next episode (raises RecordingError)."""
+        path = self.recorder.start(self.metadata(), topic_qos=self._qos)
+        now = self.get_clock().now().nanoseconds
+        for topic, (type_name, raw) in list(self._latched.items()):  # latched values received before the start
+            self.recorder.submit(topic, type_name, raw, now)
+            if topic == ACTIVE_SOURCE_TOPIC:
+                self.recorder.add_camera_source(deserialize_message(raw, String).data)
+        self.failure = ""
+        self.get_logger().info(f"episode started: {path}")
+        return path
+
+    def stop_episode(self):
+        """Stop and keep the current episode; its summary (raises RecordingError)."""
+        self.recorder.describe(task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
+                               notes=self.get_parameter("notes").value)
+        summary = self.recorder.stop()
+        self.last_summary = summary
+        for problem in summary.problems:
+            self.get_logger().warning(f"{summary.path.name}: {problem}")
+        self.get_logger().info(f"episode kept: {summary.path} ({summary.stats.message_count} messages, "
+                               f"{summary.stats.duration_s:.1f} s)")
+        return summary
+
+    def _srv_start_episode(self, request, response):
+        try:
+            response.message = str(self.start_episode())
+            response.success = True
+        except RecordingError as exc:
+            response.success, response.message = False, str(exc)
+            self._fail(str(exc))
+        return response
+
+    def _srv_stop_episode(self, request, response):
+        try:
+            summary = self.stop_episode()
+            response.success = True
+            response.message = str(summary.path) + ("" if not summary.problems else
+                                                    " | problems: " + "; ".join(summary.problems))
+        except RecordingError as exc:
+            response.success, response.message = False, str(exc)
+            self._fail(str(exc))
+        return response
+
+    def _srv_discard_episode(self, request, response):
+        try:
+            response.message = f"discarded {self.recorder.discard()}"
+            response.success = True
+        except RecordingError as exc:
+            response.success, response.message = False, str(exc)
+        return response
+
+    def _on_writer_error(self, error: RecordingError) -> None:  # writer thread
+        self._fail(str(error))
+
+    def _fail(self, message: str) -> None:
+        self.failure = message
+        self.get_logger().error(f"recording failed: {message}")
+
+    # ------------------------------------------------------------------ diagnostics
+    def diagnostic_values(self):
+        values = {"recording": self.recorder.active, "episode": str(self.recorder.current or ""),
+                  "topics_subscribed": f"{len(self._types)}/{len(self.topics)}"}
+        writer = self.recorder.writer
+        if writer is not None:
+            values["queued_mb"] = f"{writer.queued_bytes / 1e6:.1f}"
+            values["written_mb"] = f"{writer.written_bytes / 1e6:.1f}"
+            values["dropped"] = sum(writer.dropped().values())
+        if self.failure:
+            values["failure"] = self.failure
+        return values
+
+    def diagnostic_level(self):
+        if self.failure:
+            return DiagnosticStatus.ERROR, f"recording failed: {self.failure}"
+        missing = [t for t in self.topics if t not in self._types]
+        if self.recorder.active and missing:
+            return DiagnosticStatus.WARN, f"recording; not yet seen: {', '.join(missing[:4])}" + (
+                "..." if len(missing) > 4 else "")
+        return DiagnosticStatus.OK, "recording" if self.recorder.active else "idle"
+
+    def destroy_node(self) -> None:
+        recorder = getattr(self, "recorder", None)
+        if recorder is not None and recorder.active:
+            try:
+                self.stop_episode()  # shutting down keeps what was recorded
+            except RecordingError as exc:
+                self.get_logger().error(f"episode could not be closed: {exc}")
+        super().destroy_node()
+
+
+def _message_class(type_name: str):
+    package, kind, name = type_name.split("/")
+    if kind != "msg":
+        raise ValueError(type_name)
+    return getattr(importlib.import_module(f"{package}.msg"), name)
+
+
+def _subscription_qos(infos) -> tuple[QoSProfile, list[TopicQos]]:
+    """A QoS matching every publisher (best effort if any is; transient local only if all are), and theirs."""
+    offered = [TopicQos("best_effort" if i.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT else "reliable",
+                        "transient_local" if i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+                        else "volatile", int(i.qos_profile.depth) or 10) for i in infos]
+    best_effort = any(q.reliability == "best_effort" for q in offered)
+    transient = bool(offered) and all(q.durability == "transient_local" for q in offered)
+    qos = QoSProfile(
+        history=HistoryPolicy.KEEP_LAST, depth=100,
+        reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE,
+        durability=DurabilityPolicy.TRANSIENT_LOCAL if transient else DurabilityPolicy.VOLATILE,
+    )
+    return qos, offered
+
+
+def _description_hash(overlay: str) -> str:
+    from ._robot import robot_from_overlay  # noqa: PLC0415
+
+    return description_hash(robot_from_overlay(overlay).urdf)
+
+
+def main(args=None) -> int:
+    return run_single(RecorderNode, args)

@@ -1,0 +1,145 @@
+"""recorder node on real rclpy: known messages -> episode bag -> read back with rosbags and mcap."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+from diagnostic_msgs.msg import DiagnosticStatus
+from mcap.reader import make_reader
+from mcap_ros2.decoder import DecoderFactory
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from rclpy.serialization import deserialize_message
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from std_srvs.srv import Trigger
+
+from rynn_teleop.nodes.camera_switch import LATCHED
+from rynn_teleop.runner import Composition
+from rynn_teleop.sources.playback import open_bag
+
+TOPICS = ["/test/joints", "/test/image", "/head_camera/active_source", "/test/never"]
+RATES = [100.0, 10.0, 0.0, 50.0]
+
+
+def wait_for(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def call(node: Node, name: str) -> Trigger.Response:
+    client = node.create_client(Trigger, name)
+    assert client.wait_for_service(timeout_sec=10.0)
+    future = client.call_async(Trigger.Request())
+    assert wait_for(future.done, 15.0)
+    return future.result()
+
+
+def recorder(ros_domain_id, out: Path, **extra) -> Composition:
+    return Composition(["recorder"], overrides={"recorder": {"output_dir": str(out), "topics": TOPICS,
+                                                             "expected_rates_hz": RATES, "task": "pick cube",
+                                                             "operator": "ada", **extra}},
+                       domain_id=ros_domain_id)
+
+
+def test_round_trip_bytes_and_counts_identical_in_rosbags_and_mcap(ros_domain_id, tmp_path):
+    comp = recorder(ros_domain_id, tmp_path)
+    try:
+        rec = comp.node("recorder")
+        pub_node = Node("publisher", context=comp.context)
+        comp.add_node(pub_node)
+        joints = pub_node.create_publisher(JointState, "/test/joints", 100)
+        image = pub_node.create_publisher(Image, "/test/image", qos_profile_sensor_data)
+        active = pub_node.create_publisher(String, "/head_camera/active_source", LATCHED)
+        active.publish(String(data="generated"))
+        wire: dict[str, list[bytes]] = {"/test/joints": [], "/test/image": []}  # what a raw subscriber receives
+        pub_node.create_subscription(JointState, "/test/joints", wire["/test/joints"].append, 100, raw=True)
+        pub_node.create_subscription(Image, "/test/image", wire["/test/image"].append, qos_profile_sensor_data,
+                                     raw=True)
+        assert wait_for(lambda: {"/test/joints", "/test/image", "/head_camera/active_source"} <= set(rec._types), 10.0)
+        assert wait_for(lambda: joints.get_subscription_count() > 0 and image.get_subscription_count() > 0, 5.0)
+        response = call(pub_node, "/recorder/start_episode")
+        assert response.success, response.message
+        episode = Path(response.message)
+        sent: dict[str, list] = {"/test/joints": [], "/test/image": []}
+        for k in range(100):
+            msg = JointState(name=["a", "b"], position=[0.01 * k, -0.01 * k])
+            msg.header.stamp.sec, msg.header.stamp.nanosec = 1000 + k, 7  # header stamps kept inside the messages
+            joints.publish(msg)
+            sent["/test/joints"].append(msg)
+            if k % 10 == 0:
+                img = Image(height=2, width=3, encoding="rgb8", step=9, data=bytes(range(k, k + 18)))
+                image.publish(img)
+                sent["/test/image"].append(img)
+            time.sleep(0.01)
+        time.sleep(0.3)
+        response = call(pub_node, "/recorder/stop_episode")
+        assert response.success and "/test/never" in response.message  # never appeared: reported at stop
+
+        reader = open_bag(episode, "test")
+        got: dict[str, list[bytes]] = {}
+        try:
+            for conn, _, raw in reader.messages():
+                got.setdefault(conn.topic, []).append(bytes(raw))
+        finally:
+            reader.close()
+        for topic, kind in (("/test/joints", JointState), ("/test/image", Image)):
+            assert got[topic] == wire[topic]  # the CDR bytes as received, unchanged
+            assert [deserialize_message(b, kind) for b in got[topic]] == sent[topic]  # every message, in order
+        mcap_file = next(episode.glob("*.mcap"))
+        with mcap_file.open("rb") as f:
+            decoded = {}
+            for _, channel, message, ros in make_reader(f, decoder_factories=[DecoderFactory()]).iter_decoded_messages():
+                decoded.setdefault(channel.topic, []).append((bytes(message.data), ros))
+        assert [d for d, _ in decoded["/test/joints"]] == wire["/test/joints"]
+        assert decoded["/test/joints"][5][1].header.stamp.sec == 1005
+        assert decoded["/head_camera/active_source"][0][1].data == "generated"
+
+        doc = yaml.safe_load((episode / "episode.yaml").read_text())
+        assert doc["task"] == "pick cube" and doc["operator"] == "ada"
+        assert "generated" in doc["camera_sources"]
+        assert doc["robot_description_hash"].startswith("sha256:")
+        meta = yaml.safe_load((episode / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+        counts = {t["topic_metadata"]["name"]: t["message_count"] for t in meta["topics_with_message_count"]}
+        assert counts["/test/joints"] == 100 and counts["/test/image"] == 10
+    finally:
+        comp.shutdown()
+
+
+def test_unwritable_output_directory_fails_the_episode_and_the_node_keeps_running(ros_domain_id, tmp_path):
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("a file where the output directory should be")
+    comp = recorder(ros_domain_id, blocker / "episodes")
+    try:
+        rec = comp.node("recorder")
+        probe = Node("probe", context=comp.context)
+        comp.add_node(probe)
+        response = call(probe, "/recorder/start_episode")
+        assert not response.success and "not_a_dir" in response.message
+        assert rec.diagnostic_level()[0] == DiagnosticStatus.ERROR
+        assert call(probe, "/recorder/stop_episode").success is False  # nothing to stop, still answering
+        assert not rec.recorder.active
+    finally:
+        comp.shutdown()
+
+
+def test_discard_removes_the_episode_and_the_next_one_is_numbered_again(ros_domain_id, tmp_path):
+    comp = recorder(ros_domain_id, tmp_path)
+    try:
+        probe = Node("probe", context=comp.context)
+        comp.add_node(probe)
+        first = Path(call(probe, "/recorder/start_episode").message)
+        assert call(probe, "/recorder/discard_episode").success
+        assert not first.exists()
+        second = Path(call(probe, "/recorder/start_episode").message)
+        assert second.name == first.name == "episode_0001"
+        assert call(probe, "/recorder/stop_episode").success
+        assert (second / "metadata.yaml").is_file()
+    finally:
+        comp.shutdown()
