@@ -11,6 +11,8 @@ import torch
 from rynn_teleop.world_model.diffusion.engine import STAGES, StreamEngine
 from rynn_teleop.world_model.diffusion.model import WorldModel, untrained_model
 from rynn_teleop.world_model.diffusion.presets import TINY
+from rynn_teleop.world_model.diffusion.sampler import FlowSampler
+from rynn_teleop.world_model.diffusion.vae import rgb_to_tensor
 
 # re-anchor every 9 frames: the anchor + 2 blocks of 4
 SHORT = dataclasses.replace(TINY, chunk_frames=9)
@@ -51,6 +53,8 @@ def stream(model: WorldModel, blocks: list[int], seed: int = 0) -> list[list[np.
 
 
 def test_changing_future_conditions_leaves_earlier_frames_bit_identical(model):
+    # API-level only (a block is returned before later conditions exist); the model's causality is
+    # tested with whole sequences in test_diffusion_causality.py
     a = stream(model, [1, 2, 3, 4])
     b = stream(model, [1, 2, 7, 8])
     for early_a, early_b in zip(a[:2], b[:2]):
@@ -144,3 +148,58 @@ def test_reanchor_now(model):
     fresh = StreamEngine(model)
     fresh.reset(image(70), condition=block(1)[-1])
     assert torch.equal(sink_keys(engine), sink_keys(fresh))
+
+
+def test_generated_latents_equal_the_whole_sequence_model(model):
+    """Every block the engine generates is the whole-sequence DiT's 4-step sample of that block behind
+    clean (t = 0) earlier frames, with the same noise: checks the commit pass (clean keys/values of
+    every generated block written at t = 0) and, past window + 2 blocks, the cache's eviction."""
+    blocks = TINY.window_frames + 3
+    engine = StreamEngine(model, seed=3)
+    generated, conditions = [], []
+    denoise = engine._denoise
+
+    def spy(condition):
+        latents = denoise(condition)
+        conditions.append(condition.clone())
+        generated.append(latents.clone())
+        return latents
+
+    engine._denoise = spy
+    engine.reset(image(0))
+    for b in range(1, blocks + 1):
+        engine.generate_block(block(b))
+    assert engine.cache.committed == 1 + blocks and len(engine.cache.frames_held()) < 1 + blocks  # evicted
+
+    with torch.no_grad():
+        clean = [model.vae.encode(rgb_to_tensor([image(0)]))]
+        cond = [model.vae.encode(torch.full((1, 3, 1, H, W), -1.0))]  # the black anchor condition
+        sampler = FlowSampler(TINY.timesteps, TINY.shift)
+        noise = torch.Generator().manual_seed(3)
+        for i in range(blocks):
+            context = torch.cat(clean, 2)
+            condition = torch.cat(cond + [conditions[i]], 2)
+            n = context.shape[2]
+
+            def velocity(x, timestep, context=context, condition=condition, n=n):
+                timesteps = torch.cat([torch.zeros(1, n), torch.full((1, x.shape[2]), timestep)], 1)
+                return model.dit(torch.cat([context, x], 2), condition, timesteps)[:, :, n:]
+
+            reference = sampler.sample(velocity, conditions[i].shape, noise, "cpu", torch.float32)
+            torch.testing.assert_close(generated[i], reference, rtol=1e-5, atol=1e-5, msg=f"block {i + 1}")
+            clean.append(reference)
+            cond.append(conditions[i])
+
+
+def test_a_failed_block_leaves_the_reanchoring_condition_alone(model):
+    engine = StreamEngine(model)
+    engine.reset(image(0), condition=image(5))
+    before = engine._last_condition.clone()
+
+    def fail(_):
+        raise RuntimeError("out of memory")
+
+    engine._denoise = fail
+    with pytest.raises(RuntimeError, match="out of memory"):
+        engine.generate_block(block(1))
+    assert torch.equal(engine._last_condition, before)

@@ -70,6 +70,10 @@ def test_paper_model_size_on_meta_device():
     assert 3.7e9 < dit < 4.0e9
     per_block = 4 * (3072 * 3072 + 3072) + 2 * 3072 + 2 * 3072 * 14336 + 14336 + 3072 + 6 * 3072
     assert sum(p.numel() for p in model.dit.blocks.parameters()) == 30 * per_block
+    # VAE: encoder 160/320/640/640 with 2 blocks per level, Wan2.2's wider decoder 256/512/1024/1024 with 3
+    assert sum(p.numel() for p in model.vae.encoder.parameters()) == 149_627_776
+    assert sum(p.numel() for p in model.vae.decoder.parameters()) == 382_219_788
+    assert sum(p.numel() for p in model.parameters()) == 4_377_002_573
 
 
 def test_presets_and_world_model_import_without_torch():

@@ -79,7 +79,7 @@ def load_checkpoint(model: nn.Module, path: str | os.PathLike | None, preset: Pr
 
     Raises:
         CheckpointMissingError: no path, or no such file.
-        CheckpointMismatchError: not a safetensors file, another format or preset,
+        CheckpointMismatchError: not a safetensors file, another format, format version or preset,
             other dimensions, missing/unexpected keys or other shapes (the first
             differences are listed).
     """
@@ -131,6 +131,9 @@ def _differences(metadata: dict[str, str], reader: Any, state: dict[str, torch.T
     found: list[str] = []
     if metadata.get("format") != FORMAT:
         found.append(f"format {metadata.get('format')!r}, expected {FORMAT!r}")
+    if metadata.get("version") != VERSION:
+        found.append(f"checkpoint format version {metadata.get('version')!r}, expected {VERSION!r} "
+                     "(written by another version of rynn_teleop; convert or re-export it)")
     if metadata.get("preset") != preset.name:
         found.append(f"preset {metadata.get('preset')!r}, expected {preset.name!r}")
     if "dims" in metadata:

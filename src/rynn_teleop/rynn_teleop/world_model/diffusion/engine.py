@@ -149,17 +149,18 @@ class StreamEngine:
                 with self._stage("reanchor"):
                     self._reanchor(None)
             with self._stage("encode_condition"):
-                pixels = rgb_to_tensor(condition_frames, self.device, self.dtype)
-                condition = self.model.vae.encode(pixels, self._condition_stream)
-                self._last_condition = pixels[:, :, -1:]
+                condition_pixels = rgb_to_tensor(condition_frames, self.device, self.dtype)
+                condition = self.model.vae.encode(condition_pixels, self._condition_stream)
             with self._stage("denoise"):
                 latents = self._denoise(condition)
             with self._stage("commit"):
                 self._commit(latents, condition)
             with self._stage("decode"):
                 pixels = tensor_to_pixels(self.model.vae.decode(latents, self._decoder_stream))
-                self._last_frame = pixels_to_tensor(pixels[:, :, -1:], self.dtype)  # as returned, in uint8
+                last_frame = pixels_to_tensor(pixels[:, :, -1:], self.dtype)  # as returned, in uint8
                 frames = pixels_to_rgb(pixels)
+        # only once the block succeeded: a failed block leaves the re-anchoring inputs as they were
+        self._last_frame, self._last_condition = last_frame, condition_pixels[:, :, -1:]
         self._frames_since_anchor += self.frames_per_block
         return frames
 

@@ -3,7 +3,8 @@
 A :class:`Preset` fixes every dimension of the VAE, the DiT, the key/value
 cache and the sampler. ``paper`` mirrors Wan2.2 TI2V-5B as used by
 RynnWorld-Teleop (832x480, 48 latent channels, 16x16 spatial and 4x
-temporal compression, DiT dim 3072 / 30 layers / 24 heads / FFN 14336, patch
+temporal compression, VAE encoder 160/320/640/640 with 2 residual blocks per
+level and the wider decoder 256/512/1024/1024 with 3, DiT dim 3072 / 30 layers / 24 heads / FFN 14336, patch
 (1, 2, 2)); ``tiny`` has the same structure at a size that runs the tests on
 a CPU in seconds.
 
@@ -33,7 +34,9 @@ class Preset:
     height: int  # image height [px]
     latent_channels: int  # VAE latent channels (Wan2.2: 48)
     vae_dims: tuple[int, ...]  # VAE channels per resolution level (encoder order)
-    vae_res_blocks: int  # residual blocks per VAE level
+    vae_res_blocks: int  # residual blocks per VAE encoder level
+    vae_decoder_dims: tuple[int, ...]  # VAE decoder channels per level, in encoder order (Wan2.2: wider)
+    vae_decoder_res_blocks: int  # residual blocks per VAE decoder level (Wan2.2: encoder's + 1)
     dim: int  # DiT hidden size
     layers: int  # DiT blocks
     heads: int  # attention heads
@@ -55,6 +58,10 @@ class Preset:
             "temporal_compression must be 4 (two causal temporal downsamplings)": self.temporal_compression == 4,
             "spatial_compression must be 2 ** len(vae_dims) (pixel unshuffle 2, then one 2x step per level)":
                 self.spatial_compression == 2 ** len(self.vae_dims),
+            "vae_decoder_dims must have one entry per level of vae_dims":
+                len(self.vae_decoder_dims) == len(self.vae_dims),
+            "vae_res_blocks and vae_decoder_res_blocks must be at least 1":
+                self.vae_res_blocks >= 1 and self.vae_decoder_res_blocks >= 1,
             "patch must be (1, p, p): one latent frame per token": self.patch[0] == 1 and self.patch[1] == self.patch[2],
             "width and height must be multiples of spatial_compression * patch":
                 self.width % self.pixels_per_token == 0 and self.height % self.pixels_per_token == 0,
@@ -116,8 +123,8 @@ class Preset:
     @property
     def shape_fields(self) -> dict[str, object]:
         """The fields that decide the weights' shapes (compared against a checkpoint)."""
-        names = ("width", "height", "latent_channels", "vae_dims", "vae_res_blocks", "dim", "layers",
-                 "heads", "ffn", "temporal_compression", "spatial_compression", "patch", "freq_dim")
+        names = ("width", "height", "latent_channels", "vae_dims", "vae_res_blocks", "vae_decoder_dims",
+                 "vae_decoder_res_blocks", "dim", "layers", "heads", "ffn", "temporal_compression", "spatial_compression", "patch", "freq_dim")
         return {n: list(v) if isinstance(v := getattr(self, n), tuple) else v for n in names}
 
 
@@ -142,6 +149,8 @@ TINY = Preset(
     latent_channels=8,
     vae_dims=(8, 16, 32, 32),
     vae_res_blocks=1,
+    vae_decoder_dims=(16, 16, 32, 32),  # wider than the encoder and one more block, as in Wan2.2
+    vae_decoder_res_blocks=2,
     dim=64,
     layers=2,
     heads=4,
@@ -159,6 +168,8 @@ PAPER = Preset(
     latent_channels=48,
     vae_dims=(160, 320, 640, 640),  # Wan2.2 VAE: dim 160, multipliers (1, 2, 4, 4)
     vae_res_blocks=2,
+    vae_decoder_dims=(256, 512, 1024, 1024),  # Wan2.2 VAE decoder: dec_dim 256, multipliers (1, 2, 4, 4)
+    vae_decoder_res_blocks=3,  # Wan2.2: num_res_blocks + 1 per decoder level
     dim=3072,
     layers=30,
     heads=24,

@@ -9,7 +9,8 @@ Structure (mirrors Wan2.2, sizes from the :class:`~.presets.Preset`):
   past only) with channel-wise RMS norms (no statistics across frames), a
   middle block with per-frame spatial self-attention, and a head giving the
   posterior mean and log-variance (``encode`` returns the mean).
-* The decoder mirrors it; its temporal upsampling turns each latent frame
+* The decoder mirrors it at its own widths (``vae_decoder_dims``, wider in
+  Wan2.2) with ``vae_decoder_res_blocks`` blocks per level; its temporal upsampling turns each latent frame
   after the first into 4 frames.
 * Per-channel latent normalisation buffers (``latent_mean``/``latent_std``,
   set by training) map to the DiT's latent space.
@@ -266,13 +267,14 @@ class Decoder(nn.Module):
 
     def __init__(self, preset: Preset) -> None:
         super().__init__()
-        dims = preset.vae_dims
+        dims = preset.vae_decoder_dims
         self.conv_in = CausalConv3d(preset.latent_channels, dims[-1])
         self.middle = MiddleBlock(dims[-1])
         plan = _level_plan(dims)
         # mirror of the encoder: level j's blocks at its resolution, then the upsampling that undoes level j-1's
         self.levels = nn.ModuleList(
-            DecoderLevel(dims[j], dims[max(j - 1, 0)], preset.vae_res_blocks, *(plan[j - 1][2:] if j else (False, False)))
+            DecoderLevel(dims[j], dims[max(j - 1, 0)], preset.vae_decoder_res_blocks,
+                         *(plan[j - 1][2:] if j else (False, False)))
             for j in reversed(range(len(dims)))
         )
         self.norm_out = RMSNorm(dims[0])
