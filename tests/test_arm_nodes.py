@@ -19,6 +19,7 @@ from rynn_teleop.core.calibration import Calibration
 from rynn_teleop.core.robot_model import arm_joint_names
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError, ParameterError, RynnTeleopError
 from rynn_teleop.runner import Composition
+from ros_helpers import wait_for
 
 ARM_NAMES = list(arm_joint_names("left") + arm_joint_names("right"))
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -57,15 +58,6 @@ class Probe:
             time.sleep(0.01)
         assert future.done(), f"service {name} did not answer"
         return future.result()
-
-
-def wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_synthetic_trackers_drive_arm_commands_at_200hz(ros_domain_id, tmp_path):

@@ -23,15 +23,7 @@ from rynn_teleop.nodes.camera_switch import LATCHED, CameraSwitchNode
 from rynn_teleop.nodes.conversions import image_array
 from rynn_teleop.nodes.head_camera import HeadCameraNode
 from rynn_teleop.runner import Composition, node_parameters, to_ros_parameters
-
-
-def wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
+from ros_helpers import wait_for
 
 
 class Probe:

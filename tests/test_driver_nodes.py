@@ -17,18 +17,10 @@ from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.robot_model import arm_joint_names, hand_joint_names
 from rynn_teleop.errors import HardwareUnavailableError
 from rynn_teleop.runner import Composition
+from ros_helpers import wait_for
 
 ARM = list(arm_joint_names("left") + arm_joint_names("right"))
 HANDS = list(hand_joint_names("left") + hand_joint_names("right"))
-
-
-def wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 class Probe:

@@ -15,15 +15,7 @@ from rynn_teleop.core.robot_model import RobotModel, hand_joint_names
 from rynn_teleop.errors import HardwareUnavailableError
 from rynn_teleop.runner import Composition
 from rynn_teleop.sources.hands import SyntheticGlove
-
-
-def wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.05)
-    return False
+from ros_helpers import wait_for
 
 
 class Probe:

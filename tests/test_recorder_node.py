@@ -19,18 +19,10 @@ from std_srvs.srv import Trigger
 from rynn_teleop.nodes.camera_switch import LATCHED
 from rynn_teleop.runner import Composition
 from rynn_teleop.sources.playback import open_bag
+from ros_helpers import wait_for
 
 TOPICS = ["/test/joints", "/test/image", "/head_camera/active_source", "/test/never"]
 RATES = [100.0, 10.0, 0.0, 50.0]
-
-
-def wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def call(node: Node, name: str) -> Trigger.Response:

@@ -18,17 +18,9 @@ from rynn_teleop.core.robot_model import RobotModel, arm_joint_names, hand_joint
 from rynn_teleop.errors import ConfigurationError, ParameterError
 from rynn_teleop.nodes.conversions import image_array
 from rynn_teleop.runner import Composition
+from ros_helpers import wait_for
 
 SMALL = {"profile": "160x120x30", "reanchor_topic": ""}
-
-
-def wait_for(pred, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 class Operator:
