@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 
 def test_demo_drives_the_arms_from_the_synthetic_operator(ros_env, tmp_path):

@@ -29,7 +29,6 @@ in a handful of iterations; ``bench/hand_retarget.py`` compares both.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import NamedTuple
 

@@ -248,14 +248,7 @@ class WujiBackend(JointBackend):
         """
         links = self._require_links()
         self._hold(links)
-        failed = []
-        for link in links:
-            try:
-                with link.sdo_lock:
-                    link.hand.write_joint_enabled(True)
-            except Exception as exc:  # noqa: BLE001
-                self._mark(link, exc)
-                failed.append(f"{link.label}: {type(exc).__name__}: {exc}")
+        failed = self._write_enabled(links, True)
         with self._rt_lock:
             self._hold_locked(links)
             if not failed:
@@ -351,12 +344,16 @@ class WujiBackend(JointBackend):
     def _disable(self, links: list[_Link]) -> list[str]:
         with self._rt_lock:
             self._accepting, self._refusal_warned = False, False
+        return self._write_enabled(links, False)
+
+    def _write_enabled(self, links: list[_Link], enabled: bool) -> list[str]:
+        """Switch every hand's joints on or off; the failures, one line per hand (failed links are marked)."""
         failed = []
         for link in links:
             try:
                 with link.sdo_lock:
-                    link.hand.write_joint_enabled(False)
-            except Exception as exc:  # noqa: BLE001
+                    link.hand.write_joint_enabled(enabled)
+            except Exception as exc:  # noqa: BLE001 - any SDK error on one hand: report it, try the others
                 self._mark(link, exc)
                 failed.append(f"{link.label}: {type(exc).__name__}: {exc}")
         return failed

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -55,6 +56,26 @@ class Playback:
     def finished(self) -> bool:
         """True once every sample was returned (never while looping)."""
         return not self.loop and self.index >= len(self.rel)
+
+
+def loop_period(rel: np.ndarray, channels: Sequence[Hashable], default_spacing: float = 0.01) -> float:
+    """Recorded length of one loop pass [s]: the last sample's time plus one sample spacing.
+
+    The spacing is the median interval between consecutive samples of the same
+    channel (tracker role, hand side), so a loop restarts as the recording
+    would have continued; ``default_spacing`` [s] when no channel has two samples.
+
+    Args:
+        rel: (n,) recorded times relative to the first sample [s], sorted.
+        channels: (n,) the channel of each sample.
+    """
+    rel = np.asarray(rel, dtype=float)
+    by_channel: dict[Hashable, list[int]] = {}
+    for i, channel in enumerate(channels):
+        by_channel.setdefault(channel, []).append(i)
+    gaps = np.concatenate([np.diff(rel[idx]) for idx in by_channel.values()] or [np.empty(0)])
+    gaps = gaps[gaps > 0]
+    return float(rel[-1]) + (float(np.median(gaps)) if gaps.size else default_spacing)
 
 
 def bag_directory(path: Path, what: str) -> Path:

@@ -20,13 +20,28 @@ drive a source without a wall clock. A new backend subclasses
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar, NamedTuple
 
 import numpy as np
 
+from ...errors import ConfigurationError
 from ..base import PolledSource
 
 SIDES: tuple[str, ...] = ("left", "right")
+
+
+def check_sides(sides: str | Sequence[str], what: str) -> tuple[str, ...]:
+    """``sides`` as a tuple; ConfigurationError naming ``what`` if it is empty, unknown or repeated."""
+    sides = (sides,) if isinstance(sides, str) else tuple(sides)
+    if not sides:
+        raise ConfigurationError(f"{what}: no side given (sides is empty)")
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        raise ConfigurationError(f"{what}: unknown side(s) {', '.join(map(repr, unknown))}; sides are {', '.join(SIDES)}")
+    if len(set(sides)) != len(sides):
+        raise ConfigurationError(f"{what}: a side is repeated")
+    return sides
 
 
 class HandSample(NamedTuple):

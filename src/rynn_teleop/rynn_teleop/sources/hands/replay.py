@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import ConfigurationError
-from ..playback import Playback, bag_directory, open_bag
-from .base import SIDES, HandSample, HandSource
+from ..playback import Playback, bag_directory, loop_period, open_bag
+from .base import SIDES, HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
 
@@ -67,16 +67,7 @@ class ReplayHands(HandSource):
         if not rate_scale > 0:
             raise ConfigurationError(f"replay hand source: rate_scale must be > 0, got {rate_scale}")
         if sides is not None:
-            sides = (sides,) if isinstance(sides, str) else tuple(sides)
-            if not sides:
-                raise ConfigurationError("replay hand source: no side to replay (sides is empty)")
-            unknown = [s for s in sides if s not in SIDES]
-            if unknown:
-                raise ConfigurationError(
-                    f"replay hand source: unknown side(s) {', '.join(map(repr, unknown))}; sides are {', '.join(SIDES)}"
-                )
-            if len(set(sides)) != len(sides):
-                raise ConfigurationError("replay hand source: a side is repeated")
+            sides = check_sides(sides, "replay hand source")
         self.path = Path(path)
         self.topic_prefix = "/" + topic_prefix.strip("/")
         self.rate_scale = float(rate_scale)
@@ -154,11 +145,7 @@ class ReplayHands(HandSource):
         self._rel = 1e-9 * (stamps - stamps[0])  # integer nanoseconds first: no precision lost to epoch stamps
         self._sides = [r[2] for r in rows]
         self._points = [r[3] for r in rows]
-        gaps = [np.diff(self._rel[[i for i, s in enumerate(self._sides) if s == side]]) for side in self.sides]
-        gaps = np.concatenate(gaps)
-        gaps = gaps[gaps > 0]
-        spacing = float(np.median(gaps)) if gaps.size else 0.01
-        self._period = float(self._rel[-1]) + spacing
+        self._period = loop_period(self._rel, self._sides)
         self._playback = Playback(self._rel, self._period, now, self.rate_scale, self.loop)
         self._closed = False
         bad = sum(1 for p in self._points if p.shape[0] != 21)

@@ -47,7 +47,7 @@ import numpy as np
 
 from ...core.hand_skeleton import BONES, FINGERS, N_POINTS
 from ...errors import ConfigurationError
-from .base import SIDES, HandSample, HandSource
+from .base import SIDES, HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
 
@@ -280,16 +280,7 @@ class SyntheticGlove(HandSource):
             ConfigurationError: no side, an unknown or repeated side, or a
                 number out of range.
         """
-        sides = tuple(sides) if not isinstance(sides, str) else (sides,)
-        if not sides:
-            raise ConfigurationError("synthetic hand source: no side to produce (sides is empty)")
-        unknown = [s for s in sides if s not in SIDES]
-        if unknown:
-            raise ConfigurationError(
-                f"synthetic hand source: unknown side(s) {', '.join(map(repr, unknown))}; sides are {', '.join(SIDES)}"
-            )
-        if len(set(sides)) != len(sides):
-            raise ConfigurationError("synthetic hand source: a side is repeated")
+        sides = check_sides(sides, "synthetic hand source")
         if not rate_hz > 0:
             raise ConfigurationError(f"synthetic hand source: rate_hz must be > 0, got {rate_hz}")
         if not cycle_s > 0 or not phase_shift_s >= 0:

@@ -16,7 +16,7 @@ import numpy as np
 
 from ...core.transforms import pose_to_matrix
 from ...errors import ConfigurationError
-from ..playback import Playback, bag_directory, open_bag
+from ..playback import Playback, bag_directory, loop_period, open_bag
 from .base import ROLES, TrackerSample, TrackerSource
 
 _LOG = logging.getLogger(__name__)
@@ -154,11 +154,7 @@ class ReplaySource(TrackerSource):
         self._rel = stamps - stamps[0]
         self._roles = [r[2] for r in rows]
         self._matrices = np.stack([r[3] for r in rows])
-        gaps = [np.diff(stamps[[i for i, r in enumerate(self._roles) if r == role]]) for role in self.serials]
-        gaps = np.concatenate(gaps)
-        gaps = gaps[gaps > 0]
-        spacing = float(np.median(gaps)) if gaps.size else 0.01
-        self._period = float(self._rel[-1]) + spacing
+        self._period = loop_period(self._rel, self._roles)
         self._playback = Playback(self._rel, self._period, now, self.rate_scale, self.loop)
         self._closed = False
         _LOG.info(
