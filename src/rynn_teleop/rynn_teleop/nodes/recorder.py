@@ -36,7 +36,7 @@ from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..errors import ParameterError
 from ..recording import EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash, software_version
 from .base import TeleopNode, run_single
-from ._robot import DESCRIPTION_OVERLAY
+from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 
 DEFAULT_TOPICS = {  # topic -> expected rate [Hz] (0: no rate expectation)
     **{f"/operator/trackers/{role}": 120.0
@@ -273,8 +273,6 @@ def _subscription_qos(infos) -> tuple[QoSProfile, list[TopicQos]]:
 
 
 def _description_hash(overlay: str) -> str:
-    from ._robot import robot_from_overlay  # noqa: PLC0415
-
     return description_hash(robot_from_overlay(overlay).urdf)
 
 

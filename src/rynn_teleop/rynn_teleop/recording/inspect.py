@@ -35,6 +35,7 @@ import numpy as np
 from rosbags.rosbag2 import Reader
 
 from ..errors import RynnTeleopError
+from ..sources.camera.replay import DEPTH_ENCODINGS, decode_image
 from .episodes import episode_dirs
 from .errors import RecordingError
 from .mcapfile import read_index
@@ -188,26 +189,22 @@ def _messages(path: Path, topics: Sequence[str], type_name: str) -> Iterator[tup
 
 
 def image_to_bgr(msg: Any) -> np.ndarray:
-    """A ``sensor_msgs/Image`` (rgb8, bgr8, rgba8, bgra8, mono8, 16UC1/mono16) as an (H, W, 3) uint8 BGR array.
+    """A ``sensor_msgs/Image`` as an (H, W, 3) uint8 BGR array for the preview (decoded like the replay camera).
 
-    16-bit images (depth) are scaled so that their largest value is white.
+    Depth images (16UC1, mono16, 32FC1) are scaled so that their largest value is white.
 
     Raises:
         RecordingError: another encoding, or data too short for the declared size.
     """
-    h, w, step, enc = int(msg.height), int(msg.width), int(msg.step), str(msg.encoding)
-    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "16UC1": 2, "mono16": 2}.get(enc)
-    data = np.asarray(msg.data, dtype=np.uint8)
-    if channels is None or data.size < h * step or step < w * channels:
-        raise RecordingError(f"cannot preview image encoding {enc!r} ({w}x{h}, step {step}, {data.size} bytes)")
-    rows = data[: h * step].reshape(h, step)[:, : w * channels]
-    if channels == 2:
-        depth = rows.copy().view(">u2" if msg.is_bigendian else "<u2").reshape(h, w).astype(np.float32)
-        peak = float(depth.max()) or 1.0
-        return cv2.cvtColor((depth * (255.0 / peak)).astype(np.uint8), cv2.COLOR_GRAY2BGR)
-    img = rows.reshape(h, w, channels) if channels > 1 else rows.reshape(h, w)
-    code = {"rgb8": cv2.COLOR_RGB2BGR, "rgba8": cv2.COLOR_RGBA2BGR, "bgra8": cv2.COLOR_BGRA2BGR, "mono8": cv2.COLOR_GRAY2BGR}
-    return cv2.cvtColor(img, code[enc]) if enc in code else np.ascontiguousarray(img)
+    depth = str(msg.encoding) in DEPTH_ENCODINGS
+    try:
+        image = decode_image(msg, depth=depth)
+    except ValueError as exc:
+        raise RecordingError(f"cannot preview image: {exc}") from exc
+    if depth:
+        peak = float(image.max()) or 1.0
+        return cv2.cvtColor((image.astype(np.float32) * (255.0 / peak)).astype(np.uint8), cv2.COLOR_GRAY2BGR)
+    return np.ascontiguousarray(image[..., ::-1])
 
 
 # -- joint plot ------------------------------------------------------------------------------
