@@ -116,6 +116,7 @@ def test_unwritable_output_directory_fails_the_episode_and_the_node_keeps_runnin
         assert not response.success and "not_a_dir" in response.message
         assert rec.diagnostic_level()[0] == DiagnosticStatus.ERROR
         assert call(probe, "/recorder/stop_episode").success is False  # nothing to stop, still answering
+        assert "not_a_dir" in rec.diagnostic_level()[1]  # the refused stop does not hide the failure
         assert not rec.recorder.active
     finally:
         comp.shutdown()

@@ -184,32 +184,18 @@ class RecorderNode(TeleopNode):
         return summary
 
     def _srv_start_episode(self, request, response):
-        try:
-            response.message = str(self.start_episode())
-            response.success = True
-        except RecordingError as exc:
-            response.success, response.message = False, str(exc)
-            self._fail(str(exc))
-        return response
+        return _answer(response, lambda: str(self.start_episode()), self._fail)
 
     def _srv_stop_episode(self, request, response):
-        try:
+        def stop() -> str:
             summary = self.stop_episode()
-            response.success = True
-            response.message = str(summary.path) + ("" if not summary.problems else
-                                                    " | problems: " + "; ".join(summary.problems))
-        except RecordingError as exc:
-            response.success, response.message = False, str(exc)
-            self._fail(str(exc))
-        return response
+            return str(summary.path) + ("" if not summary.problems else " | problems: " + "; ".join(summary.problems))
+
+        # stopping with no episode is only a refused request; failing to close a recorded one is a failure
+        return _answer(response, stop, self._fail if self.recorder.active else None)
 
     def _srv_discard_episode(self, request, response):
-        try:
-            response.message = f"discarded {self.recorder.discard()}"
-            response.success = True
-        except RecordingError as exc:
-            response.success, response.message = False, str(exc)
-        return response
+        return _answer(response, lambda: f"discarded {self.recorder.discard()}")
 
     def _on_writer_error(self, error: RecordingError) -> None:  # writer thread
         self._fail(str(error))
@@ -248,6 +234,17 @@ class RecorderNode(TeleopNode):
             except RecordingError as exc:
                 self.get_logger().error(f"episode could not be closed: {exc}")
         super().destroy_node()
+
+
+def _answer(response, action, on_error=None):
+    """Fill a Trigger response with ``action()``'s message, or the RecordingError it raised (passed to ``on_error``)."""
+    try:
+        response.message, response.success = action(), True
+    except RecordingError as exc:
+        response.success, response.message = False, str(exc)
+        if on_error is not None:
+            on_error(str(exc))
+    return response
 
 
 def _message_class(type_name: str):
