@@ -44,6 +44,36 @@ def recorder(ros_domain_id, out: Path, **extra) -> Composition:
                        domain_id=ros_domain_id)
 
 
+def assert_rosbag2_metadata(episode: Path) -> dict:
+    """What rosbag2's own reader (rosbag2_storage/yaml.hpp, metadata version 9) requires of metadata.yaml.
+
+    ``ros2 bag info/play`` is not available here; this checks every field its YAML decoder reads, with its type.
+    """
+    meta = yaml.safe_load((episode / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    assert meta["version"] == 9 and meta["storage_identifier"] == "mcap"
+    assert isinstance(meta["duration"]["nanoseconds"], int)
+    assert isinstance(meta["starting_time"]["nanoseconds_since_epoch"], int)
+    assert isinstance(meta["message_count"], int)
+    assert isinstance(meta["compression_format"], str) and isinstance(meta["compression_mode"], str)
+    assert isinstance(meta["ros_distro"], str)  # version >= 8
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in meta["custom_data"].items())  # map<str, str>
+    assert meta["relative_file_paths"] and all((episode / p).is_file() for p in meta["relative_file_paths"])
+    for f in meta["files"]:
+        assert isinstance(f["path"], str) and isinstance(f["message_count"], int)
+        assert isinstance(f["duration"]["nanoseconds"], int)
+        assert isinstance(f["starting_time"]["nanoseconds_since_epoch"], int)
+    for t in meta["topics_with_message_count"]:
+        tm = t["topic_metadata"]
+        assert isinstance(t["message_count"], int)
+        assert all(isinstance(tm[k], str) for k in ("name", "type", "serialization_format", "type_description_hash"))
+        assert isinstance(tm["offered_qos_profiles"], list)  # version 9: a YAML sequence, not a string
+        for q in tm["offered_qos_profiles"]:
+            assert {"history", "depth", "reliability", "durability", "deadline", "lifespan", "liveliness",
+                    "liveliness_lease_duration", "avoid_ros_namespace_conventions"} <= set(q)
+    assert sum(t["message_count"] for t in meta["topics_with_message_count"]) == meta["message_count"]
+    return meta
+
+
 def test_round_trip_bytes_and_counts_identical_in_rosbags_and_mcap(ros_domain_id, tmp_path):
     comp = recorder(ros_domain_id, tmp_path)
     try:
@@ -101,7 +131,10 @@ def test_round_trip_bytes_and_counts_identical_in_rosbags_and_mcap(ros_domain_id
         assert doc["task"] == "pick cube" and doc["operator"] == "ada"
         assert "generated" in doc["camera_sources"]
         assert doc["robot_description_hash"].startswith("sha256:")
-        meta = yaml.safe_load((episode / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+        meta = assert_rosbag2_metadata(episode)
+        qos = {t["topic_metadata"]["name"]: t["topic_metadata"]["offered_qos_profiles"]
+               for t in meta["topics_with_message_count"]}
+        assert qos["/test/image"] and qos["/test/image"][0]["reliability"] in (2, "best_effort")  # replayed as offered
         counts = {t["topic_metadata"]["name"]: t["message_count"] for t in meta["topics_with_message_count"]}
         assert counts["/test/joints"] == 100 and counts["/test/image"] == 10
     finally:
@@ -177,6 +210,7 @@ def test_sigkill_mid_episode_keeps_all_but_the_last_second_after_recover(ros_dom
     result = subprocess.run([sys.executable, "-m", "rynn_teleop.cli", "episodes", "recover", str(episode)],
                             env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert_rosbag2_metadata(episode)
     reader = open_bag(episode, "test")
     try:
         got = [deserialize_message(bytes(raw), JointState) for _, _, raw in reader.messages()]
