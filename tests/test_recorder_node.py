@@ -149,11 +149,18 @@ def test_unwritable_output_directory_fails_the_episode_and_the_node_keeps_runnin
         rec = comp.node("recorder")
         probe = Node("probe", context=comp.context)
         comp.add_node(probe)
+        from rynn_teleop.nodes.joint_sweep import JointSweepNode  # noqa: PLC0415 - another node beside it
+
+        comp.add_node(JointSweepNode(context=comp.context))
+        states: list[JointState] = []
+        probe.create_subscription(JointState, "/joint_states", states.append, 10)
         response = call(probe, "/recorder/start_episode")
         assert not response.success and "not_a_dir" in response.message
         assert rec.diagnostic_level()[0] == DiagnosticStatus.ERROR
         assert call(probe, "/recorder/stop_episode").success is False  # nothing to stop, still answering
         assert "not_a_dir" in rec.diagnostic_level()[1]  # the refused stop does not hide the failure
+        n = len(states)
+        assert wait_for(lambda: len(states) > n + 5, 5.0)  # the other node keeps publishing
         assert not rec.recorder.active
     finally:
         comp.shutdown()
