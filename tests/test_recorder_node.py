@@ -80,14 +80,15 @@ def test_round_trip_bytes_and_counts_identical_in_rosbags_and_mcap(ros_domain_id
         rec = comp.node("recorder")
         pub_node = Node("publisher", context=comp.context)
         comp.add_node(pub_node)
-        joints = pub_node.create_publisher(JointState, "/test/joints", 100)
-        image = pub_node.create_publisher(Image, "/test/image", qos_profile_sensor_data)
-        active = pub_node.create_publisher(String, "/head_camera/active_source", LATCHED)
-        active.publish(String(data="generated"))
         wire: dict[str, list[bytes]] = {"/test/joints": [], "/test/image": []}  # what a raw subscriber receives
         pub_node.create_subscription(JointState, "/test/joints", wire["/test/joints"].append, 100, raw=True)
         pub_node.create_subscription(Image, "/test/image", wire["/test/image"].append, qos_profile_sensor_data,
                                      raw=True)
+        time.sleep(1.5)  # topics with subscribers only: the recorder waits for a publisher to match its QoS
+        joints = pub_node.create_publisher(JointState, "/test/joints", 100)
+        image = pub_node.create_publisher(Image, "/test/image", qos_profile_sensor_data)
+        active = pub_node.create_publisher(String, "/head_camera/active_source", LATCHED)
+        active.publish(String(data="generated"))
         assert wait_for(lambda: {"/test/joints", "/test/image", "/head_camera/active_source"} <= set(rec._types), 10.0)
         assert wait_for(lambda: joints.get_subscription_count() > 0 and image.get_subscription_count() > 0, 5.0)
         response = call(pub_node, "/recorder/start_episode")

@@ -119,6 +119,9 @@ class RecorderNode(TeleopNode):
             types = graph.get(topic)
             if not types:
                 continue
+            infos = self.get_publishers_info_by_topic(topic)
+            if not infos:  # only subscribers so far: wait for a publisher, whose QoS the subscription must match
+                continue
             type_name = types[0]
             try:
                 msg_type = _message_class(type_name)
@@ -126,7 +129,6 @@ class RecorderNode(TeleopNode):
                 self.get_logger().error(f"{topic}: type {type_name} cannot be imported; not recorded",
                                         throttle_duration_sec=30.0)
                 continue
-            infos = self.get_publishers_info_by_topic(topic)
             qos, offered = _subscription_qos(infos)
             self._qos[topic] = offered
             self._types[topic] = type_name
