@@ -394,3 +394,38 @@ def test_a_tracker_dropout_is_reported_stale_and_the_arm_holds_then_resumes(ros_
     finally:
         comp.shutdown()
     assert not comp.errors
+
+
+def test_a_late_tick_still_publishes_one_wrist_in_chest_pose_per_sampled_frame(ros_domain_id):
+    comp = Composition(["tracker"], domain_id=ros_domain_id)
+    try:
+        probe = Probe(comp)
+        tracker = comp.node("tracker")
+        assert wait_for(lambda: len(probe.wrists) > 5, 10.0)
+        tracker._timer.cancel()  # from now on ticks come only from here, each after several frames piled up
+        time.sleep(0.1)
+        tracker._tick()  # drain what piled up meanwhile (older than the staleness timeout: not relative poses)
+        serial = tracker.trackers.serials["left_wrist"]
+        read, sampled = tracker.source.read, []
+
+        def spy(now):
+            samples = read(now)
+            sampled.extend(s.stamp for s in samples if s.serial == serial)
+            return samples
+
+        tracker.source.read = spy
+        for _ in range(4):
+            time.sleep(5 / 120)
+            tracker._tick()
+        assert len(sampled) >= 8  # several frames per tick
+
+        def published():
+            with probe.lock:
+                stamps = sorted(m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in probe.wrists)
+            return [t for t in stamps if t >= min(sampled) - 1e-6]
+
+        assert wait_for(lambda: len(published()) >= len(sampled), 3.0)
+        stamps = published()
+        np.testing.assert_allclose(stamps, sorted(sampled), atol=1e-6)  # one pose per wrist sample, none repeated
+    finally:
+        comp.shutdown()

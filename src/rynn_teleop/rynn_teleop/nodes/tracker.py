@@ -162,19 +162,20 @@ class TrackerNode(TeleopNode):
         now = self.now_s()
         published = 0
         samples, self._pending = self._pending + self.source.read(now), []
-        for sample in samples:
+        for i, sample in enumerate(samples):
             role = self.trackers.update(sample)
-            if role is None:
-                continue
-            msg = PoseStamped()
-            msg.header.stamp = Time(nanoseconds=int(round(sample.stamp * 1e9))).to_msg()
-            msg.header.frame_id = self.world_frame
-            matrix_to_pose(sample.matrix, msg.pose)
-            self._pose_pubs[role].publish(msg)
-            self.meter(f"tracker.{role}").tick(now, now - sample.stamp)
-            published += 1
-        if published:
-            self._publish_relative(now)
+            if role is not None:
+                msg = PoseStamped()
+                msg.header.stamp = Time(nanoseconds=int(round(sample.stamp * 1e9))).to_msg()
+                msg.header.frame_id = self.world_frame
+                matrix_to_pose(sample.matrix, msg.pose)
+                self._pose_pubs[role].publish(msg)
+                self.meter(f"tracker.{role}").tick(now, now - sample.stamp)
+                published += 1
+            # relative poses once per sampled frame (all trackers of one stamp), even when a late tick
+            # collects several frames: every wrist sample gets its wrist-in-chest pose
+            if published and (i + 1 == len(samples) or samples[i + 1].stamp != sample.stamp):
+                self._publish_relative(now)
         stale = self.trackers.stale(now)
         for role in stale - self._stale:
             self.get_logger().warning(f"tracker {role} ({self.trackers.serials[role]}) is stale")
