@@ -403,8 +403,7 @@ def test_a_late_tick_still_publishes_one_wrist_in_chest_pose_per_sampled_frame(r
         tracker = comp.node("tracker")
         assert wait_for(lambda: len(probe.wrists) > 5, 10.0)
         tracker._timer.cancel()  # from now on ticks come only from here, each after several frames piled up
-        time.sleep(0.1)
-        tracker._tick()  # drain what piled up meanwhile (older than the staleness timeout: not relative poses)
+        tracker._tick()  # drain what is due now
         serial = tracker.trackers.serials["left_wrist"]
         read, sampled = tracker.source.read, []
 
@@ -414,8 +413,8 @@ def test_a_late_tick_still_publishes_one_wrist_in_chest_pose_per_sampled_frame(r
             return samples
 
         tracker.source.read = spy
-        for _ in range(4):
-            time.sleep(5 / 120)
+        for wait in (5 / 120, 5 / 120, 0.25, 5 / 120):  # one tick later than the dropout timeout (0.1 s)
+            time.sleep(wait)
             tracker._tick()
         assert len(sampled) >= 8  # several frames per tick
 

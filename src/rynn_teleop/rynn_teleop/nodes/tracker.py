@@ -175,7 +175,7 @@ class TrackerNode(TeleopNode):
             # relative poses once per sampled frame (all trackers of one stamp), even when a late tick
             # collects several frames: every wrist sample gets its wrist-in-chest pose
             if published and (i + 1 == len(samples) or samples[i + 1].stamp != sample.stamp):
-                self._publish_relative(now)
+                self._publish_relative(now, sample.stamp)
         stale = self.trackers.stale(now)
         for role in stale - self._stale:
             self.get_logger().warning(f"tracker {role} ({self.trackers.serials[role]}) is stale")
@@ -186,9 +186,14 @@ class TrackerNode(TeleopNode):
             self._finished_logged = True
             self.get_logger().info("replay finished")
 
-    def _publish_relative(self, now: float) -> None:
+    def _publish_relative(self, now: float, frame_stamp: float) -> None:
+        """Wrist/elbow-in-chest poses of the frame sampled at ``frame_stamp`` [s] (``now``: for the latency meter).
+
+        Freshness is judged at the frame's own time: a frame that waited in a late tick's backlog is as
+        fresh as when it was sampled (dropouts are frames that never came, reported by the stale check).
+        """
         for side in SIDES:
-            rel = self.trackers.relative(side, now)
+            rel = self.trackers.relative(side, frame_stamp)
             if rel is None or rel.stamp == self._last_relative[side]:
                 continue
             self._last_relative[side] = rel.stamp
