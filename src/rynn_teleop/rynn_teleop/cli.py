@@ -3,6 +3,7 @@
     rynn-teleop urdf [--config OVERLAY.yaml] [--output FILE]
     rynn-teleop params NODE           print NODE's parameter file with every key documented
     rynn-teleop run NODE [NODE ...] [--duration S] [--config-dir DIR] [-p NODE.KEY=VALUE ...]
+    rynn-teleop run --mode digital|real [--camera generated|real] [--record] [--tracker-source S] ...
     rynn-teleop demo [--duration S] [--out DIR]
     rynn-teleop episodes list|info|check|recover PATH   recorded episodes (counts, rates, gaps, plot, preview)
 """
@@ -55,6 +56,28 @@ def _parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Any]]]:
+    """The nodes and parameter overrides of ``run``: a mode's (``--mode``) or the named nodes, then ``-p``."""
+    from . import bringup  # noqa: PLC0415
+
+    overrides: dict[str, dict[str, Any]] = {}
+    nodes = list(args.nodes)
+    if args.mode:
+        try:
+            overrides = bringup.mode_overrides(args.mode, camera=args.camera, tracker_source=args.tracker_source,
+                                               glove_source=args.glove_source,
+                                               world_model_backend=args.world_model_backend)
+        except ValueError as exc:
+            raise RynnTeleopError(str(exc)) from None
+        nodes = nodes or list(bringup.mode_nodes(record=args.record))
+    elif not nodes:
+        raise RynnTeleopError("run: name the nodes to start, or give --mode digital|real")
+    overrides = {n: v for n, v in overrides.items() if n in nodes}  # a subset of a mode keeps its backends
+    for node, values in _parse_overrides(args.param).items():
+        overrides.setdefault(node, {}).update(values)
+    return nodes, overrides
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runner import Composition  # noqa: PLC0415
 
@@ -64,7 +87,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-    with Composition(args.nodes, config_dir=args.config_dir, overrides=_parse_overrides(args.param)) as comp:
+    nodes, overrides = _run_plan(args)
+    with Composition(nodes, config_dir=args.config_dir, overrides=overrides) as comp:
         for node in comp.nodes:
             node.get_logger().info("started")
         comp.spin(args.duration)
@@ -95,7 +119,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_params)
 
     p = sub.add_parser("run", help="run nodes in one process (no launch_ros needed)")
-    p.add_argument("nodes", nargs="+", help="node names (see the README's node table)")
+    p.add_argument("nodes", nargs="*", help="node names (see the README's node table); default with --mode: all")
+    p.add_argument("--mode", choices=("digital", "real"), help="the bringup's node set and backends "
+                   "(digital: sim drivers, world model, generated feed; real: vendor backends)")
+    p.add_argument("--camera", choices=("generated", "real"), help="initial feed (default: by mode)")
+    p.add_argument("--record", action="store_true", help="with --mode: also start the recorder")
+    p.add_argument("--tracker-source", choices=("synthetic", "replay", "openvr"), help="tracker input (default: YAML)")
+    p.add_argument("--glove-source", choices=("synthetic", "replay", "skeleton", "manus"),
+                   help="hand input (default: YAML)")
+    p.add_argument("--world-model-backend", choices=("render", "diffusion"), help="default: YAML")
     p.add_argument("--duration", type=float, default=None, help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--config-dir", default=None, help="folder with <node>.yaml files (default: the package's config/)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NODE.KEY=VALUE", help="override a parameter")

@@ -94,6 +94,9 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
         code = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
+    except Exception:  # noqa: BLE001
+        if rclpy.ok():  # a real error; after a shutdown (launch's Shutdown action) a racing publish is not one
+            raise
     finally:
         if node is not None:
             node.destroy_node()
