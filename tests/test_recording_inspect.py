@@ -8,8 +8,19 @@ import cv2
 import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
-from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder, Gap, episode_stats, topic_stats
-from rynn_teleop.recording.inspect import episode_info, episodes_main, image_to_bgr, list_episodes
+from rynn_teleop.recording import (
+    EpisodeMetadata,
+    EpisodeRecorder,
+    Gap,
+    episode_stats,
+    topic_stats,
+)
+from rynn_teleop.recording.inspect import (
+    episode_info,
+    episodes_main,
+    image_to_bgr,
+    list_episodes,
+)
 
 TS = get_typestore(Stores.ROS2_KILTED)
 MS = 1_000_000  # [ns]
@@ -71,6 +82,92 @@ def test_topics_without_a_configured_rate_get_counts_and_rate_but_no_gaps():
     assert e.missing == ("/never",)
     assert e.problems() == ["/never: configured but never received", "/event: 2 message(s) dropped by the recorder"]
     assert type(e).from_dict(e.to_dict()) == e
+
+
+def test_gaps_between_messages_use_header_stamps_not_receive_jitter():
+    # 200 Hz, regular capture stamps, receive times jittered by up to 25 ms (5 periods): no sample lost.
+    rng = np.random.default_rng(0)
+    stamps = [T0 + i * 5 * MS for i in range(400)]
+    times = sorted(t + int(rng.integers(0, 25 * MS)) for t in stamps)  # delivered in order, late by 0-25 ms
+    stamps = sorted(stamps)
+    window = {"start_ns": T0 + 25 * MS, "stop_ns": T0 + 1_995 * MS, "expected_rate_hz": 200.0}  # mid-stream
+    assert topic_stats("/arms/command", JS, times, stamps_ns=stamps, **window).gaps == ()
+    assert topic_stats("/arms/command", JS, times, **window).gaps != ()  # receive times alone report "gaps"
+    # String topics (no header, no stamps) still use receive times.
+    e = episode_stats({"/s": ("std_msgs/msg/String", times)}, expected_rates={"/s": 200.0}, **{k: window[k] for k in ("start_ns", "stop_ns")})
+    assert e.topics["/s"].gaps and all(g.clock == "receive" for g in e.topics["/s"].gaps)
+
+
+def test_a_pause_in_the_header_stamps_is_a_gap_even_with_regular_receive_times():
+    times = [T0 + i * 10 * MS for i in range(100)]  # 100 Hz receive times, steady
+    stamps = [T0 - 20 * MS + i * 10 * MS + (300 * MS if i >= 50 else 0) for i in range(100)]  # capture paused 0.3 s
+    s = topic_stats("/a", JS, times, start_ns=T0, stop_ns=T0 + 1_000 * MS, expected_rate_hz=100.0, stamps_ns=stamps)
+    assert s.gaps == (Gap(stamps[49], stamps[50], "header", times[49]),)
+    assert s.gaps[0].duration_s == pytest.approx(0.31) and (s.first_ns, s.last_ns) == (times[0], times[-1])
+    e = episode_stats({"/a": (JS, times)}, start_ns=T0, stop_ns=T0 + 1_000 * MS, expected_rates={"/a": 100.0},
+                      stamps={"/a": stamps})
+    assert e.problems() == ["/a: 1 gap(s) longer than 3 periods of 100 Hz, longest 0.310 s at +0.490 s (header stamps)"]
+    assert type(e).from_dict(e.to_dict()).topics["/a"].gaps == s.gaps  # the clock survives episode.yaml
+    # One unset (0) stamp: receive times for the whole topic (regular here, so no gap).
+    unset = topic_stats("/a", JS, times, start_ns=T0, stop_ns=T0 + 1_000 * MS, expected_rate_hz=100.0,
+                        stamps_ns=[0] + stamps[1:])
+    assert unset.gaps == ()
+
+
+def test_interleaved_publishers_are_merged_on_sorted_stamps_and_head_tail_use_receive_times():
+    # Two drivers at 50 Hz each on one 100 Hz topic, offset by 10 ms; received in bursts, out of stamp order.
+    arm = [T0 + 20 * MS * i for i in range(50)]
+    hand = [t + 10 * MS for t in arm]
+    stamps = [s for pair in zip(hand, arm) for s in pair]
+    times = [T0 + 40 * MS * (k // 4) + k for k in range(100)]  # 4 messages every 40 ms
+    s = topic_stats("/joint_states", JS, times, start_ns=T0, stop_ns=T0 + 980 * MS, expected_rate_hz=100.0,
+                    stamps_ns=stamps)
+    assert s.gaps == ()
+    # The stream starts late and stops early on the receive clock: head and tail silences.
+    late = topic_stats("/joint_states", JS, times, start_ns=T0 - 100 * MS, stop_ns=T0 + 1_200 * MS,
+                       expected_rate_hz=100.0, stamps_ns=stamps)
+    assert late.gaps == (Gap(T0 - 100 * MS, times[0]), Gap(times[-1], T0 + 1_200 * MS))
+
+
+def test_live_offline_and_recovered_stats_use_header_stamps(tmp_path):
+    from rynn_teleop.recording.metadata import read_sidecar, write_sidecar
+    from rynn_teleop.recording.recover import recover_bag
+
+    rates = {"/arms/command": 200.0, "/event": 200.0}
+    rng = np.random.default_rng(1)
+
+    def record(pause: bool):
+        rec = EpisodeRecorder(tmp_path, rates)
+        rec.start(EpisodeMetadata(task="jitter"), now_ns=T0)
+        msgs = []
+        for i in range(200):
+            stamp = T0 + 2 * MS + i * 5 * MS + (100 * MS if pause and i >= 100 else 0)
+            t = T0 + 2 * MS + i * 5 * MS + (0 if pause else int(rng.integers(0, 20 * MS)))  # jitter, or steady
+            msgs.append(("/arms/command", JS, joint_state(stamp, ARMS, np.zeros(3)), t))
+            msgs.append(("/event", "std_msgs/msg/String", b"\x00\x01\x00\x00\x02\x00\x00\x00x\x00", t))
+        for topic, type_name, data, t in sorted(msgs, key=lambda m: m[3]):
+            rec.submit(topic, type_name, data, t)
+        return rec.stop(now_ns=T0 + 1_000 * MS)
+
+    jitter, paused = record(False), record(True)
+    # Jitter only: the JointState topic is clean; the String topic (receive times) reports gaps.
+    for stats in (jitter.stats, episode_info(jitter.path).stats):
+        assert stats.topics["/arms/command"].gaps == ()
+        assert stats.topics["/event"].gaps != ()
+    # A real pause in the capture stamps with steady receive times: one header gap; /event clean.
+    def check(stats):
+        (gap,) = stats.topics["/arms/command"].gaps
+        assert gap.clock == "header" and gap.duration_s == pytest.approx(0.105)
+        assert stats.topics["/event"].gaps == ()
+
+    check(paused.stats)
+    check(episode_info(paused.path).stats)
+    doc = read_sidecar(paused.path)
+    doc.update(state="recording")
+    doc.pop("stats")
+    write_sidecar(paused.path, doc)
+    (paused.path / "metadata.yaml").unlink()
+    check(recover_bag(paused.path, force=True).stats)
 
 
 # -- episodes on disk ---------------------------------------------------------------------------

@@ -276,6 +276,7 @@ class EpisodeRecorder:
                     stop_ns=stop_ns,
                     expected_rates=self.topics,
                     dropped=writer.dropped(),
+                    stamps=writer.stamps(),
                 )
                 doc.update(state="complete", stop_ns=stop_ns, stats=stats.to_dict(), problems=stats.problems())
                 writer.close(custom_data(doc))

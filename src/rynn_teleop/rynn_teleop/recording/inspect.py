@@ -10,8 +10,10 @@
 PATH is one episode directory or an output directory (every episode in it).
 Exit codes: 0 fine, 1 ``check`` found problems, 2 an error (unreadable bag,
 bad arguments). Per-topic statistics are computed from the MCAP index
-(receive times only, no payload is read); the plot and the preview decode
-messages with rosbags.
+(receive times), plus the header stamps (each message's first 12 bytes) of
+the topics with a rate whose type has a std_msgs/Header, for the gaps between
+messages (see :mod:`rynn_teleop.recording.stats`); the plot and the preview
+decode messages with rosbags.
 
 The plot draws, per joint, the commanded position (``/arms/command``,
 ``/hands/command``, ``sensor_msgs/JointState``) and the measured one
@@ -36,9 +38,10 @@ from rosbags.rosbag2 import Reader
 
 from ..errors import RynnTeleopError
 from ..sources.camera.replay import DEPTH_ENCODINGS, decode_image
+from .cdr import has_header
 from .episodes import episode_dirs
 from .errors import RecordingError
-from .mcapfile import read_index
+from .mcapfile import read_index, read_stamps
 from .metadata import episode_doc, read_metadata
 from .recover import mcap_file, recover_bag
 from .stats import EpisodeStats, episode_stats
@@ -94,6 +97,23 @@ def _topic_times(path: Path) -> dict[str, tuple[str, np.ndarray]]:
     return {t: (ty, np.sort(np.concatenate(parts))) for t, (ty, parts) in out.items()}
 
 
+def _topic_stamps(
+    path: Path, times: Mapping[str, tuple[str, np.ndarray]], rates: Mapping[str, float | None]
+) -> dict[str, np.ndarray]:
+    """Header stamps [ns] of the topics with a rate whose every type starts with a std_msgs/Header.
+
+    Empty if the messages cannot be read (gaps then fall back to receive times).
+    """
+    typestore = default_typestore()
+    topics = [
+        t for t, (ty, _) in times.items() if rates.get(t) and all(has_header(typestore, x) for x in ty.split(", "))
+    ]
+    try:
+        return read_stamps(mcap_file(path), topics)
+    except RecordingError:
+        return {}
+
+
 def episode_info(path: str | Path, expected_rates: Mapping[str, float] | None = None) -> EpisodeInfo:
     """Describe and check one episode directory.
 
@@ -125,7 +145,9 @@ def episode_info(path: str | Path, expected_rates: Mapping[str, float] | None = 
     stop_ns = int(doc.get("stop_ns") or max(edges, default=start_ns))
     recorded = (doc.get("stats") or {}).get("topics") or {}
     dropped = {t: int(s.get("dropped", 0)) for t, s in recorded.items()}
-    stats = episode_stats(times, start_ns=start_ns, stop_ns=stop_ns, expected_rates=rates, dropped=dropped)
+    stats = episode_stats(
+        times, start_ns=start_ns, stop_ns=stop_ns, expected_rates=rates, dropped=dropped, stamps=_topic_stamps(path, times, rates)
+    )
     return EpisodeInfo(path, state, doc, stats, problems + stats.problems())
 
 

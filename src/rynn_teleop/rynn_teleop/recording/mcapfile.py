@@ -10,7 +10,13 @@ Only what the recorder needs, on top of the ``mcap`` package's record classes:
   summary section and footer, so that indexed readers (rosbag2's MCAP plugin,
   rosbags, the ``mcap`` readers) open it;
 * :func:`read_index` reads a complete file's channels and message receive
-  times from its chunk and message indexes, without reading message payloads.
+  times from its chunk and message indexes, without reading message payloads;
+* :func:`read_stamps` reads the header stamps (first 12 bytes) of chosen
+  topics' messages, for the integrity statistics.
+
+:class:`Scan` also holds each message's would-be header stamp (see
+:func:`rynn_teleop.recording.cdr.header_stamp_ns`; meaningless for types without
+a header, which its users ignore).
 
 Offsets are byte offsets in the file; times are MCAP ``log_time`` values [ns].
 """
@@ -44,6 +50,7 @@ from mcap.records import (
 )
 from mcap.stream_reader import get_chunk_data_stream
 
+from .cdr import header_stamp_ns
 from .errors import RecordingError
 
 MAGIC = b"\x89MCAP0\r\n"
@@ -63,6 +70,7 @@ class Scan:
     channels: dict[int, Channel] = field(default_factory=dict)
     chunk_indexes: list[ChunkIndex] = field(default_factory=list)
     times: dict[int, list[int]] = field(default_factory=dict)  # channel id -> message log times [ns]
+    stamps: dict[int, list[int]] = field(default_factory=dict)  # channel id -> header stamps [ns], as times
     missing_index: dict[int, list[tuple[int, int]]] = field(default_factory=dict)
     """Message index entries (log time, offset) to regenerate for the last chunk, by channel (empty if intact)."""
 
@@ -137,6 +145,7 @@ def scan(path: str | Path) -> Scan:
                 elif op == Opcode.MESSAGE:
                     msg = Message.read(body, length)
                     result.times.setdefault(msg.channel_id, []).append(msg.log_time)
+                    result.stamps.setdefault(msg.channel_id, []).append(header_stamp_ns(msg.data))
                 elif op == Opcode.CHUNK:
                     chunk = Chunk.read(body)
                     records = _chunk_records(chunk)
@@ -165,6 +174,7 @@ def scan(path: str | Path) -> Scan:
                     if isinstance(rec, Message):
                         last_entries.setdefault(rec.channel_id, []).append((rec.log_time, offset))
                         result.times.setdefault(rec.channel_id, []).append(rec.log_time)
+                        result.stamps.setdefault(rec.channel_id, []).append(header_stamp_ns(rec.data))
                     elif isinstance(rec, Schema):
                         result.schemas[rec.id] = rec
                     else:
@@ -318,3 +328,29 @@ def read_index(path: str | Path) -> Index:
         channels=dict(summary.channels),
         times={k: np.sort(np.asarray(v, dtype=np.int64)) for k, v in times.items()},
     )
+
+
+def read_stamps(path: str | Path, topics: list[str]) -> dict[str, np.ndarray]:
+    """Topic -> header stamps [ns] of its messages in log-time order (as :func:`read_index`'s times).
+
+    Reads each message's first 12 bytes (the chunks are decompressed); only meaningful
+    for topics whose types start with a std_msgs/Header.
+
+    Raises:
+        RecordingError: the file cannot be read to the end.
+    """
+    pairs: dict[str, list[tuple[int, int]]] = {t: [] for t in topics}
+    if not topics:
+        return {}
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            for _, channel, message in make_reader(f).iter_messages(topics=list(topics)):
+                pairs[channel.topic].append((message.log_time, header_stamp_ns(message.data)))
+    except Exception as exc:
+        raise RecordingError(f"cannot read the messages of {path}: {exc}") from exc
+    out = {}
+    for topic, p in pairs.items():
+        a = np.asarray(p, dtype=np.int64).reshape(-1, 2)
+        out[topic] = a[np.argsort(a[:, 0], kind="stable"), 1]
+    return out

@@ -24,9 +24,17 @@ from typing import Any
 from rosbags.rosbag2.metadata import dump_qos_v9, parse_qos
 from ruamel.yaml import YAML
 
+from .cdr import has_header
 from .errors import RecordingError
 from .mcapfile import Scan, repair, scan
-from .metadata import METADATA, custom_data, doc_from_custom_data, read_metadata, read_sidecar, write_sidecar
+from .metadata import (
+    METADATA,
+    custom_data,
+    doc_from_custom_data,
+    read_metadata,
+    read_sidecar,
+    write_sidecar,
+)
 from .stats import EpisodeStats, episode_stats
 from .writer import BAG_VERSION, UNKNOWN_TYPE_HASH, default_typestore
 
@@ -172,18 +180,27 @@ def recover_bag(bag_dir: str | Path, *, force: bool = False) -> RecoverResult:
         stats = EpisodeStats.from_dict(doc["stats"])  # written at stop, with the recorder's drop counts
     else:
         times_by_topic: dict[str, tuple[str, list[int]]] = {}
+        stamps_by_topic: dict[str, list[int]] = {}  # header stamps as times, 0 for types without a header
+        typestore = default_typestore()
         for cid, ch in result.channels.items():
             schema = result.schemas.get(ch.schema_id)
             type_name = schema.name if schema is not None else ""
             known_type, times = times_by_topic.setdefault(ch.topic, (type_name, []))
-            times.extend(result.times.get(cid, ()))
+            times.extend(ch_times := result.times.get(cid, ()))
+            stamps_by_topic.setdefault(ch.topic, []).extend(
+                result.stamps.get(cid, ()) if has_header(typestore, type_name) else [0] * len(ch_times)
+            )
             if type_name not in known_type.split(", "):
                 times_by_topic[ch.topic] = (f"{known_type}, {type_name}", times)
         all_times = [t for _, ts in times_by_topic.values() for t in ts]
         start_ns = int(doc.get("start_ns") or min(all_times, default=0))
         stop_ns = int(doc.get("stop_ns") or max(all_times, default=start_ns))
         stats = episode_stats(
-            times_by_topic, start_ns=start_ns, stop_ns=stop_ns, expected_rates=doc.get("expected_rates") or {}
+            times_by_topic,
+            start_ns=start_ns,
+            stop_ns=stop_ns,
+            expected_rates=doc.get("expected_rates") or {},
+            stamps=stamps_by_topic,
         )
         doc.update(state="recovered", stop_ns=stop_ns, stats=stats.to_dict(), problems=stats.problems())
     custom = custom_data(doc)

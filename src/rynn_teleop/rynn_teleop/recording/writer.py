@@ -42,11 +42,20 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from rosbags.interfaces import Connection, Qos, QosDurability, QosHistory, QosLiveliness, QosReliability, QosTime
+from rosbags.interfaces import (
+    Connection,
+    Qos,
+    QosDurability,
+    QosHistory,
+    QosLiveliness,
+    QosReliability,
+    QosTime,
+)
 from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
+from .cdr import has_header, header_stamp_ns
 from .errors import RecordingError
 
 BAG_VERSION = 9
@@ -144,6 +153,7 @@ class EpisodeWriter:
         self._dropped: dict[str, int] = {}
         self._types: dict[str, str] = {}  # topic -> type name(s) submitted
         self._times: dict[str, list[int]] = {}  # topic -> receive times written [ns] (writer thread only)
+        self._stamps: dict[str, list[int]] = {}  # topic -> header stamps [ns] of the same messages, 0: none
         self._connections: dict[tuple[str, str], Connection] = {}
         self._bag: Writer | None = None
         self._thread: threading.Thread | None = None
@@ -194,6 +204,17 @@ class EpisodeWriter:
         with self._cond:
             types = dict(self._types)
         return {t: (types[t], np.asarray(self._times.get(t, ()), dtype=np.int64)) for t in sorted(types)}
+
+    def stamps(self) -> dict[str, np.ndarray]:
+        """Topic -> header stamps [ns] of the messages written, in the order of :meth:`received`'s times.
+
+        0 for a message whose type does not start with a std_msgs/Header (or unknown to the
+        typestore); the integrity statistics then use receive times for that topic.
+        Complete once :meth:`drain` returned.
+        """
+        with self._cond:
+            topics = sorted(self._types)
+        return {t: np.asarray(self._stamps.get(t, ()), dtype=np.int64) for t in topics}
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -367,6 +388,8 @@ class EpisodeWriter:
             self._connections[key] = conn
         self._bag.write(conn, item.time_ns, item.data)
         self._times.setdefault(item.topic, []).append(item.time_ns)
+        stamp = header_stamp_ns(item.data) if has_header(self._typestore, item.type_name) else 0
+        self._stamps.setdefault(item.topic, []).append(stamp)
         self._written_bytes += _size(item.data)
 
     def _flush(self) -> None:
