@@ -26,16 +26,30 @@ _BASE_DOMAIN = int(os.environ.get("ROS_DOMAIN_ID", "42"))
 _domains = itertools.count(1)
 
 
+def _new_domain() -> int:
+    return (_BASE_DOMAIN + next(_domains)) % 200 + 1
+
+
+def _env(domain: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["ROS_DOMAIN_ID"] = str(domain)
+    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+    return env
+
+
 @pytest.fixture
 def ros_domain_id() -> int:
     """A ROS domain id no other test of this session uses (Fast DDS allows 0-232)."""
-    return (_BASE_DOMAIN + next(_domains)) % 200 + 1
+    return _new_domain()
 
 
 @pytest.fixture
 def ros_env(ros_domain_id: int) -> dict[str, str]:
     """Environment for a subprocess that starts rclpy, on its own domain."""
-    env = dict(os.environ)
-    env["ROS_DOMAIN_ID"] = str(ros_domain_id)
-    env["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-    return env
+    return _env(ros_domain_id)
+
+
+@pytest.fixture(scope="module")
+def module_ros_env() -> dict[str, str]:
+    """Like ``ros_env``, shared by a module's tests (one expensive run checked by several tests)."""
+    return _env(_new_domain())

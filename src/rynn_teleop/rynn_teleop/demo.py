@@ -1,150 +1,218 @@
-"""``rynn-teleop demo``: the most complete end-to-end slice that runs without hardware.
+"""``rynn-teleop demo``: digital teleoperation end to end, no hardware, on real rclpy.
 
-Until the remaining nodes land (retargeting, drivers, camera, world model,
-recorder), the slice is, all on real rclpy in one process: the generated
-description is published (``robot_description``); a synthetic operator wears
-five trackers (``tracker``, source ``synthetic``: it holds the calibration
-posture for 2 s, then does bimanual pick-and-place); ``arm_ik`` calibrates
-itself on that posture, engages, and drives the 14 arm joints at 200 Hz (its
-commands go to the simulated arms (``arm_driver``, backend ``sim``, through
-the safety layer), which publish ``/joint_states``; a synthetic glove pair
-makes open/fist/pinch/grasp gestures, ``hand_retarget`` turns them into hand
-commands and the simulated hands follow (``hand_driver``); the robot's
-geometry follows the measured joints as RViz markers (``robot_markers``). A probe node measures rates and latencies.
-Output: a table on stdout, ``summary.json`` and the ``robot.urdf`` used, in
-the output folder, whose path is the last line printed.
+The bringup's ``digital`` mode (``bringup.py``) with synthetic operator input:
+a synthetic operator wears five trackers (``tracker``: it holds the
+calibration posture, then does a bimanual pick-and-place) and a glove pair
+(``hand_retarget``); ``arm_ik`` calibrates itself on that posture, engages
+and drives the arms (IK + Ruckig, 200 Hz) through the simulated drivers'
+safety layer (``arm_driver``, ``hand_driver``); the world model (render
+backend) draws the commanded robot over the synthetic tabletop as the
+generated head camera; the feed switch shows the generated stream, is
+toggled to the physical one (the synthetic camera, ``head_camera``) at 40 %
+of the run and back at 60 %; the recorder records the episode.
+
+The nodes run as the composed runner (``rynn-teleop run``) in a few
+processes, grouped as a launch file would place them (:data:`DEMO_GROUPS`):
+measured on the 2-core CI machine, all eleven nodes in one interpreter
+delivered 165 Hz of the 200 Hz arm commands and 1.8 of the 30 generated
+frames per second (one GIL), while the groups deliver their nominal rates.
+The episode starts once the arms are engaged and every recorded topic flows,
+and lasts ``duration`` seconds.
+
+Output, in the output folder: the episode directory (rosbag2 MCAP +
+``episode.yaml``), ``joints.png`` (commanded vs measured joints) and
+``preview.mp4`` (the consumer camera stream) beside it, ``summary.json``. A
+table of per-node rates and latencies is printed; the last line printed is
+the episode directory.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
-from geometry_msgs.msg import PoseStamped
+from diagnostic_msgs.msg import DiagnosticArray
+
 from rclpy.node import Node
-from rclpy.time import Time
-from sensor_msgs.msg import JointState
 from std_msgs.msg import String
-from visualization_msgs.msg import MarkerArray
+from std_srvs.srv import Trigger
 
-from .core.stats import RateMeter
-from .nodes.robot_description import LATCHED
-from .runner import Composition
+from . import bringup
+from .nodes.camera_switch import LATCHED
+from .errors import RynnTeleopError
+from .nodes.recorder import DEFAULT_TOPICS
+from .recording.inspect import episode_info, plot_joints, video_preview
+from .runner import Composition, use_transport_profile
 
-DEMO_NODES = ("robot_description", "tracker", "arm_ik", "arm_driver", "hand_retarget", "hand_driver", "robot_markers")
+DEMO_NODES = bringup.mode_nodes(record=True)
+DEMO_GROUPS: tuple[tuple[str, ...], ...] = (  # one process each (the composed runner), like a launch file's containers
+    ("tracker",),
+    ("arm_ik",),
+    ("hand_retarget",),
+    ("arm_driver", "hand_driver", "robot_description"),
+    ("head_camera", "camera_switch"),
+    ("world_model",),
+    ("recorder",),
+)  # robot_markers (RViz only) is left out: on 2 cores its 300 Hz /joint_states input costs the others their rates
+TOGGLE_AT = (0.4, 0.6)  # fractions of the episode: to the physical feed, back to the generated one
+#: what the demo records and the rate each topic must have [Hz] (0: no rate; the camera colour only: depth is off)
+DEMO_TOPICS = {
+    **{t: r for t, r in DEFAULT_TOPICS.items() if "aligned_depth" not in t},
+    "/head_camera/generated/color/image_raw": 30.0,  # the world model's own stream (stamps = command stamps)
+}
 
 
 def demo_overrides(out: Path) -> dict:
-    """Per-node parameters of the demo (everything else from config/)."""
-    return {
-        "tracker": {"source": "synthetic", "synthetic.hold_s": 3.0},  # time to calibrate on a loaded machine
+    """Per-node parameters of the demo: the digital mode with synthetic input, then demo settings."""
+    overrides = bringup.mode_overrides("digital", camera="generated", tracker_source="synthetic",
+                                       glove_source="synthetic", world_model_backend="render")
+    demo = {
+        "tracker": {"synthetic.hold_s": 3.0},  # time to calibrate on a loaded machine
         "arm_ik": {
             "auto_calibrate": True, "auto_engage": True,  # starts from the sim arm driver's measured joints
             "calibration_file": str(out / "arm_calibration.yaml"),  # never the lab's own calibration
         },
-        "arm_driver": {"backend": "sim"},
-        "hand_retarget": {"source": "synthetic"},
-        "hand_driver": {"backend": "sim"},
-        # 10 Hz is plenty to watch; at 30 Hz its MarkerArray work starves the others of the one
-        # Python interpreter they share on a 2-core machine
-        "robot_markers": {"rate_hz": 10.0},
+        # 320x240 colour: the three image streams (physical, generated, switched) and their recording at 640x480
+        # cost the 2-core CI machine the other nodes' rates
+        "head_camera": {"synthetic.depth": False, "synthetic.profile": "320x240x30"},
+        "world_model": {"profile": "320x240x30"},
+        "robot_markers": {"rate_hz": 10.0},  # plenty to watch
+        "recorder": {"output_dir": str(out), "task": "demo: bimanual pick-and-place", "operator": "synthetic operator",
+                     "topics": list(DEMO_TOPICS), "expected_rates_hz": list(DEMO_TOPICS.values())},
     }
+    for node, values in demo.items():
+        overrides.setdefault(node, {}).update(values)
+    return overrides
+
+
+def _spawn(nodes: tuple[str, ...], overrides: dict, log: Path) -> subprocess.Popen:
+    """One composed-runner process (``rynn-teleop run NODES -p ...``) with this process's ROS environment."""
+    cmd = [sys.executable, "-m", "rynn_teleop.cli", "run", *nodes]
+    for node in nodes:
+        for key, value in overrides.get(node, {}).items():
+            cmd += ["-p", f"{node}.{key}={json.dumps(value)}"]
+    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ))
 
 
 class _Probe(Node):
-    """Subscribes to the demo's outputs like an external consumer would."""
+    """Toggles the feed and watches the robot like an external client would."""
 
     def __init__(self, context) -> None:
         super().__init__("demo_probe", context=context)
-        self.arm_states = RateMeter(window=1e9)
-        self.hand_states = RateMeter(window=1e9)
-        self.wrists = RateMeter(window=1e9)
-        self.markers = RateMeter(window=1e9)
-        self.arm_min: list[float] | None = None
-        self.arm_max: list[float] | None = None
         self.description: str | None = None
-        self.max_marker_count = 0
-        self.create_subscription(JointState, "/joint_states", self._on_js, 50)
-        self.create_subscription(PoseStamped, "/operator/wrist_in_chest/left", self._on_wrist, 50)
-        self.create_subscription(MarkerArray, "/robot_markers", self._on_markers, 10)
+        self.active_sources: list[str] = []
+        self.diagnostics: dict[str, dict[str, str]] = {}  # node -> its last diagnostic values
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self.create_subscription(String, "/robot_description", self._on_desc, LATCHED)
+        self.create_subscription(String, "/head_camera/active_source", self._on_active, LATCHED)
 
-    def _now(self) -> float:
-        return self.get_clock().now().nanoseconds * 1e-9
-
-    def _on_js(self, msg: JointState) -> None:
-        now = self._now()
-        latency = now - Time.from_msg(msg.header.stamp).nanoseconds * 1e-9
-        if len(msg.name) == 14:  # the arm driver's 14 joints (the hand driver's has 40)
-            self.arm_states.tick(now, latency)
-            q = list(msg.position)
-            self.arm_min = q if self.arm_min is None else [min(a, b) for a, b in zip(self.arm_min, q)]
-            self.arm_max = q if self.arm_max is None else [max(a, b) for a, b in zip(self.arm_max, q)]
-        else:
-            self.hand_states.tick(now, latency)
-
-    def _on_wrist(self, msg: PoseStamped) -> None:
-        now = self._now()
-        self.wrists.tick(now, now - Time.from_msg(msg.header.stamp).nanoseconds * 1e-9)
-
-    def _on_markers(self, msg: MarkerArray) -> None:
-        now = self._now()
-        self.max_marker_count = max(self.max_marker_count, len(msg.markers))
-        if msg.markers:
-            self.markers.tick(now, now - Time.from_msg(msg.markers[0].header.stamp).nanoseconds * 1e-9)
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        for status in msg.status:
+            self.diagnostics[status.name] = {kv.key: kv.value for kv in status.values}
 
     def _on_desc(self, msg: String) -> None:
         self.description = msg.data
 
+    def _on_active(self, msg: String) -> None:
+        self.active_sources.append(msg.data)
 
-def _row(name: str, meter: RateMeter, now: float) -> dict:
-    p50, p99 = meter.latency_percentiles(50, 99)
-    return {"stream": name, "messages": meter.count, "rate_hz": round(meter.rate(now), 1),
-            "latency_p50_ms": round(1e3 * p50, 2), "latency_p99_ms": round(1e3 * p99, 2)}
+    def trigger(self, service: str, timeout: float = 5.0) -> str:
+        """Call a std_srvs/Trigger service (this node is spun by the composition); its message."""
+        client = self.create_client(Trigger, service)
+        if not client.wait_for_service(timeout_sec=timeout):
+            return f"{service} unavailable"
+        future = client.call_async(Trigger.Request())
+        deadline = time.monotonic() + timeout
+        while not future.done() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return future.result().message if future.done() else f"{service} timed out"
+
+
+def node_rows(diagnostics: dict[str, dict[str, str]]) -> list[dict]:
+    """Rate [Hz] and latency percentiles [ms] of every meter the nodes report in /diagnostics (their last 5 s)."""
+    rows = []
+    for node, values in sorted(diagnostics.items()):
+        for key, rate in values.items():
+            if key.endswith(".rate_hz"):
+                meter = key[: -len(".rate_hz")]
+                rows.append({"node": node, "meter": meter, "rate_hz": float(rate),
+                             "latency_p50_ms": float(values.get(f"{meter}.latency_p50_ms", "nan")),
+                             "latency_p99_ms": float(values.get(f"{meter}.latency_p99_ms", "nan"))})
+    return rows
+
+
+def _wait(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
-    """Run the slice for ``duration`` [s]; returns the output folder."""
+    """Run the digital teleoperation demo with an episode of ``duration`` [s]; returns the episode directory."""
     out = Path(out_dir) if out_dir else Path("demo_runs") / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
-    with Composition(DEMO_NODES, overrides=demo_overrides(out)) as comp:
-        probe = _Probe(comp.context)
-        comp.add_node(probe)
-        comp.spin(duration)
-        now = probe._now()
-        rows = [_row("/operator/wrist_in_chest/left (sample -> probe)", probe.wrists, now),
-                _row("/joint_states arms (arm_driver -> probe)", probe.arm_states, now),
-                _row("/joint_states hands (hand_driver -> probe)", probe.hand_states, now),
-                _row("/robot_markers (joint state stamp -> probe)", probe.markers, now)]
-        arm_ik = comp.node("arm_ik")
-        command = arm_ik.meters.get("command")
-        tracker_to_command = command.latency_percentiles(50, 99) if command else (float("nan"),) * 2
-        arm = {
-            "calibrated": not arm_ik.ctl.calibration.is_default,
-            "engaged": arm_ik.ctl.clutch.engaged,
-            "arm_scale": round(arm_ik.ctl.calibration.scale, 3),
-            "tracker_to_command_p50_ms": round(1e3 * tracker_to_command[0], 2),
-            "tracker_to_command_p99_ms": round(1e3 * tracker_to_command[1], 2),
-            "arm_joint_range_rad": None if probe.arm_min is None else round(
-                max(b - a for a, b in zip(probe.arm_min, probe.arm_max)), 3),
-            "unreachable": {s: st.unreachable_count for s, st in arm_ik.ctl.sides.items()},
-        }
-        description = probe.description
-        markers = probe.max_marker_count
-        comp.remove_node(probe)
-    summary = {"duration_s": duration, "nodes": list(DEMO_NODES), "streams": rows, "arms": arm,
-               "robot_description_received": description is not None, "markers_per_message": markers}
+    use_transport_profile()
+    overrides = demo_overrides(out)
+    procs = [_spawn(group, overrides, out / f"{'+'.join(group)}.log") for group in DEMO_GROUPS]
+    try:
+        with Composition([]) as comp:
+            probe = _Probe(comp.context)
+            comp.add_node(probe)
+            engaged = _wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
+                            and probe.diagnostics.get("recorder", {}).get("topics_subscribed")
+                            == f"{len(DEMO_TOPICS)}/{len(DEMO_TOPICS)}", 60.0)
+            if not engaged:
+                dead = [p.args[4:5] for p in procs if p.poll() is not None]
+                raise RynnTeleopError(f"demo: the nodes did not come up within 60 s (exited: {dead}); logs in {out}")
+            probe.trigger("/recorder/start_episode")
+            t0 = time.monotonic()
+            toggles = []
+            for fraction, service in zip(TOGGLE_AT, ("/camera_switch/use_physical", "/camera_switch/use_generated")):
+                time.sleep(max(0.0, t0 + fraction * duration - time.monotonic()))
+                toggles.append({"at_s": round(time.monotonic() - t0, 2), "service": service,
+                                "response": probe.trigger(service)})
+            time.sleep(max(0.0, t0 + duration - time.monotonic()))
+            rows = node_rows(probe.diagnostics)
+            stopped = probe.trigger("/recorder/stop_episode", timeout=30.0)
+            description, active_sources = probe.description, list(probe.active_sources)
+            diagnostics = dict(probe.diagnostics)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    episode = Path(stopped.split(" | ")[0])
+    if not (episode / "metadata.yaml").is_file():
+        raise RynnTeleopError(f"demo: the episode was not stopped cleanly: {stopped}")
+    info = episode_info(episode)
+    plot_joints(episode, out / "joints.png")
+    video_preview(episode, out / "preview.mp4", topic="/head_camera/color/image_raw")
+    arm_ik = diagnostics.get("arm_ik", {})
+    summary = {"duration_s": duration, "groups": [list(g) for g in DEMO_GROUPS], "meters": rows,
+               "arms": {"engaged": arm_ik.get("engaged"), "calibrated": arm_ik.get("calibrated")},
+               "toggles": toggles, "active_sources_seen": active_sources, "episode": str(episode),
+               "episode_problems": info.problems, "robot_description_received": description is not None}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    if description is not None:
-        (out / "robot.urdf").write_text(description)
-    header = f"{'stream':<48} {'msgs':>6} {'rate Hz':>8} {'p50 ms':>8} {'p99 ms':>8}"
+    header = f"{'node':<18} {'meter':<22} {'rate Hz':>8} {'p50 ms':>8} {'p99 ms':>8}"
     print(header)
     print("-" * len(header))
     for r in rows:
-        print(f"{r['stream']:<48} {r['messages']:>6} {r['rate_hz']:>8} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8}")
-    print(f"robot description received: {'yes' if description else 'NO'}; markers per message: {markers}")
-    print(f"arms: calibrated {arm['calibrated']}, engaged {arm['engaged']}, arm-length scale {arm['arm_scale']}, "
-          f"largest joint excursion {arm['arm_joint_range_rad']} rad, tracker sample -> command "
-          f"p50 {arm['tracker_to_command_p50_ms']} / p99 {arm['tracker_to_command_p99_ms']} ms")
-    return out
+        print(f"{r['node']:<18} {r['meter']:<22} {r['rate_hz']:>8} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8}")
+    print(f"arms calibrated: {arm_ik.get('calibrated')}, engaged: {arm_ik.get('engaged')}; "
+          f"feed: {' -> '.join(active_sources)}")
+    print(f"episode: {info.stats.message_count if info.stats else '?'} messages, "
+          f"{len(info.problems)} problem(s); joints.png and preview.mp4 in {out}")
+    for problem in info.problems:
+        print(f"  {problem}")
+    return episode  # printed last by the CLI

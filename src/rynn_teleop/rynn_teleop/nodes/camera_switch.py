@@ -23,8 +23,6 @@ parameter keeps the operator's choice).
 
 from __future__ import annotations
 
-import struct
-
 from diagnostic_msgs.msg import DiagnosticStatus
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.parameter import Parameter
@@ -35,6 +33,7 @@ from std_srvs.srv import Trigger
 
 from ..core.feed_switch import SOURCES, FeedSwitch
 from ..core.params import Param, ParamSchema
+from ..recording.cdr import header_stamp_ns
 from .base import TeleopNode, run_single
 
 STREAMS = (  # (name, topic under a camera namespace, type): realsense-ros layout
@@ -133,7 +132,7 @@ class CameraSwitchNode(TeleopNode):
         self._pubs[stream].publish(raw)
         if stream == "color":
             self.forwarded[source] += 1
-            self.meter("output").tick(now, now - cdr_header_stamp(raw))
+            self.meter("output").tick(now, now - 1e-9 * header_stamp_ns(raw))
 
     def silent(self, source: str, now: float | None = None) -> bool:
         return self.feed.silent(source, self.now_s() if now is None else now)
@@ -164,17 +163,6 @@ class CameraSwitchNode(TeleopNode):
         if self.feed.fallen_back:
             return DiagnosticStatus.WARN, f"fallback active: {self.feed.preferred} is silent, showing {self.active}"
         return DiagnosticStatus.OK, f"forwarding {self.active}"
-
-
-def cdr_header_stamp(raw: bytes) -> float:
-    """``header.stamp`` [s] of a serialized (CDR) message whose first field is a std_msgs/Header.
-
-    Layout: 4-byte encapsulation header (0x0001 = little-endian CDR), then
-    ``stamp.sec`` (int32) and ``stamp.nanosec`` (uint32).
-    """
-    little = bool(raw[1] & 1)  # CDR_LE 0x01, PL_CDR_LE 0x03, CDR2_LE 0x07...
-    sec, nanosec = struct.unpack("<iI" if little else ">iI", raw[4:12])
-    return sec + 1e-9 * nanosec
 
 
 def main(args=None) -> int:

@@ -6,9 +6,7 @@ encapsulation header, with ``header.stamp.sec`` (int32) and
 ``header.stamp.nanosec`` (uint32): the capture time set at the source.
 Reading those 12 bytes is all the integrity statistics need (see
 :mod:`rynn_teleop.recording.stats`).
-
-(``nodes/camera_switch.cdr_header_stamp`` does the same in seconds; it could use
-:func:`header_stamp_ns`.)
+The feed switch's latency meter uses the same helper.
 """
 
 from __future__ import annotations
