@@ -12,7 +12,8 @@
   (digital -> generated, real -> real). Toggle later with the switch's services.
 - Operator input is separate from the mode. The defaults (synthetic tracker and
   glove) need no hardware, so a plain `ros2 launch rynn_teleop bringup.launch.py`
-  runs anywhere; a lab passes tracker_source:=openvr glove_source:=manus.
+  runs anywhere (arm_ik then calibrates and engages on the synthetic operator by
+  itself); a lab passes tracker_source:=openvr glove_source:=manus.
 - record:=true adds the recorder; episodes start and stop by its services
   (config/recorder.yaml: auto_start false, output_dir).
 
@@ -21,7 +22,8 @@ tests/test_launch.py keeps MODE_BACKENDS, SWITCH_SOURCE and DEFAULT_CAMERA
 equal to it). Every other parameter comes from config/<node>.yaml in the
 package share directory; the launch arguments and the mode override only the
 keys named here (the drivers' `backend`, head_camera `source`, camera_switch
-`active_source`, tracker and hand_retarget `source`, world_model `backend`).
+`active_source`, tracker and hand_retarget `source`, world_model `backend`,
+arm_ik `auto_calibrate`/`auto_engage`).
 Non-hardware nodes respawn after 2 s; the hardware nodes (arm_driver,
 hand_driver, head_camera) do not, so a device error stays visible.
 Processes get config/fastdds_profile.xml (images over shared memory) unless
@@ -65,6 +67,8 @@ DEFAULT_CAMERA = {"digital": "generated", "real": "real"}
 
 MODE = LaunchConfiguration("mode")
 CAMERA = LaunchConfiguration("camera")
+#: a synthetic operator cannot call ~/calibrate: arm_ik calibrates and engages on its posture by itself
+SYNTHETIC_OPERATOR = PythonExpression(["'", LaunchConfiguration("tracker_source"), "' == 'synthetic'"])
 
 
 def _config(name):
@@ -157,7 +161,8 @@ def generate_launch_description():
                 respawn=True, respawn_delay=2.0,
             ),
             Node(
-                package=PKG, executable="arm_ik", parameters=[_config("arm_ik")],
+                package=PKG, executable="arm_ik",
+                parameters=[_config("arm_ik"), {"auto_calibrate": SYNTHETIC_OPERATOR, "auto_engage": SYNTHETIC_OPERATOR}],
                 respawn=True, respawn_delay=2.0,
             ),
             Node(

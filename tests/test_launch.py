@@ -140,6 +140,7 @@ def test_bringup_overrides_are_wired_to_the_right_keys():
            for node, values in _constant("MODE_BACKENDS")["digital"].items()},
         "camera_switch": {"active_source": "active_source"},
         "tracker": {"source": "LaunchConfiguration('tracker_source')"},
+        "arm_ik": {"auto_calibrate": "SYNTHETIC_OPERATOR", "auto_engage": "SYNTHETIC_OPERATOR"},
         "hand_retarget": {"source": "LaunchConfiguration('glove_source')"},
         "world_model": {"backend": "LaunchConfiguration('world_model_backend')"},
     }
@@ -158,6 +159,7 @@ def test_bringup_overrides_are_wired_to_the_right_keys():
     for expression in (
         """PythonExpression([repr(SWITCH_SOURCE), "['", CAMERA, "' or ", repr(DEFAULT_CAMERA), "['", MODE, "']]"])""",
         """PythonExpression([repr(MODE_BACKENDS), "['", MODE, "']['" + node + "']['" + key + "']"])""",
+        """PythonExpression(["'", LaunchConfiguration('tracker_source'), "' == 'synthetic'"])""",
     ):
         assert ast.unparse(ast.parse(expression)) in expressions, expression
 

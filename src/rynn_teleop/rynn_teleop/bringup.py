@@ -66,7 +66,8 @@ def mode_overrides(
     Args:
         mode: "digital" or "real".
         camera: the feed shown first ("generated" or "real"; default: generated when digital, else real).
-        tracker_source, glove_source, world_model_backend: None keeps the YAML's value.
+        tracker_source, glove_source, world_model_backend: None keeps the YAML's value. A given
+            tracker_source also sets arm_ik's auto_calibrate/auto_engage (on only for "synthetic").
 
     Raises:
         ValueError: an unknown mode or camera.
@@ -80,6 +81,9 @@ def mode_overrides(
     out["camera_switch"] = {"active_source": SWITCH_SOURCE[camera]}
     if tracker_source is not None:
         out["tracker"] = {"source": tracker_source}
+        # nobody can call ~/calibrate for a synthetic operator: it calibrates and engages on its own posture
+        synthetic = tracker_source == "synthetic"
+        out["arm_ik"] = {"auto_calibrate": synthetic, "auto_engage": synthetic}
     if glove_source is not None:
         out["hand_retarget"] = {"source": glove_source}
     if world_model_backend is not None:
