@@ -58,6 +58,23 @@ class Playback:
         return not self.loop and self.index >= len(self.rel)
 
 
+class ReplayTiming:
+    """``duration`` and ``finished`` of a replay source that keeps recorded times ``_rel`` and a ``_playback``."""
+
+    _rel: np.ndarray
+    _playback: Playback | None
+
+    @property
+    def duration(self) -> float:
+        """Recorded span [s] between the first and last replayed samples (0 before start)."""
+        return float(self._rel[-1]) if self._rel.size else 0.0
+
+    @property
+    def finished(self) -> bool:
+        """True once every sample was returned (never while looping)."""
+        return self._playback is not None and self._playback.finished
+
+
 def loop_period(rel: np.ndarray, channels: Sequence[Hashable], default_spacing: float = 0.01) -> float:
     """Recorded length of one loop pass [s]: the last sample's time plus one sample spacing.
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import ConfigurationError
-from ..playback import Playback, bag_directory, loop_period, open_bag
+from ..playback import Playback, ReplayTiming, bag_directory, loop_period, open_bag
 from .base import SIDES, HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
@@ -29,7 +29,7 @@ _LOG = logging.getLogger(__name__)
 POSE_ARRAY = "geometry_msgs/msg/PoseArray"
 
 
-class ReplayHands(HandSource):
+class ReplayHands(ReplayTiming, HandSource):
     """Hand skeletons from a rosbag2 directory, re-timed onto the caller's clock.
 
     Playback stamp = ``now`` given to :meth:`start` + (recorded stamp - first
@@ -155,16 +155,6 @@ class ReplayHands(HandSource):
             "replaying %d hand skeletons (%.1f s) of the %s hand(s) from %s",
             len(rows), self._rel[-1], ", ".join(self.sides), self.path,
         )
-
-    @property
-    def duration(self) -> float:
-        """Recorded span [s] between the first and last replayed samples (0 before start)."""
-        return float(self._rel[-1]) if self._rel.size else 0.0
-
-    @property
-    def finished(self) -> bool:
-        """True once every sample was returned (never while looping)."""
-        return self._playback is not None and self._playback.finished
 
     def read(self, now: float) -> list[HandSample]:
         """The samples whose playback stamp is <= ``now`` [s] not returned yet, oldest first."""

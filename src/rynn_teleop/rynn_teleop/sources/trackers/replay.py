@@ -16,7 +16,7 @@ import numpy as np
 
 from ...core.transforms import pose_to_matrix
 from ...errors import ConfigurationError
-from ..playback import Playback, bag_directory, loop_period, open_bag
+from ..playback import Playback, ReplayTiming, bag_directory, loop_period, open_bag
 from .base import ROLES, TrackerSample, TrackerSource
 
 _LOG = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ _LOG = logging.getLogger(__name__)
 POSE_STAMPED = "geometry_msgs/msg/PoseStamped"
 
 
-class ReplaySource(TrackerSource):
+class ReplaySource(ReplayTiming, TrackerSource):
     """Tracker poses from a rosbag2 directory, re-timed onto the caller's clock.
 
     Playback stamp = ``now`` given to :meth:`start` + (recorded stamp - first
@@ -161,16 +161,6 @@ class ReplaySource(TrackerSource):
             "replaying %d samples (%.1f s) of %s from %s",
             len(rows), self._rel[-1], ", ".join(self.serials), self.path,
         )
-
-    @property
-    def duration(self) -> float:
-        """Recorded span [s] between the first and last replayed samples (0 before start)."""
-        return float(self._rel[-1]) if self._rel.size else 0.0
-
-    @property
-    def finished(self) -> bool:
-        """True once every sample was returned (never while looping)."""
-        return self._playback is not None and self._playback.finished
 
     def read(self, now: float) -> list[TrackerSample]:
         """The samples whose playback stamp is <= ``now`` [s] not returned yet, oldest first."""
