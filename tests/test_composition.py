@@ -114,3 +114,43 @@ def _spin(node: Node, ctx) -> None:
     executor.add_node(node)
     executor.spin_once(timeout_sec=0.1)
     executor.remove_node(node)
+
+
+def test_a_callback_error_is_recorded_but_one_raised_while_shutting_down_is_not(ros_domain_id):
+    comp = Composition([], domain_id=ros_domain_id)
+    failing = Node("failing", context=comp.context)
+    failing.create_timer(0.01, lambda: (_ for _ in ()).throw(RuntimeError("boom")))
+    comp.add_node(failing)
+    assert _wait(lambda: comp.errors, 5.0, lambda: time.sleep(0.02))
+    assert isinstance(comp.errors[0], RuntimeError)
+
+    # a callback still running when shutdown() gives up waiting and destroys its node
+    slow = Node("slow", context=comp.context)
+    pub = slow.create_publisher(JointState, "/slow", 1)
+    destroyed = threading.Event()
+    real_destroy = slow.destroy_node
+    raised = threading.Event()
+
+    def destroy() -> None:  # other nodes' teardown keeps the context alive a while longer
+        real_destroy()
+        destroyed.set()
+        raised.wait(5.0)
+
+    slow.destroy_node = destroy
+    entered = threading.Event()
+
+    def stuck() -> None:
+        entered.set()
+        destroyed.wait(15.0)
+        try:
+            pub.publish(JointState())  # InvalidHandle: the node is gone
+        finally:
+            raised.set()
+
+    slow.create_timer(0.01, stuck)
+    comp.add_node(slow)
+    assert entered.wait(5.0)
+    recorded = list(comp.errors)
+    comp.shutdown()
+    assert destroyed.is_set() and raised.is_set()
+    assert comp.errors == recorded

@@ -105,7 +105,13 @@ def test_the_feed_toggle_shows_on_the_active_source_topic_and_in_the_camera_stre
     sources = [m.data for _, m in msgs["/head_camera/active_source"]]
     assert sources == ["generated", "physical", "generated"]
     generated = {_stamp_ns(m) for _, m in msgs["/head_camera/generated/color/image_raw"]}
-    shown = ["generated" if _stamp_ns(m) in generated else "physical" for _, m in msgs["/head_camera/color/image_raw"]]
+    out_stamps = [_stamp_ns(m) for _, m in msgs["/head_camera/color/image_raw"]]
+    # the first output frame(s) may forward a generated frame received just before the episode started (not in
+    # the bag): those precede every recorded generated frame and say nothing about the switch
+    first = min(generated)
+    lead = next(i for i, s in enumerate(out_stamps) if s >= first)
+    assert lead <= 3
+    shown = ["generated" if s in generated else "physical" for s in out_stamps[lead:]]
     runs = [shown[0]] + [b for a, b in zip(shown, shown[1:]) if a != b]
     assert runs == ["generated", "physical", "generated"]  # switched immediately, no stale frame after a switch
     assert shown.count("physical") >= 0.9 * 30 * DURATION * 0.2  # the middle fifth of the run

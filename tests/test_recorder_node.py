@@ -232,3 +232,40 @@ def test_sigkill_mid_episode_keeps_all_but_the_last_second_after_recover(ros_dom
     with next(episode.glob("*.mcap")).open("rb") as f:  # the recovered file is a valid MCAP for other readers too
         n_mcap = sum(1 for _ in make_reader(f, decoder_factories=[DecoderFactory()]).iter_decoded_messages())
     assert n_mcap == len(got)
+
+
+def test_messages_published_but_never_received_count_as_dropped(ros_domain_id, tmp_path):
+    """The recorder drains its subscriptions every poll_period_s; a burst larger than a subscription's queue
+    (100) between two drains loses the oldest messages. They are counted from the publisher's sequence numbers:
+    received + dropped = published, and ``stop`` reports them."""
+    comp = recorder(ros_domain_id, tmp_path, poll_period_s=0.1)
+    try:
+        rec = comp.node("recorder")
+        pub_node = Node("publisher", context=comp.context)
+        comp.add_node(pub_node)
+        joints = pub_node.create_publisher(JointState, "/test/joints", 1000)
+        assert wait_for(lambda: "/test/joints" in rec._types, 10.0)
+        assert wait_for(lambda: joints.get_subscription_count() > 0, 5.0)
+        joints.publish(JointState(name=["warm-up"]))  # the recorder knows the publisher's sequence from here on
+        assert wait_for(lambda: rec._sequence, 5.0)
+        response = call(pub_node, "/recorder/start_episode")
+        assert response.success, response.message
+        time.sleep(0.15)  # just after a drain (0.1 s period): the burst fits in well under one period
+        published = 400
+        for k in range(published):
+            joints.publish(JointState(name=["a"], position=[float(k)]))
+        time.sleep(0.5)
+        summary_text = call(pub_node, "/recorder/stop_episode").message
+        stats = rec.last_summary.stats.topics["/test/joints"]
+        assert stats.dropped > 0, "a 400-message burst into a 100-message queue lost nothing?"
+        assert stats.received + stats.dropped == published
+        assert "/test/joints" in summary_text and "not recorded (dropped)" in summary_text
+        reader = open_bag(Path(summary_text.split(" | ")[0]), "test")
+        try:
+            positions = [deserialize_message(raw, JointState).position[0] for conn, _, raw in reader.messages()
+                         if conn.topic == "/test/joints"]
+        finally:
+            reader.close()
+        assert positions == sorted(positions) and positions[-1] == published - 1  # the newest are kept, in order
+    finally:
+        comp.shutdown()

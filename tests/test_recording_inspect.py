@@ -80,7 +80,7 @@ def test_topics_without_a_configured_rate_get_counts_and_rate_but_no_gaps():
     e = episode_stats({"/event": ("std_msgs/msg/String", times)}, start_ns=T0, stop_ns=T0 + 9_000 * MS,
                       expected_rates={"/event": None, "/never": 30.0}, dropped={"/event": 2})
     assert e.missing == ("/never",)
-    assert e.problems() == ["/never: configured but never received", "/event: 2 message(s) dropped by the recorder"]
+    assert e.problems() == ["/never: configured but never received", "/event: 2 message(s) published but not recorded (dropped)"]
     assert type(e).from_dict(e.to_dict()) == e
 
 

@@ -205,7 +205,7 @@ def test_a_full_queue_drops_and_counts_per_topic_without_blocking(tmp_path, monk
     release.set()
     summary = rec.stop(now_ns=T0 + MS)
     assert {t: (s.received, s.dropped) for t, s in summary.stats.topics.items()} == {"/a": (3, 3), "/b": (2, 3)}
-    assert "/a: 3 message(s) dropped by the recorder" in summary.problems
+    assert "/a: 3 message(s) published but not recorded (dropped)" in summary.problems
 
 
 def test_byte_bound_of_the_queue(tmp_path, monkeypatch):

@@ -148,6 +148,7 @@ class Composition:
         self._executors: list[SingleThreadedExecutor] = []
         self._threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []  # exceptions that escaped a node's callbacks
+        self._closing = False  # set by shutdown(): what a callback raises from then on is part of shutting down
         try:
             for cls, values in zip(classes, params):
                 self.add_node(cls(context=self.context, parameter_overrides=to_ros_parameters(cls.SCHEMA, values)))
@@ -171,7 +172,7 @@ class Composition:
         except ExternalShutdownException:
             pass
         except BaseException as exc:  # a node callback raised: record it and stop this node
-            if self.context.ok():
+            if self.context.ok() and not self._closing:
                 self.errors.append(exc)
                 rclpy.logging.get_logger("rynn_teleop.runner").error(f"node callback raised: {exc!r}")
 
@@ -200,7 +201,13 @@ class Composition:
         del self.nodes[i], self._executors[i], self._threads[i]
 
     def shutdown(self) -> None:
-        """Stop every executor thread, destroy the nodes, shut the context down."""
+        """Stop every executor thread, destroy the nodes, shut the context down.
+
+        A callback still running when its node is destroyed (an executor that
+        did not stop within its timeout on a loaded machine) may raise
+        ``InvalidHandle``; that is part of shutting down, not a node error.
+        """
+        self._closing = True
         for executor in self._executors:
             executor.shutdown(timeout_sec=2.0)
         for thread in self._threads:

@@ -66,7 +66,7 @@ class TopicStats:
     topic: str
     type_name: str  # e.g. "sensor_msgs/msg/JointState" (several joined by ", " if the type changed)
     received: int  # messages written to the bag
-    dropped: int = 0  # messages the recorder lost (writer queue full, or submitted after a failure)
+    dropped: int = 0  # messages lost on the way to the bag (never delivered to the recorder, writer queue full...)
     expected_rate_hz: float | None = None  # configured rate [Hz]; None: no expectation, no gap detection
     expected: int | None = None  # expected_rate_hz x episode duration, rounded; None without a rate
     rate_hz: float | None = None  # measured: (received - 1) / (last - first) [Hz]; None below 2 messages
@@ -213,7 +213,7 @@ class EpisodeStats:
                     + (" (header stamps)" if longest.clock == "header" else "")
                 )
             if s.dropped:
-                out.append(f"{s.topic}: {s.dropped} message(s) dropped by the recorder")
+                out.append(f"{s.topic}: {s.dropped} message(s) published but not recorded (dropped)")
         return out
 
     def to_dict(self) -> dict[str, Any]:

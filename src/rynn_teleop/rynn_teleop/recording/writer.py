@@ -192,9 +192,16 @@ class EpisodeWriter:
         return self._written_bytes
 
     def dropped(self) -> dict[str, int]:
-        """Topic -> messages lost so far (queue full, or submitted after a failure)."""
+        """Topic -> messages lost so far (queue full, submitted after a failure, or noted by :meth:`note_dropped`)."""
         with self._cond:
             return dict(self._dropped)
+
+    def note_dropped(self, topic: str, count: int) -> None:
+        """Count ``count`` messages of ``topic`` lost before they reached the writer (e.g. skipped publisher
+        sequence numbers: published, never delivered to the recorder)."""
+        if count > 0:
+            with self._cond:
+                self._dropped[topic] = self._dropped.get(topic, 0) + int(count)
 
     def received(self) -> dict[str, tuple[str, np.ndarray]]:
         """Topic -> (type name, receive times [ns] of the messages written), for every topic submitted.

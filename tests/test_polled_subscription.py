@@ -1,0 +1,80 @@
+"""TeleopNode polled subscriptions on real rclpy: drained by the node, never woken for by the executor."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import rclpy
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.node import Node
+from rclpy.serialization import deserialize_message
+from sensor_msgs.msg import JointState
+
+from rynn_teleop.core.params import ParamSchema
+from rynn_teleop.nodes.base import TeleopNode
+from ros_helpers import wait_for
+
+
+class _Poller(TeleopNode):
+    SCHEMA = ParamSchema("poller", [])
+
+
+def test_polled_messages_are_taken_in_order_with_sequence_and_receive_time(ros_domain_id):
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=ros_domain_id)
+    try:
+        node = _Poller(context=context)
+        pub_node = Node("pub", context=context)
+        sub = node.create_polled_subscription(JointState, "/polled", 100, raw=True)
+        pub = pub_node.create_publisher(JointState, "/polled", 100)
+        assert wait_for(lambda: pub.get_subscription_count() > 0, 10.0)
+        before = time.time_ns()
+        for k in range(20):
+            pub.publish(JointState(position=[float(k)]))
+        taken = []
+        assert wait_for(lambda: taken.extend(node.take_all(sub)) or len(taken) >= 20, 5.0)
+        assert [deserialize_message(t.message, JointState).position[0] for t in taken] == [float(k) for k in range(20)]
+        assert [t.sequence for t in taken] == list(range(taken[0].sequence, taken[0].sequence + 20))
+        assert len({t.publisher for t in taken}) == 1 and taken[0].publisher
+        assert all(before <= t.received_ns <= time.time_ns() for t in taken)
+        assert list(node.take_all(sub)) == []
+        assert sub not in list(node.subscriptions)  # the executor leaves it alone
+        assert not set(map(id, sub.event_handlers)) & set(map(id, node.waitables))
+        node.destroy_subscription(sub)
+        assert not node._polled and not node._unwaited
+    finally:
+        rclpy.try_shutdown(context=context)
+
+
+def test_waiting_data_does_not_make_the_executor_spin(ros_domain_id):
+    """Data left in a polled subscription must not wake the executor: with the subscription's QoS event
+    handlers still in the wait set, Fast DDS's wait returned at once for as long as data waited (a full core)."""
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=ros_domain_id)
+    try:
+        node = _Poller(context=context)
+        pub_node = Node("pub", context=context)
+        sub = node.create_polled_subscription(JointState, "/polled", 10, raw=True)
+        pub = pub_node.create_publisher(JointState, "/polled", 10)
+        assert wait_for(lambda: pub.get_subscription_count() > 0, 10.0)
+        pub.publish(JointState())
+        time.sleep(0.2)  # delivered, not taken
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        cpu = []
+
+        def spin() -> None:
+            start, t0 = time.thread_time(), time.monotonic()
+            while time.monotonic() - t0 < 1.0:
+                executor.spin_once(timeout_sec=0.1)
+            cpu.append(time.thread_time() - start)
+
+        thread = threading.Thread(target=spin)
+        thread.start()
+        thread.join(10.0)
+        assert cpu and cpu[0] < 0.3, f"the executor thread used {cpu[0]:.2f} s of CPU in 1 s while data waited"
+        assert len(list(node.take_all(sub))) == 1  # still there for the node to drain
+        executor.shutdown()
+    finally:
+        rclpy.try_shutdown(context=context)
