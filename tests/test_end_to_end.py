@@ -48,12 +48,6 @@ def _stamp_ns(msg) -> int:
     return msg.header.stamp.sec * 1_000_000_000 + msg.header.stamp.nanosec
 
 
-# Measured rates must be within 10 % of the expected ones (the issue's goal). On the 2-core CI machine the
-# eight Python processes share the CPU, and the 200-300 Hz command and state streams reach 80-90 % of their
-# rate under load (see the closing note): those are held to 25 % until the stack is lighter.
-LOADED_TOPICS = {"/arms/command", "/hands/command", "/joint_states"}
-
-
 def test_every_expected_topic_at_its_rate(demo):
     info = episode_info(demo["episode"])
     expected = {t: r for t, r in DEMO_TOPICS.items() if r}
@@ -61,8 +55,7 @@ def test_every_expected_topic_at_its_rate(demo):
     off = {}
     for topic, rate in expected.items():
         measured = info.stats.topics[topic].rate_hz or 0.0
-        tolerance = 0.25 if topic in LOADED_TOPICS else 0.10
-        if abs(measured - rate) > tolerance * rate:
+        if abs(measured - rate) > 0.10 * rate:
             off[topic] = (round(measured, 1), rate)
     assert not off, f"topics off their rate (measured, expected): {off}"
 
@@ -72,7 +65,7 @@ def test_arm_commands_within_position_velocity_acceleration_and_jerk_limits(demo
     names = list(arm_joint_names("left") + arm_joint_names("right"))
     lim = robot.limits[robot.indices(names)]
     commands = [m for _, m in demo["messages"]["/arms/command"]]
-    assert len(commands) > 0.75 * 200 * DURATION  # see LOADED_TOPICS
+    assert len(commands) > 0.9 * 200 * DURATION
     assert all(list(m.name) == names for m in commands)
     q = np.array([m.position for m in commands])
     v = np.array([m.velocity for m in commands])
@@ -118,18 +111,13 @@ def test_the_feed_toggle_shows_on_the_active_source_topic_and_in_the_camera_stre
 
 
 def test_episode_integrity_and_the_plot_and_preview_exist(demo, module_ros_env):
-    """No topic missing, nothing dropped, no gap on any topic but the 200-300 Hz loops (see LOADED_TOPICS), whose
-    loop-timing gaps on this machine stay short; ``episodes check`` agrees (its only findings are those gaps)."""
+    """No topic missing, nothing dropped (publisher sequence numbers), no gap; ``episodes check`` passes."""
     info = episode_info(demo["episode"])
     assert not info.stats.missing
-    assert all(s.dropped == 0 for s in info.stats.topics.values())
-    gaps = {t: s.gaps for t, s in info.stats.topics.items() if s.gaps}
-    assert set(gaps) <= LOADED_TOPICS, f"gaps outside the 200-300 Hz loops: {set(gaps) - LOADED_TOPICS}"
-    longest = max(((g.end_ns - g.start_ns) * 1e-9 for gs in gaps.values() for g in gs), default=0.0)
-    assert longest < 0.05, f"a control-loop gap of {longest * 1e3:.0f} ms"
+    assert {t: s.dropped for t, s in info.stats.topics.items() if s.dropped} == {}
+    assert {t: len(s.gaps) for t, s in info.stats.topics.items() if s.gaps} == {}
     check = subprocess.run([sys.executable, "-m", "rynn_teleop.cli", "episodes", "check", str(demo["episode"])],
                            env=module_ros_env, capture_output=True, text=True, timeout=120)
-    assert check.returncode == (1 if gaps else 0), check.stdout + check.stderr
-    assert all(t in check.stdout for t in gaps)
+    assert check.returncode == 0, check.stdout + check.stderr
     assert (demo["out"] / "joints.png").stat().st_size > 10_000
     assert (demo["out"] / "preview.mp4").stat().st_size > 10_000

@@ -269,3 +269,14 @@ def test_messages_published_but_never_received_count_as_dropped(ros_domain_id, t
         assert positions == sorted(positions) and positions[-1] == published - 1  # the newest are kept, in order
     finally:
         comp.shutdown()
+
+
+def test_a_malformed_gap_rate_entry_refuses_the_start(ros_domain_id, tmp_path):
+    import pytest
+
+    from rynn_teleop.errors import ParameterError
+
+    for entry in ("joint_states=200", "/joint_states=fast", "/joint_states=0", "/joint_states"):
+        with pytest.raises(ParameterError, match="gap_rates") as err:
+            recorder(ros_domain_id, tmp_path, gap_rates=[entry])
+        assert "TOPIC=HZ" in str(err.value) and "(0, 10000]" in str(err.value)

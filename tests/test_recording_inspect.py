@@ -129,6 +129,49 @@ def test_interleaved_publishers_are_merged_on_sorted_stamps_and_head_tail_use_re
     assert late.gaps == (Gap(T0 - 100 * MS, times[0]), Gap(times[-1], T0 + 1_200 * MS))
 
 
+def test_a_shared_topic_measures_gaps_in_periods_of_its_fastest_publisher(tmp_path):
+    """/joint_states: an arm driver at 200 Hz and a hand driver at 100 Hz (300 Hz together). A 12 ms pause of
+    both is no gap for either (3 periods of 200 Hz = 15 ms) though it is 3.6 periods of the 300 Hz sum; a
+    20 ms pause is one. The gap rate is stored with the episode and used offline and by recover."""
+    from rynn_teleop.recording.metadata import read_sidecar, write_sidecar
+    from rynn_teleop.recording.recover import recover_bag
+
+    def stream(pause_ms: int) -> list[tuple[int, bytes]]:
+        out = []
+        for i in range(200):  # 1 s of the arm driver, the hand driver every other tick
+            t = T0 + 5 * MS * i + (pause_ms * MS if i >= 100 else 0)
+            out.append((t, joint_state(t, ARMS, np.zeros(3))))
+            if i % 2 == 0:
+                out.append((t + MS, joint_state(t + MS, HANDS, np.zeros(2))))
+        return out
+
+    merged = [t for t, _ in stream(7)]  # a 12 ms silence at i = 100
+    sum_rate = topic_stats("/joint_states", JS, merged, start_ns=T0, stop_ns=merged[-1], expected_rate_hz=300.0,
+                           stamps_ns=merged)
+    assert len(sum_rate.gaps) == 1  # judged by the 300 Hz sum: a false gap
+    fastest = topic_stats("/joint_states", JS, merged, start_ns=T0, stop_ns=merged[-1], expected_rate_hz=300.0,
+                          stamps_ns=merged, gap_rate_hz=200.0)
+    assert fastest.gaps == () and fastest.gap_rate_hz == 200.0 and fastest.expected_rate_hz == 300.0
+
+    for pause_ms, gaps in ((7, 0), (15, 1)):
+        rec = EpisodeRecorder(tmp_path / str(pause_ms), {"/joint_states": 300.0}, gap_rates={"/joint_states": 200.0})
+        rec.start(EpisodeMetadata(task="shared"), now_ns=T0)
+        msgs = stream(pause_ms)
+        for t, data in msgs:
+            rec.submit("/joint_states", JS, data, t)
+        summary = rec.stop(now_ns=msgs[-1][0])
+        assert len(summary.stats.topics["/joint_states"].gaps) == gaps
+        assert len(episode_info(summary.path).stats.topics["/joint_states"].gaps) == gaps
+        if gaps:
+            assert "periods of 200 Hz" in summary.problems[0]
+            doc = read_sidecar(summary.path)
+            doc.update(state="recording")
+            doc.pop("stats")
+            write_sidecar(summary.path, doc)
+            (summary.path / "metadata.yaml").unlink()
+            assert len(recover_bag(summary.path, force=True).stats.topics["/joint_states"].gaps) == 1
+
+
 def test_live_offline_and_recovered_stats_use_header_stamps(tmp_path):
     from rynn_teleop.recording.metadata import read_sidecar, write_sidecar
     from rynn_teleop.recording.recover import recover_bag

@@ -50,6 +50,7 @@ DEFAULT_ACCELERATION = [round(0.5 * math.radians(a), 4) for a in (450, 450, 900,
 DEFAULT_JERK = [30.0] * N_ARM
 
 COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+POSE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)  # newest wins; 50 = 0.25 s of 200 Hz
 LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
@@ -156,21 +157,20 @@ class ArmIKNode(TeleopNode):
         self._next_auto_calibration = 0.0
 
         prefix = p["operator_prefix"].rstrip("/")
-        for side in SIDES:
-            self.create_subscription(
-                PoseStamped, f"{prefix}/wrist_in_chest/{side}", lambda m, s=side: self._on_wrist(s, m),
-                qos_profile_sensor_data,
-            )
-            self.create_subscription(
-                PoseStamped, f"{prefix}/elbow_in_chest/{side}", lambda m, s=side: self._on_elbow(s, m),
-                qos_profile_sensor_data,
-            )
+        # operator poses are drained at each control tick, oldest first (elbows before wrists, as a wrist pose
+        # pairs with the newest elbow): no executor wake-up per pose
+        self._pose_subs = [
+            (self.create_polled_subscription(PoseStamped, f"{prefix}/{kind}_in_chest/{side}", POSE_QOS),
+             handler, side)
+            for kind, handler in (("elbow", self._on_elbow), ("wrist", self._on_wrist)) for side in SIDES
+        ]
         # best effort: accepts reliable and best-effort pedal publishers alike
         self.create_subscription(Bool, f"{prefix}/clutch", self._on_clutch, qos_profile_sensor_data)
         self._clutch_topic_stamp: float | None = None  # last true on the clutch topic while it holds the clutch
         self._start_error = ""
+        self._joint_states_sub = None  # measured positions are needed only until the first command
         if not self._started:
-            self.create_subscription(JointState, p["joint_states_topic"], self._on_joint_states, qos_profile_sensor_data)
+            self._joint_states_sub = self.create_polled_subscription(JointState, p["joint_states_topic"], POSE_QOS)
         self._pub = self.create_publisher(JointState, p["command_topic"], COMMAND_QOS)
         self._engaged_pub = self.create_publisher(Bool, "~/engaged", LATCHED_QOS)
         self._engaged_pub.publish(Bool(data=False))
@@ -266,6 +266,8 @@ class ArmIKNode(TeleopNode):
     def _start_if_ready(self, now: float) -> bool:
         if self._started:
             return True
+        for taken in self.take_all(self._joint_states_sub):
+            self._on_joint_states(taken.message)
         fresh = self._measured.fresh(now, 0.5)[self._arm_idx]
         if not fresh.all():
             return False
@@ -289,6 +291,8 @@ class ArmIKNode(TeleopNode):
         self._start_error = ""
         self.ctl.reset(measured)
         self._started = True
+        self.destroy_subscription(self._joint_states_sub)  # from here on the commands are the reference
+        self._joint_states_sub = None
         self.get_logger().info("starting from the measured arm positions")
         return True
 
@@ -315,6 +319,9 @@ class ArmIKNode(TeleopNode):
     def _tick(self) -> None:
         now_time = self.get_clock().now()
         now = now_time.nanoseconds * 1e-9
+        for sub, handler, side in self._pose_subs:
+            for taken in self.take_all(sub):
+                handler(side, taken.message)
         if not self._start_if_ready(now):
             return
         self._automation(now)

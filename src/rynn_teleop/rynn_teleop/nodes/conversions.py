@@ -6,6 +6,8 @@ import numpy as np
 from geometry_msgs.msg import Pose
 from scipy.spatial.transform import Rotation
 
+from ..core.transforms import quat_from_rotation, rotation_from_quat
+
 
 def matrices_to_poses(ts: np.ndarray, out: list[Pose] | None = None) -> list[Pose]:
     """(N, 4, 4) transforms -> N poses (one vectorised rotation conversion).
@@ -25,7 +27,7 @@ def matrices_to_poses(ts: np.ndarray, out: list[Pose] | None = None) -> list[Pos
 def matrix_to_pose(T: np.ndarray, pose: Pose | None = None) -> Pose:
     """(4, 4) transform -> ``geometry_msgs/Pose`` (filled in place if given)."""
     pose = pose if pose is not None else Pose()
-    x, y, z, w = Rotation.from_matrix(T[:3, :3]).as_quat().tolist()
+    x, y, z, w = quat_from_rotation(T[:3, :3]).tolist()
     pose.position.x, pose.position.y, pose.position.z = (float(v) for v in T[:3, 3])
     pose.orientation.x, pose.orientation.y, pose.orientation.z, pose.orientation.w = x, y, z, w
     return pose
@@ -43,7 +45,7 @@ def pose_to_matrix(pose: Pose) -> np.ndarray:
     if not (np.all(np.isfinite(quat)) and np.all(np.isfinite(pos))) or n < 1e-9:
         return np.full((4, 4), np.nan)
     T = np.eye(4)
-    T[:3, :3] = Rotation.from_quat(quat / n).as_matrix()
+    T[:3, :3] = rotation_from_quat(quat / n)
     T[:3, 3] = pos
     return T
 

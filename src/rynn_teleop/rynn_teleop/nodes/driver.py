@@ -77,7 +77,8 @@ class JointDriverNode(TeleopNode):
             self.backend.close()  # do not leak an opened controller / device
             raise
         self._js_pub = self.create_publisher(JointState, "/joint_states", COMMAND_QOS)
-        self.create_subscription(JointState, command_topic, self._on_command, COMMAND_QOS)
+        # drained at each cycle (the newest command wins there anyway): no executor wake-up per command
+        self._command_sub = self.create_polled_subscription(JointState, command_topic, COMMAND_QOS)
         self.create_subscription(Bool, "/estop", self._on_estop_topic, 10)
         self.create_service(Trigger, "~/estop", self._srv_estop)
         self.create_service(Trigger, "~/reset", self._srv_reset)
@@ -85,8 +86,12 @@ class JointDriverNode(TeleopNode):
         self._timer = self.create_timer(1.0 / p["rate_hz"], self._tick)
 
     # ------------------------------------------------------------------ commands
-    def _on_command(self, msg: JointState) -> None:
-        self.accept_command(msg.name, msg.position, self.now_s())
+    def _take_commands(self, now: float) -> None:
+        """Hand the commands received since the last cycle to the safety controller, in order, each at the
+        time the middleware received it."""
+        for taken in self.take_all(self._command_sub):
+            self.accept_command(taken.message.name, taken.message.position,
+                                min(now, taken.received_ns * 1e-9) if taken.received_ns else now)
 
     def accept_command(self, names, positions, now: float) -> bool:
         """A (partial) command by joint name; joints it does not name keep their own freshness.
@@ -163,6 +168,7 @@ class JointDriverNode(TeleopNode):
     def _cycle(self) -> None:
         now_time = self.get_clock().now()
         now = now_time.nanoseconds * 1e-9
+        self._take_commands(now)
         faults = self.backend.faults()
         if faults and not self.safety.estopped:
             self._fault = "; ".join(faults)

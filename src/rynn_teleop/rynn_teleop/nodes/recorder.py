@@ -60,6 +60,7 @@ DEFAULT_TOPICS = {  # topic -> expected rate [Hz] (0: no rate expectation)
     "/head_camera/active_source": 0.0,
     "/diagnostics": 0.0,
 }
+DEFAULT_GAP_RATES = {"/joint_states": 200.0}  # shared topic -> its fastest publisher [Hz] (arm driver; hands 100)
 ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
 
 
@@ -73,6 +74,10 @@ class RecorderNode(TeleopNode):
             Param("expected_rates_hz", FLOAT_LIST, list(DEFAULT_TOPICS.values()),
                   "expected rate of each topic, same order (0 = no expectation: no gap detection)", "Hz",
                   min=0.0, max=10000.0),
+            Param("gap_rates", STR_LIST, [f"{t}={r:g}" for t, r in DEFAULT_GAP_RATES.items()],
+                  "TOPIC=HZ entries: the rate of a topic's fastest publisher where several publishers share it "
+                  "(/joint_states: arm driver 200 Hz + hand driver 100 Hz); its gaps are measured in periods of "
+                  "that rate instead of the expected rate (entries for topics not recorded are ignored)"),
             Param("task", str, "", "task name stored with the next/current episode", dynamic=True),
             Param("operator", str, "", "operator stored with the next/current episode", dynamic=True),
             Param("notes", str, "", "free-text notes stored with the next/current episode", dynamic=True),
@@ -97,9 +102,10 @@ class RecorderNode(TeleopNode):
             raise ParameterError("expected_rates_hz", f"expected_rates_hz has {len(p['expected_rates_hz'])} values "
                                  f"for {len(p['topics'])} topics: give one per topic (0 = no expectation)")
         self.topics = {t: (r or None) for t, r in zip(p["topics"], p["expected_rates_hz"])}
+        gap_rates = {t: r for t, r in _gap_rates(p["gap_rates"]).items() if self.topics.get(t)}
         self.output_dir = Path(p["output_dir"]).expanduser()
         self.recorder = EpisodeRecorder(
-            self.output_dir, self.topics, queue_max_bytes=int(p["queue_max_mb"] * 1e6),
+            self.output_dir, self.topics, gap_rates=gap_rates, queue_max_bytes=int(p["queue_max_mb"] * 1e6),
             flush_period_s=p["flush_period_s"], on_error=self._on_writer_error,
             clock=lambda: self.get_clock().now().nanoseconds,
         )
@@ -107,6 +113,7 @@ class RecorderNode(TeleopNode):
         self._types: dict[str, str] = {}  # subscribed topic -> type name
         self._qos: dict[str, list[TopicQos]] = {}
         self._subs: list[tuple] = []  # (polled subscription, topic, type name, latched)
+        self._last_received: dict[str, int] = {}  # topic -> newest receive time [ns]
         self._sequence: dict[tuple[str, bytes], int] = {}  # (topic, publisher GID) -> last sequence number taken
         self._latched: dict[str, tuple[str, bytes]] = {}  # transient-local topic -> its newest (type, CDR)
         self.failure = ""  # the last episode failure, for diagnostics
@@ -163,6 +170,8 @@ class RecorderNode(TeleopNode):
                     if writer is not None and last is not None and taken.sequence > last + 1:
                         writer.note_dropped(topic, taken.sequence - last - 1)
         batch.sort(key=lambda item: item[0])
+        for received_ns, topic, *_ in batch:
+            self._last_received[topic] = received_ns
         for received_ns, topic, type_name, raw, latched in batch:
             self._on_message(topic, type_name, raw, received_ns, latched)
 
@@ -238,7 +247,8 @@ class RecorderNode(TeleopNode):
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_values(self):
         values = {"recording": self.recorder.active, "episode": str(self.recorder.current or ""),
-                  "topics_subscribed": f"{len(self._types)}/{len(self.topics)}"}
+                  "topics_subscribed": f"{len(self._types)}/{len(self.topics)}",
+                  "topics_flowing": f"{len(self.flowing())}/{sum(1 for r in self.topics.values() if r)}"}
         writer = self.recorder.writer
         if writer is not None:
             values["queued_mb"] = f"{writer.queued_bytes / 1e6:.1f}"
@@ -247,6 +257,11 @@ class RecorderNode(TeleopNode):
         if self.failure:
             values["failure"] = self.failure
         return values
+
+    def flowing(self, within_s: float = 1.0) -> list[str]:
+        """The topics with an expected rate that delivered a message within the last ``within_s`` [s]."""
+        now = self.get_clock().now().nanoseconds
+        return [t for t, r in self.topics.items() if r and now - self._last_received.get(t, 0) <= within_s * 1e9]
 
     def diagnostic_level(self):
         if self.failure:
@@ -276,6 +291,22 @@ def _answer(response, action, on_error=None):
         if on_error is not None:
             on_error(str(exc))
     return response
+
+
+def _gap_rates(entries: list[str]) -> dict[str, float]:
+    """``["/joint_states=200", ...]`` -> {topic: rate [Hz]}; a malformed entry refuses the start."""
+    out = {}
+    for entry in entries:
+        topic, _, rate = entry.partition("=")
+        try:
+            value = float(rate)
+        except ValueError:
+            value = float("nan")
+        if not topic.strip().startswith("/") or not 0.0 < value <= 10000.0:
+            raise ParameterError("gap_rates", f"gap_rates entry {entry!r}: expected TOPIC=HZ with an absolute topic "
+                                 "name and a rate in (0, 10000] Hz, e.g. /joint_states=200")
+        out[topic.strip()] = value
+    return out
 
 
 def _message_class(type_name: str):

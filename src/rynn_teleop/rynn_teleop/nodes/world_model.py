@@ -138,8 +138,9 @@ class WorldModelNode(TeleopNode):
                                if p["publish_condition"] else None)
         topics = ([p["arms_topic"], p["hands_topic"]] if p["action_source"] == "commands"
                   else [p["joint_states_topic"]])
-        for topic in topics:  # commands are reliable (as published); the newest wins
-            self.create_subscription(JointState, topic, self._on_joints, 10)
+        # commands are reliable (as published); drained by the generation thread at each tick, where the newest
+        # wins (50 = a quarter second of 200 Hz commands): no executor wake-up per command
+        self._action_subs = [self.create_polled_subscription(JointState, topic, 50) for topic in topics]
         if reference is None:
             self.create_subscription(Image, p["reference.topic"], self._on_reference, qos_profile_sensor_data)
         self.reanchoring = bool(p["reanchor_topic"].strip()) and self.generator.uses_real_frames
@@ -153,12 +154,18 @@ class WorldModelNode(TeleopNode):
                                f"{ns}/color/image_raw")
 
     # ------------------------------------------------------------------ inputs (executor thread)
-    def _on_joints(self, msg: JointState) -> None:
+    def _on_joints(self, msg: JointState, received_s: float) -> None:
         stamp_ns = Time.from_msg(msg.header.stamp).nanoseconds
         with self._lock:
             accepted = self.actions.update(msg.name, msg.position, stamp_ns)
         if accepted:
-            self.meter("commands_in").tick(self.now_s(), self.now_s() - 1e-9 * stamp_ns)
+            self.meter("commands_in").tick(received_s, received_s - 1e-9 * stamp_ns)
+
+    def _take_actions(self) -> None:
+        """Everything the action subscriptions received since the last tick, oldest first."""
+        for sub in self._action_subs:
+            for taken in self.take_all(sub):
+                self._on_joints(taken.message, taken.received_ns * 1e-9 if taken.received_ns else self.now_s())
 
     def _on_reference(self, msg: Image) -> None:
         try:
@@ -193,6 +200,7 @@ class WorldModelNode(TeleopNode):
 
     def _tick(self, started: bool) -> bool:
         """One generation tick; returns whether the stream has started."""
+        self._take_actions()
         with self._lock:
             reference, real, self._real = self._reference, self._real, None
             if reference is None or not self.actions.complete:

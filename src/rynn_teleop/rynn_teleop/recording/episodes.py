@@ -117,6 +117,8 @@ class EpisodeRecorder:
         topics: configured topic -> expected rate [Hz] (None: no rate, no gap detection).
             A configured topic that never delivers is reported missing at stop;
             topics not configured but submitted are recorded too.
+        gap_rates: topic -> the rate of its fastest publisher [Hz], for a topic several
+            publishers share at different rates (gaps are measured in its periods).
         writer_options: keyword arguments of :class:`EpisodeWriter` (``typestore``,
             ``queue_max_bytes``, ``queue_max_messages``, ``flush_period_s``, ``fsync``).
         on_error: called from the writer thread when writing an episode fails.
@@ -128,6 +130,7 @@ class EpisodeRecorder:
         output_dir: str | Path,
         topics: Mapping[str, float | None],
         *,
+        gap_rates: Mapping[str, float | None] | None = None,
         queue_max_bytes: int = DEFAULT_QUEUE_MAX_BYTES,
         queue_max_messages: int = DEFAULT_QUEUE_MAX_MESSAGES,
         flush_period_s: float = DEFAULT_FLUSH_PERIOD_S,
@@ -138,6 +141,7 @@ class EpisodeRecorder:
     ) -> None:
         self.output_dir = Path(output_dir)
         self.topics = {t: (float(r) if r else None) for t, r in topics.items()}
+        self.gap_rates = {t: float(r) for t, r in (gap_rates or {}).items() if r}
         self._writer_options: dict[str, Any] = {
             "typestore": typestore,
             "queue_max_bytes": queue_max_bytes,
@@ -206,6 +210,7 @@ class EpisodeRecorder:
                 "start_ns": start_ns,
                 "stop_ns": None,
                 "expected_rates": dict(self.topics),
+                "gap_rates": dict(self.gap_rates),
                 "recorder": {"host": socket.gethostname(), "pid": os.getpid()},
             }
             try:
@@ -277,6 +282,7 @@ class EpisodeRecorder:
                     expected_rates=self.topics,
                     dropped=writer.dropped(),
                     stamps=writer.stamps(),
+                    gap_rates=self.gap_rates,
                 )
                 doc.update(state="complete", stop_ns=stop_ns, stats=stats.to_dict(), problems=stats.problems())
                 writer.close(custom_data(doc))

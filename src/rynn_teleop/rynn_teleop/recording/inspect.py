@@ -146,7 +146,8 @@ def episode_info(path: str | Path, expected_rates: Mapping[str, float] | None = 
     recorded = (doc.get("stats") or {}).get("topics") or {}
     dropped = {t: int(s.get("dropped", 0)) for t, s in recorded.items()}
     stats = episode_stats(
-        times, start_ns=start_ns, stop_ns=stop_ns, expected_rates=rates, dropped=dropped, stamps=_topic_stamps(path, times, rates)
+        times, start_ns=start_ns, stop_ns=stop_ns, expected_rates=rates, dropped=dropped,
+        stamps=_topic_stamps(path, times, rates), gap_rates=doc.get("gap_rates") or {},
     )
     return EpisodeInfo(path, state, doc, stats, problems + stats.problems())
 

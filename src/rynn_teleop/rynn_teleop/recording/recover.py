@@ -201,6 +201,7 @@ def recover_bag(bag_dir: str | Path, *, force: bool = False) -> RecoverResult:
             stop_ns=stop_ns,
             expected_rates=doc.get("expected_rates") or {},
             stamps=stamps_by_topic,
+            gap_rates=doc.get("gap_rates") or {},
         )
         doc.update(state="recovered", stop_ns=stop_ns, stats=stats.to_dict(), problems=stats.problems())
     custom = custom_data(doc)

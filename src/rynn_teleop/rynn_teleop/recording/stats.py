@@ -11,7 +11,11 @@ periods of a topic whose rate is configured:
   (non-zero); the stamps are sorted, so two publishers interleaving on one
   topic (the arm and hand drivers on /joint_states) are merged. Otherwise
   (std_msgs/String, unknown types, a zero stamp anywhere on the topic) on
-  receive times. Why: what matters for a demonstration is the continuity of
+  receive times. A topic several publishers share at different rates (the
+  arm driver's 200 Hz and the hand driver's 100 Hz on /joint_states) has a
+  *gap rate*, its fastest publisher's rate, and its periods measure the gaps
+  (three periods of the 300 Hz sum would call every 10 ms pause a gap though
+  neither publisher missed a sample). Why: what matters for a demonstration is the continuity of
   the data, and receive times carry the subscriber's scheduling jitter (10-30
   ms for Python subscribers on a loaded 2-core machine, several periods of a
   200-300 Hz topic), which reported hundreds of gaps where no sample was lost;
@@ -68,6 +72,7 @@ class TopicStats:
     received: int  # messages written to the bag
     dropped: int = 0  # messages lost on the way to the bag (never delivered to the recorder, writer queue full...)
     expected_rate_hz: float | None = None  # configured rate [Hz]; None: no expectation, no gap detection
+    gap_rate_hz: float | None = None  # rate whose periods measure gaps (fastest publisher); None: expected_rate_hz
     expected: int | None = None  # expected_rate_hz x episode duration, rounded; None without a rate
     rate_hz: float | None = None  # measured: (received - 1) / (last - first) [Hz]; None below 2 messages
     first_ns: int | None = None  # first receive time [ns]
@@ -82,6 +87,7 @@ class TopicStats:
             "received": self.received,
             "dropped": self.dropped,
             "expected_rate_hz": self.expected_rate_hz,
+            "gap_rate_hz": self.gap_rate_hz,
             "expected": self.expected,
             "rate_hz": None if self.rate_hz is None else round(self.rate_hz, 3),
             "first_ns": self.first_ns,
@@ -99,6 +105,7 @@ class TopicStats:
             received=int(d.get("received", 0)),
             dropped=int(d.get("dropped", 0)),
             expected_rate_hz=d.get("expected_rate_hz"),
+            gap_rate_hz=d.get("gap_rate_hz"),
             expected=d.get("expected"),
             rate_hz=d.get("rate_hz"),
             first_ns=d.get("first_ns"),
@@ -121,6 +128,7 @@ def topic_stats(
     dropped: int = 0,
     gap_factor: float = GAP_FACTOR,
     stamps_ns: Iterable[int] | np.ndarray | None = None,
+    gap_rate_hz: float | None = None,
 ) -> TopicStats:
     """Counts, measured rate and gaps of one topic over the episode [start_ns, stop_ns].
 
@@ -128,11 +136,13 @@ def topic_stats(
         times_ns: receive times [ns] of the messages written, any order.
         start_ns, stop_ns: the episode's start and stop [ns], same clock.
         expected_rate_hz: configured rate [Hz] (> 0) or None (no gap detection).
-        dropped: messages the recorder lost on this topic.
-        gap_factor: a silence longer than this many expected periods is a gap.
+        dropped: messages lost on the way to the bag on this topic.
+        gap_factor: a silence longer than this many periods of the gap rate is a gap.
         stamps_ns: header stamps [ns] of the same messages in the same order as ``times_ns``
             (0: unset), or None for a type without a header. Gaps between messages use them
             when all are set, receive times otherwise (see the module description).
+        gap_rate_hz: the rate of the topic's fastest publisher when several share it [Hz]
+            (None: ``expected_rate_hz``); only with an expected rate.
     """
     t = _int64(times_ns)
     order = np.argsort(t, kind="stable")
@@ -148,7 +158,7 @@ def topic_stats(
     if expected_rate_hz:
         expected = round(expected_rate_hz * duration_ns * 1e-9)
         if n:
-            limit_ns = gap_factor * 1e9 / expected_rate_hz
+            limit_ns = gap_factor * 1e9 / (gap_rate_hz or expected_rate_hz)
             found: list[Gap] = []
             if t[0] - start_ns > limit_ns:
                 found.append(Gap(int(start_ns), int(t[0])))
@@ -170,6 +180,7 @@ def topic_stats(
         received=n,
         dropped=int(dropped),
         expected_rate_hz=float(expected_rate_hz) if expected_rate_hz else None,
+        gap_rate_hz=float(gap_rate_hz) if gap_rate_hz and expected_rate_hz else None,
         expected=expected,
         rate_hz=rate,
         first_ns=int(t[0]) if n else None,
@@ -208,7 +219,7 @@ class EpisodeStats:
             if s.gaps:
                 longest = max(s.gaps, key=lambda g: g.duration_s)
                 out.append(
-                    f"{s.topic}: {len(s.gaps)} gap(s) longer than {GAP_FACTOR:g} periods of {s.expected_rate_hz:g} Hz, "
+                    f"{s.topic}: {len(s.gaps)} gap(s) longer than {GAP_FACTOR:g} periods of {s.gap_rate_hz or s.expected_rate_hz:g} Hz, "
                     f"longest {longest.duration_s:.3f} s at +{(longest.position_ns - self.start_ns) * 1e-9:.3f} s"
                     + (" (header stamps)" if longest.clock == "header" else "")
                 )
@@ -246,6 +257,7 @@ def episode_stats(
     dropped: Mapping[str, int] | None = None,
     gap_factor: float = GAP_FACTOR,
     stamps: Mapping[str, Iterable[int] | np.ndarray | None] | None = None,
+    gap_rates: Mapping[str, float | None] | None = None,
 ) -> EpisodeStats:
     """Integrity of an episode from what each topic delivered.
 
@@ -258,6 +270,7 @@ def episode_stats(
         gap_factor: see :func:`topic_stats`.
         stamps: topic -> header stamps [ns] in the order of its receive times in ``received``
             (0: unset), for topics whose type starts with a std_msgs/Header; see :func:`topic_stats`.
+        gap_rates: topic -> its fastest publisher's rate [Hz] where several publishers share it.
     """
     expected_rates = dict(expected_rates or {})
     stamps = dict(stamps or {})
@@ -276,6 +289,7 @@ def episode_stats(
             dropped=dropped.get(name, 0),
             gap_factor=gap_factor,
             stamps_ns=stamps.get(name),
+            gap_rate_hz=(gap_rates or {}).get(name),
         )
     missing = tuple(sorted(t for t in expected_rates if t not in topics))
     return EpisodeStats(start_ns=start_ns, stop_ns=stop_ns, topics=topics, missing=missing)
