@@ -60,7 +60,10 @@ DEFAULT_TOPICS = {  # topic -> expected rate [Hz] (0: no rate expectation)
     "/head_camera/active_source": 0.0,
     "/diagnostics": 0.0,
 }
-DEFAULT_GAP_RATES = {"/joint_states": 200.0}  # shared topic -> its fastest publisher [Hz] (arm driver; hands 100)
+DEFAULT_GAP_RATES = {  # topic several publishers share -> its fastest publisher's rate [Hz]
+    "/joint_states": 200.0,  # arm driver 200 Hz + hand driver 100 Hz
+    "/hands/command": 90.0,  # one message per hand and glove frame: left 90 Hz + right 90 Hz
+}
 ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
 
 
