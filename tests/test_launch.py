@@ -210,6 +210,41 @@ def test_rviz_config_is_installed_and_shows_robot_camera_and_trackers():
     assert config["Visualization Manager"]["Global Options"]["Fixed Frame"] == "base_link"
 
 
+def test_foxglove_layout_is_installed_and_uses_only_topics_the_stack_publishes():
+    import json
+
+    from rynn_teleop.nodes.recorder import DEFAULT_TOPICS
+    from rynn_teleop.paths import share_dir
+
+    layout = json.loads((share_dir() / "config" / "rynn_teleop.foxglove.json").read_text())
+
+    def leaves(node):
+        return [node] if isinstance(node, str) else leaves(node["first"]) + leaves(node["second"])
+
+    panels = layout["configById"]
+    assert sorted(leaves(layout["layout"])) == sorted(panels)  # every panel placed once, none missing
+    published = set(DEFAULT_TOPICS) | {"/robot_markers", "/head_camera/generated/color/image_raw",
+                                       "/head_camera/generated/color/camera_info"}
+    used = set()
+    for panel_id, config in panels.items():
+        kind = panel_id.split("!")[0]
+        if kind == "Image":
+            used |= {config["imageMode"]["imageTopic"], config["imageMode"]["calibrationTopic"]}
+        elif kind == "3D":
+            assert config["followTf"] == "base_link"
+            used |= set(config["topics"])
+        elif kind == "Plot":
+            used |= {p["value"].split(".", 1)[0] for p in config["paths"]}
+        elif kind == "RawMessages":
+            used.add(config["topicPath"])
+        elif kind == "DiagnosticSummary":
+            used.add(config["topicToRender"])
+        else:
+            raise AssertionError(f"unexpected panel {panel_id}")
+    assert used <= published, used - published
+    assert {"/head_camera/color/image_raw", "/head_camera/active_source", "/robot_markers"} <= used
+
+
 # --- with upstream launch / launch_ros: the substitutions resolve as the mode table says ---
 
 

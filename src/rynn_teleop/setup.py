@@ -44,7 +44,7 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
         ("share/" + PACKAGE, ["package.xml"]),
         ("share/" + PACKAGE + "/launch", _data("launch", "*.launch.py")),
-        ("share/" + PACKAGE + "/config", _data("config", "*.yaml") + _data("config", "*.xml") + _data("config", "*.rviz")),
+        ("share/" + PACKAGE + "/config", _data("config", "*.yaml") + _data("config", "*.xml") + _data("config", "*.rviz") + _data("config", "*.json")),
         ("share/" + PACKAGE + "/urdf", _data("urdf", "*.urdf") + _data("urdf", "*.yaml")),
     ],
     install_requires=["setuptools"],
