@@ -101,8 +101,9 @@ def test_the_feed_toggle_shows_on_the_active_source_topic_and_in_the_camera_stre
     out_stamps = [_stamp_ns(m) for _, m in msgs["/head_camera/color/image_raw"]]
     # the first output frame(s) may forward a generated frame received just before the episode started (not in
     # the bag): those precede every recorded generated frame and say nothing about the switch
+    assert generated and out_stamps
     first = min(generated)
-    lead = next(i for i, s in enumerate(out_stamps) if s >= first)
+    lead = next((i for i, s in enumerate(out_stamps) if s >= first), len(out_stamps))
     assert lead <= 3
     shown = ["generated" if s in generated else "physical" for s in out_stamps[lead:]]
     runs = [shown[0]] + [b for a, b in zip(shown, shown[1:]) if a != b]

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import yaml
-from diagnostic_msgs.msg import DiagnosticStatus
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 from rclpy.node import Node
@@ -196,7 +196,17 @@ def test_sigkill_mid_episode_keeps_all_but_the_last_second_after_recover(ros_dom
         node = Node("publisher", context=comp.context)
         comp.add_node(node)
         pub = node.create_publisher(JointState, "/test/joints", 100)
+        flowing = []
+        node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: flowing.extend(
+            kv.value for st in m.status if st.name == "recorder" for kv in st.values if kv.key == "topics_flowing"), 10)
         assert wait_for(lambda: pub.get_subscription_count() > 0, 20.0), "the recorder never subscribed"
+        # The publisher may see the subscription before the recorder's reader has matched it (then the first
+        # messages never arrive: DDS, not the recorder). Warm up until the recorder says the topic flows.
+        deadline = time.monotonic() + 20.0
+        while "1/1" not in flowing and time.monotonic() < deadline:
+            pub.publish(JointState(name=["a"], position=[-1.0]))
+            time.sleep(0.01)
+        assert "1/1" in flowing, "the recorder never received the topic"
         sent: list[tuple[float, JointState]] = []
         t_end = time.monotonic() + 3.0
         k = 0
@@ -250,7 +260,8 @@ def test_messages_published_but_never_received_count_as_dropped(ros_domain_id, t
         assert wait_for(lambda: rec._sequence, 5.0)
         response = call(pub_node, "/recorder/start_episode")
         assert response.success, response.message
-        time.sleep(0.15)  # just after a drain (0.1 s period): the burst fits in well under one period
+        # 400 messages in a few ms: whatever the drain timer's phase, at most one drain falls inside the burst,
+        # and the 100-message queue overflows either way
         published = 400
         for k in range(published):
             joints.publish(JointState(name=["a"], position=[float(k)]))

@@ -153,6 +153,15 @@ def test_a_shared_topic_measures_gaps_in_periods_of_its_fastest_publisher(tmp_pa
                           stamps_ns=merged, gap_rate_hz=200.0)
     assert fastest.gaps == () and fastest.gap_rate_hz == 200.0 and fastest.expected_rate_hz == 300.0
 
+    # the arm driver stops half-way: the hand driver's 100 Hz keeps the stream free of 15 ms gaps, the rate shows it
+    half = [t for t, _ in stream(0) if t < T0 + 500 * MS or (t - T0) % (5 * MS) == MS]
+    dead = episode_stats({"/joint_states": (JS, half)}, start_ns=T0, stop_ns=half[-1],
+                         expected_rates={"/joint_states": 300.0}, stamps={"/joint_states": half},
+                         gap_rates={"/joint_states": 200.0})
+    assert dead.topics["/joint_states"].gaps == ()
+    assert dead.problems() == [f"/joint_states: {dead.topics['/joint_states'].rate_hz:.1f} Hz, more than 10% below "
+                               "the expected 300 Hz"]
+
     for pause_ms, gaps in ((7, 0), (15, 1)):
         rec = EpisodeRecorder(tmp_path / str(pause_ms), {"/joint_states": 300.0}, gap_rates={"/joint_states": 200.0})
         rec.start(EpisodeMetadata(task="shared"), now_ns=T0)
@@ -266,7 +275,7 @@ def test_list_and_info(tmp_path, capsys):
     rows = list_episodes(tmp_path)
     assert [(r.path.name, r.state, r.task, r.problem_count) for r in rows] == [
         ("episode_0001", "complete", "wave", 0),
-        ("episode_0002", "complete", "stall", 3),  # arms, hands and joint states paused
+        ("episode_0002", "complete", "stall", 5),  # 3 paused topics; arms and hands short of their rates
     ]
     assert rows[0].duration_s == pytest.approx(1.0) and rows[0].message_count == 320
     assert episodes_main(["list", str(tmp_path)]) == 0

@@ -95,13 +95,12 @@ def demo_overrides(out: Path) -> dict:
 
 def _spawn(nodes: tuple[str, ...], overrides: dict, log: Path) -> subprocess.Popen:
     """One composed-runner process (``rynn-teleop run NODES -p ...``) with this process's ROS environment."""
-    cmd = [sys.executable, "-m", "rynn_teleop.cli", "run", *nodes]
+    niceness = BACKGROUND_NICE.get(nodes, 0)
+    cmd = (["nice", "-n", str(niceness)] if niceness else []) + [sys.executable, "-m", "rynn_teleop.cli", "run", *nodes]
     for node in nodes:
         for key, value in overrides.get(node, {}).items():
             cmd += ["-p", f"{node}.{key}={json.dumps(value)}"]
-    niceness = BACKGROUND_NICE.get(nodes, 0)
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ),
-                            preexec_fn=(lambda: os.nice(niceness)) if niceness else None)
+    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ))
 
 
 class _Probe(Node):
@@ -179,7 +178,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
                             == f"{len(DEMO_TOPICS)}/{len(DEMO_TOPICS)}"
                             and probe.diagnostics.get("recorder", {}).get("topics_flowing") == f"{rated}/{rated}", 60.0)
             if not engaged:
-                dead = [p.args[4:5] for p in procs if p.poll() is not None]
+                dead = ["+".join(g) for g, p in zip(DEMO_GROUPS, procs) if p.poll() is not None]
                 raise RynnTeleopError(f"demo: the nodes did not come up within 60 s (exited: {dead}); logs in {out}")
             probe.trigger("/recorder/start_episode")
             t0 = time.monotonic()

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import rclpy
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -148,7 +149,7 @@ class Composition:
         self._executors: list[SingleThreadedExecutor] = []
         self._threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []  # exceptions that escaped a node's callbacks
-        self._closing = False  # set by shutdown(): what a callback raises from then on is part of shutting down
+        self._closing = False  # set by shutdown(): an InvalidHandle from then on is part of shutting down
         try:
             for cls, values in zip(classes, params):
                 self.add_node(cls(context=self.context, parameter_overrides=to_ros_parameters(cls.SCHEMA, values)))
@@ -172,7 +173,7 @@ class Composition:
         except ExternalShutdownException:
             pass
         except BaseException as exc:  # a node callback raised: record it and stop this node
-            if self.context.ok() and not self._closing:
+            if self.context.ok() and not (self._closing and isinstance(exc, InvalidHandle)):
                 self.errors.append(exc)
                 rclpy.logging.get_logger("rynn_teleop.runner").error(f"node callback raised: {exc!r}")
 

@@ -205,9 +205,11 @@ class SafetyController:
         self.estops += int(new)
         return new
 
-    def reset(self) -> None:
-        """Release the e-stop. The next cycle starts again from the measured position (the robot moved
-        while it stopped); motion resumes, ramped, only with commands received after this call."""
+    def reset(self, now: float | None = None) -> None:
+        """Release the e-stop at ``now`` [s] (default: after the newest command seen). The next cycle starts
+        again from the measured position (the robot moved while it stopped); motion resumes, ramped, only
+        with commands received after this call (a command received before it but handed over later, e.g.
+        drained from a queue, does not count)."""
         if not self._estop:
             return
         self._estop = False
@@ -216,7 +218,7 @@ class SafetyController:
         self._sent = None  # re-seed from the measurement
         self._resuming = True
         last = self.watchdog.last_command
-        self.watchdog.tripped_at = last if last is not None else -np.inf
+        self.watchdog.tripped_at = max(last if last is not None else -np.inf, now if now is not None else -np.inf)
 
     @property
     def estopped(self) -> bool:

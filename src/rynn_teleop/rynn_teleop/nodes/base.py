@@ -9,12 +9,14 @@ started either by its console script (``ros2 run rynn_teleop <name>``, see
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any, ClassVar, Iterator, Mapping, NamedTuple
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
+from rclpy.qos import QoSCompatibility, qos_check_compatible
 from rclpy.subscription import Subscription
 
 from ..core.params import ParamSchema
@@ -27,7 +29,7 @@ class Taken(NamedTuple):
     """One message taken from a polled subscription, with what the middleware knows about it."""
 
     message: Any  # the message, or its CDR bytes for a raw subscription
-    received_ns: int  # when the middleware received it (system clock) [ns]
+    received_ns: int  # when the middleware received it, on the node's clock [ns] (the take time if unknown)
     publisher: bytes  # the publisher's GID
     sequence: int | None  # the publisher's sequence number of this message (None when the RMW does not tell)
 
@@ -44,6 +46,7 @@ class TeleopNode(Node):
         self.meters: dict[str, RateMeter] = {}
         self._polled: dict[int, list[Taken]] = {}  # id of each subscription the executor must leave alone
         self._unwaited: set[int] = set()  # ids of their event handlers
+        self.incompatible_qos: dict[str, str] = {}  # polled topic -> why a publisher of it cannot match
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
 
@@ -54,8 +57,9 @@ class TeleopNode(Node):
         rclpy's executor spends 0.1-0.2 ms of Python per message (it rebuilds its wait set every time); a node
         that only needs batches (the recorder, the world model taking the newest command per frame) drains the
         middleware's queue from a timer instead. The queue (``qos`` depth) must hold what arrives between two
-        drains. The subscription belongs to this node in the graph and is destroyed with it. Its QoS events
-        (incompatible QoS, lost messages) are not delivered: choose the QoS from the publishers'.
+        drains. The subscription belongs to this node in the graph and is destroyed with it. Its QoS event
+        handlers are not waited on (see below); instead the node checks its publishers' QoS against it once
+        a second, and an incompatible publisher is logged and reported in diagnostics (``incompatible_qos``).
         """
         strays: list[Taken] = []  # taken by the executor before it learnt to leave this subscription alone
         sub = self.create_subscription(msg_type, topic, lambda msg, info: strays.append(_taken(msg, info)), qos,
@@ -82,16 +86,37 @@ class TeleopNode(Node):
         return super().destroy_subscription(subscription)
 
     def take_all(self, sub: Subscription, limit: int = 10_000) -> Iterator[Taken]:
-        """Take every message waiting in ``sub`` (a polled subscription), oldest first."""
+        """Take every message waiting in ``sub`` (a polled subscription), oldest first.
+
+        Receive times come from the middleware on the system clock; they are moved onto the node's clock
+        (which differs with ``use_sim_time``) by the offset between the two clocks at the take.
+        """
+        now_ns = self.get_clock().now().nanoseconds
+        offset = now_ns - time.time_ns()
         strays = self._polled[id(sub)]
         while strays:
-            yield strays.pop(0)
+            yield _on_clock(strays.pop(0), offset, now_ns)
         with sub.handle:
             for _ in range(limit):
                 taken = sub.handle.take_message(sub.msg_type, sub.raw)
                 if taken is None:
                     return
-                yield _taken(*taken)
+                yield _on_clock(_taken(*taken), offset, now_ns)
+
+    def _check_polled_qos(self) -> None:
+        """Log and remember publishers whose QoS cannot match a polled subscription (1 Hz, diagnostics timer)."""
+        found = {}
+        for sub in super().subscriptions:
+            if id(sub) not in self._polled:
+                continue
+            for info in self.get_publishers_info_by_topic(sub.topic_name):
+                compatibility, reason = qos_check_compatible(info.qos_profile, sub.qos_profile)
+                if compatibility == QoSCompatibility.ERROR:
+                    found[sub.topic_name] = f"publisher {info.node_name}: {reason}"
+        for topic, why in found.items():
+            if self.incompatible_qos.get(topic) != why:
+                self.get_logger().warning(f"{topic}: a publisher's QoS cannot match this subscription ({why})")
+        self.incompatible_qos = found
 
     def now_s(self) -> float:
         """The node clock [s]."""
@@ -110,6 +135,8 @@ class TeleopNode(Node):
         return DiagnosticStatus.OK, "running"
 
     def _publish_diagnostics(self) -> None:
+        if self._polled:
+            self._check_polled_qos()
         now = self.now_s()
         values = {}
         for name, m in self.meters.items():
@@ -120,6 +147,10 @@ class TeleopNode(Node):
                 values[f"{name}.latency_p99_ms"] = f"{1e3 * p99:.2f}"
         values.update({k: str(v) for k, v in self.diagnostic_values().items()})
         level, message = self.diagnostic_level()
+        if self.incompatible_qos:
+            values["incompatible_qos"] = "; ".join(f"{t}: {why}" for t, why in sorted(self.incompatible_qos.items()))
+            if level == DiagnosticStatus.OK:
+                level, message = DiagnosticStatus.WARN, f"incompatible QoS on {', '.join(sorted(self.incompatible_qos))}"
         status = DiagnosticStatus(
             level=level,
             name=f"{self.get_name()}",
@@ -130,6 +161,11 @@ class TeleopNode(Node):
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diag_pub.publish(msg)
+
+
+def _on_clock(taken: Taken, offset_ns: int, now_ns: int) -> Taken:
+    """``taken`` with its system-clock receive time moved onto the node's clock (the take time if unknown)."""
+    return taken._replace(received_ns=taken.received_ns + offset_ns if taken.received_ns else now_ns)
 
 
 def _taken(msg: Any, info: Any) -> Taken:

@@ -90,8 +90,7 @@ class JointDriverNode(TeleopNode):
         """Hand the commands received since the last cycle to the safety controller, in order, each at the
         time the middleware received it."""
         for taken in self.take_all(self._command_sub):
-            self.accept_command(taken.message.name, taken.message.position,
-                                min(now, taken.received_ns * 1e-9) if taken.received_ns else now)
+            self.accept_command(taken.message.name, taken.message.position, min(now, taken.received_ns * 1e-9))
 
     def accept_command(self, names, positions, now: float) -> bool:
         """A (partial) command by joint name; joints it does not name keep their own freshness.
@@ -148,7 +147,7 @@ class JointDriverNode(TeleopNode):
             response.success, response.message = False, f"re-enabling the backend failed: {exc}"
             return response
         self._fault = ""
-        self.safety.reset()
+        self.safety.reset(self.now_s())
         self.get_logger().warning("e-stop reset: following fresh commands again (ramped)")
         response.success, response.message = True, "e-stop reset; motion resumes with fresh commands"
         return response

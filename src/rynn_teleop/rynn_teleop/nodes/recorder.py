@@ -160,16 +160,15 @@ class RecorderNode(TeleopNode):
 
     def _drain(self) -> None:
         """Hand everything the subscriptions received since the last drain to the episode, in receive order."""
-        now = self.get_clock().now().nanoseconds
         batch = []
         writer = self.recorder.writer
         for sub, topic, type_name, latched in self._subs:
             for taken in self.take_all(sub):
-                batch.append((taken.received_ns or now, topic, type_name, taken.message, latched))
+                batch.append((taken.received_ns, topic, type_name, taken.message, latched))
                 if taken.sequence is not None:
                     key = (topic, taken.publisher)
                     last = self._sequence.get(key)
-                    self._sequence[key] = taken.sequence
+                    self._sequence[key] = taken.sequence if last is None else max(last, taken.sequence)
                     if writer is not None and last is not None and taken.sequence > last + 1:
                         writer.note_dropped(topic, taken.sequence - last - 1)
         batch.sort(key=lambda item: item[0])

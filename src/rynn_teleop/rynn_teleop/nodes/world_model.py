@@ -129,7 +129,8 @@ class WorldModelNode(TeleopNode):
         self._reference = reference
         self._real = None  # newest real frame (Image) not yet offered to the generator
         self.frames = self.idle_ticks = self.overruns = self.generation_errors = self.bad_images = 0
-        self.meter("frames")  # created before the generation thread can add it while diagnostics iterate
+        for name in ("frames", "commands_in"):  # created before the generation thread can add them while
+            self.meter(name)  # diagnostics iterate the meters
 
         ns = p["namespace"].rstrip("/")
         self._image_pub = self.create_publisher(Image, f"{ns}/color/image_raw", qos_profile_sensor_data)
@@ -165,7 +166,7 @@ class WorldModelNode(TeleopNode):
         """Everything the action subscriptions received since the last tick, oldest first."""
         for sub in self._action_subs:
             for taken in self.take_all(sub):
-                self._on_joints(taken.message, taken.received_ns * 1e-9 if taken.received_ns else self.now_s())
+                self._on_joints(taken.message, taken.received_ns * 1e-9)
 
     def _on_reference(self, msg: Image) -> None:
         try:

@@ -42,6 +42,11 @@ import numpy as np
 GAP_FACTOR = 3.0
 """A silence longer than this many expected periods is a gap."""
 
+RATE_SHORTFALL = 0.10
+"""A measured rate more than this fraction below the expected one is a problem. It catches what gaps cannot:
+one of several publishers of a shared topic stopping (the others keep its stream free of gaps), or a source
+running slower than configured."""
+
 
 @dataclass(frozen=True)
 class Gap:
@@ -213,7 +218,8 @@ class EpisodeStats:
         return sum(s.received for s in self.topics.values())
 
     def problems(self) -> list[str]:
-        """One line per integrity problem: missing topics, gaps, recorder drops. Empty when clean."""
+        """One line per integrity problem: missing topics, gaps, drops, rates short of the expected ones.
+        Empty when clean."""
         out = [f"{topic}: configured but never received" for topic in self.missing]
         for s in self.topics.values():
             if s.gaps:
@@ -225,6 +231,9 @@ class EpisodeStats:
                 )
             if s.dropped:
                 out.append(f"{s.topic}: {s.dropped} message(s) published but not recorded (dropped)")
+            if s.expected_rate_hz and s.rate_hz is not None and s.rate_hz < (1.0 - RATE_SHORTFALL) * s.expected_rate_hz:
+                out.append(f"{s.topic}: {s.rate_hz:.1f} Hz, more than {RATE_SHORTFALL:.0%} below the expected "
+                           f"{s.expected_rate_hz:g} Hz")
         return out
 
     def to_dict(self) -> dict[str, Any]:
