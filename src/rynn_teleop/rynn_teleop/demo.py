@@ -59,9 +59,11 @@ DEMO_GROUPS: tuple[tuple[str, ...], ...] = (  # one process each (the composed r
     ("world_model",),
     ("recorder",),
 )  # robot_markers (RViz only) is left out: on 2 cores its 300 Hz /joint_states input costs the others their rates
-#: groups that tolerate being late (queues, 30 Hz frames) run at a lower priority (a higher nice value; no privilege
-#: needed), so that on a small machine the 100-200 Hz control loops are scheduled first
-BACKGROUND_NICE = {("head_camera", "camera_switch"): 5, ("world_model",): 5}
+#: groups that tolerate being late (the world model: its frames carry their commands' stamps) run at a lower
+#: priority (a higher nice value; no privilege needed), so that on a small machine the 100-200 Hz control loops
+#: are scheduled first
+BACKGROUND_NICE = {("world_model",): 5}
+SETTLE_S = 2.0  # between "every topic flows" and the episode start: the processes' start-up transients pass
 TOGGLE_AT = (0.4, 0.6)  # fractions of the episode: to the physical feed, back to the generated one
 #: what the demo records and the rate each topic must have [Hz] (0: no rate; the camera colour only: depth is off)
 DEMO_TOPICS = {
@@ -180,6 +182,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
             if not engaged:
                 dead = ["+".join(g) for g, p in zip(DEMO_GROUPS, procs) if p.poll() is not None]
                 raise RynnTeleopError(f"demo: the nodes did not come up within 60 s (exited: {dead}); logs in {out}")
+            time.sleep(SETTLE_S)
             probe.trigger("/recorder/start_episode")
             t0 = time.monotonic()
             toggles = []
