@@ -127,3 +127,37 @@ def test_a_publisher_whose_qos_cannot_match_is_reported(ros_domain_id):
         thread.join(5.0)
     finally:
         rclpy.try_shutdown(context=context)
+
+
+def test_receive_times_are_on_the_node_clock_with_simulated_time(ros_domain_id):
+    """With use_sim_time the node clock runs on /clock; receive times (system clock from the middleware) are moved
+    onto it, so a command's age is judged in one clock (the drivers' watchdog, the recorder's bag times)."""
+    from rclpy.parameter import Parameter
+    from rosgraph_msgs.msg import Clock
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=ros_domain_id)
+    try:
+        node = _Poller(context=context, parameter_overrides=[Parameter("use_sim_time", value=True)])
+        pub_node = Node("pub", context=context)
+        clock_pub = pub_node.create_publisher(Clock, "/clock", 10)
+        sub = node.create_polled_subscription(JointState, "/polled", 10)
+        pub = pub_node.create_publisher(JointState, "/polled", 10)
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        thread = threading.Thread(target=executor.spin, daemon=True)
+        thread.start()
+        sim_ns = 1_000 * 1_000_000_000  # 1000 s: far from the system clock
+        msg = Clock()
+        msg.clock.sec = 1000
+        assert wait_for(lambda: clock_pub.publish(msg) or node.get_clock().now().nanoseconds == sim_ns, 10.0)
+        assert wait_for(lambda: pub.get_subscription_count() > 0, 10.0)
+        pub.publish(JointState())
+        taken = []
+        assert wait_for(lambda: taken.extend(node.take_all(sub)) or taken, 5.0)
+        # received a moment before the take, on the simulated clock (which stands still at 1000 s)
+        assert sim_ns - 2_000_000_000 < taken[0].received_ns <= sim_ns
+        executor.shutdown()
+        thread.join(5.0)
+    finally:
+        rclpy.try_shutdown(context=context)

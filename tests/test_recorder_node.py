@@ -256,7 +256,8 @@ def test_messages_published_but_never_received_count_as_dropped(ros_domain_id, t
         joints = pub_node.create_publisher(JointState, "/test/joints", 1000)
         assert wait_for(lambda: "/test/joints" in rec._types, 10.0)
         assert wait_for(lambda: joints.get_subscription_count() > 0, 5.0)
-        joints.publish(JointState(name=["warm-up"]))  # the recorder knows the publisher's sequence from here on
+        for _ in range(3):  # the recorder knows the publisher's sequence from here on (several in its first drain)
+            joints.publish(JointState(name=["warm-up"]))
         assert wait_for(lambda: rec._sequence, 5.0)
         response = call(pub_node, "/recorder/start_episode")
         assert response.success, response.message

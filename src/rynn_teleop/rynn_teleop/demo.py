@@ -59,10 +59,16 @@ DEMO_GROUPS: tuple[tuple[str, ...], ...] = (  # one process each (the composed r
     ("world_model",),
     ("recorder",),
 )  # robot_markers (RViz only) is left out: on 2 cores its 300 Hz /joint_states input costs the others their rates
-#: groups that tolerate being late (the world model: its frames carry their commands' stamps) run at a lower
-#: priority (a higher nice value; no privilege needed), so that on a small machine the 100-200 Hz control loops
-#: are scheduled first
-BACKGROUND_NICE = {("world_model",): 5}
+#: groups that tolerate being late run at a lower priority (a higher nice value; no privilege needed), so that on a
+#: small machine the 200 Hz arm loops (arm_ik, the drivers; their gaps count from 15 ms) and the tracker feeding them
+#: are scheduled first: the world model (frames carry their commands' stamps), the 30 Hz camera, the 90 Hz hands
+#: (33 ms) and the recorder (its publishers keep 100 messages of history for it)
+BACKGROUND_NICE = {("world_model",): 5, ("head_camera", "camera_switch"): 5, ("hand_retarget",): 5, ("recorder",): 5,
+                   # and, where the user may raise priorities (root, CAP_SYS_NICE; `nice` warns in the group's log
+                   # and runs it unchanged otherwise), the arm loops a little above the rest
+                   ("arm_ik",): -5, ("arm_driver", "hand_driver", "robot_description"): -5}
+PROBE_SERVICES = ("/recorder/start_episode", "/recorder/stop_episode", "/camera_switch/use_physical",
+                  "/camera_switch/use_generated")
 SETTLE_S = 2.0  # between "every topic flows" and the episode start: the processes' start-up transients pass
 TOGGLE_AT = (0.4, 0.6)  # fractions of the episode: to the physical feed, back to the generated one
 #: what the demo records and the rate each topic must have [Hz] (0: no rate; the camera colour only: depth is off)
@@ -116,6 +122,8 @@ class _Probe(Node):
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self.create_subscription(String, "/robot_description", self._on_desc, LATCHED)
         self.create_subscription(String, "/head_camera/active_source", self._on_active, LATCHED)
+        # clients made up front: a client created mid-episode sends discovery traffic to every process
+        self.service_clients = {name: self.create_client(Trigger, name) for name in PROBE_SERVICES}
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -129,7 +137,7 @@ class _Probe(Node):
 
     def trigger(self, service: str, timeout: float = 5.0) -> str:
         """Call a std_srvs/Trigger service (this node is spun by the composition); its message."""
-        client = self.create_client(Trigger, service)
+        client = self.service_clients.get(service) or self.create_client(Trigger, service)
         if not client.wait_for_service(timeout_sec=timeout):
             return f"{service} unavailable"
         future = client.call_async(Trigger.Request())
@@ -182,6 +190,8 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
             if not engaged:
                 dead = ["+".join(g) for g, p in zip(DEMO_GROUPS, procs) if p.poll() is not None]
                 raise RynnTeleopError(f"demo: the nodes did not come up within 60 s (exited: {dead}); logs in {out}")
+            for client in probe.service_clients.values():
+                client.wait_for_service(timeout_sec=10.0)
             time.sleep(SETTLE_S)
             probe.trigger("/recorder/start_episode")
             t0 = time.monotonic()

@@ -49,7 +49,8 @@ DEFAULT_VELOCITY = [round(0.5 * math.radians(180.0), 4)] * N_ARM
 DEFAULT_ACCELERATION = [round(0.5 * math.radians(a), 4) for a in (450, 450, 900, 900, 900, 900, 900)]
 DEFAULT_JERK = [30.0] * N_ARM
 
-COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+# 100: half a second of history for a subscriber that falls behind (the recorder on a loaded machine)
+COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 POSE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)  # newest wins; 50 = 0.25 s of 200 Hz
 LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 

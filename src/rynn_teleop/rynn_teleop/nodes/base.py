@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Iterator, Mapping, NamedTuple
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException
+from rclpy.clock import ClockType
 from rclpy.node import Node
 from rclpy.qos import QoSCompatibility, qos_check_compatible
 from rclpy.subscription import Subscription
@@ -88,11 +89,12 @@ class TeleopNode(Node):
     def take_all(self, sub: Subscription, limit: int = 10_000) -> Iterator[Taken]:
         """Take every message waiting in ``sub`` (a polled subscription), oldest first.
 
-        Receive times come from the middleware on the system clock; they are moved onto the node's clock
-        (which differs with ``use_sim_time``) by the offset between the two clocks at the take.
+        Receive times come from the middleware on the system clock; with ``use_sim_time`` they are moved onto
+        the node's clock by the offset between the two clocks at the take. They are in arrival order, which is
+        not always the order taken (a reliable message repaired after a loss is taken in sequence order).
         """
         now_ns = self.get_clock().now().nanoseconds
-        offset = now_ns - time.time_ns()
+        offset = self._system_clock_offset()
         strays = self._polled[id(sub)]
         while strays:
             yield _on_clock(strays.pop(0), offset, now_ns)
@@ -102,6 +104,22 @@ class TeleopNode(Node):
                 if taken is None:
                     return
                 yield _on_clock(_taken(*taken), offset, now_ns)
+
+    def _system_clock_offset(self) -> int:
+        """Node clock minus system clock [ns]: 0 unless simulated time drives the node clock. Estimated from
+        the read bracketed most tightly by two system-clock reads (a read preempted between two clocks would
+        otherwise shift every receive time by the preemption)."""
+        clock = self.get_clock()
+        if clock.clock_type != ClockType.ROS_TIME or not clock.ros_time_is_active:
+            return 0
+        best = None
+        for _ in range(3):
+            before = time.time_ns()
+            node_ns = clock.now().nanoseconds
+            after = time.time_ns()
+            if best is None or after - before < best[0]:
+                best = (after - before, node_ns - (before + after) // 2)
+        return best[1]
 
     def _check_polled_qos(self) -> None:
         """Log and remember publishers whose QoS cannot match a polled subscription (1 Hz, diagnostics timer)."""

@@ -44,7 +44,7 @@ from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import stamp_to_seconds
 
-RELIABLE = QoSProfile(depth=20, reliability=ReliabilityPolicy.RELIABLE)
+RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # 100: ~0.5 s for a subscriber that falls behind
 
 
 class HandRetargetNode(TeleopNode):

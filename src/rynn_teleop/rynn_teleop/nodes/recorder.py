@@ -163,15 +163,19 @@ class RecorderNode(TeleopNode):
         batch = []
         writer = self.recorder.writer
         for sub, topic, type_name, latched in self._subs:
+            bag_ns = self._last_received.get(topic, 0)
             for taken in self.take_all(sub):
-                batch.append((taken.received_ns, topic, type_name, taken.message, latched))
+                # bag time = receive time, never before the topic's previous message: the take order (publisher
+                # sequence order) stays the bag order even when a repaired message arrived after a later one
+                bag_ns = max(bag_ns, taken.received_ns)
+                batch.append((bag_ns, topic, type_name, taken.message, latched))
                 if taken.sequence is not None:
                     key = (topic, taken.publisher)
                     last = self._sequence.get(key)
                     self._sequence[key] = taken.sequence if last is None else max(last, taken.sequence)
                     if writer is not None and last is not None and taken.sequence > last + 1:
                         writer.note_dropped(topic, taken.sequence - last - 1)
-        batch.sort(key=lambda item: item[0])
+        batch.sort(key=lambda item: item[0])  # stable: each topic keeps its order
         for received_ns, topic, *_ in batch:
             self._last_received[topic] = received_ns
         for received_ns, topic, type_name, raw, latched in batch:

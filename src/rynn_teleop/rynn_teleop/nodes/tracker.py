@@ -40,7 +40,7 @@ DEFAULT_SERIALS = {
     "right_wrist": "LHR-00000005",
 }
 
-POSE_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+POSE_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # 100: ~0.8 s for a subscriber that falls behind
 
 
 class TrackerNode(TeleopNode):
