@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
+import pytest
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import JointState
 
@@ -20,144 +23,122 @@ class _Poller(TeleopNode):
     SCHEMA = ParamSchema("poller", [])
 
 
-def test_polled_messages_are_taken_in_order_with_sequence_and_receive_time(ros_domain_id):
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=ros_domain_id)
-    try:
-        node = _Poller(context=context)
-        pub_node = Node("pub", context=context)
-        sub = node.create_polled_subscription(JointState, "/polled", 100, raw=True)
-        pub = pub_node.create_publisher(JointState, "/polled", 100)
+@pytest.fixture
+def context(ros_domain_id):
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=ros_domain_id)
+    yield ctx
+    rclpy.try_shutdown(context=ctx)
+
+
+def _pair(context, depth: int = 10, *, raw: bool = False, match: bool = True, sub_qos=None, pub_qos=None,
+          **node_kwargs):
+    """A poller node with a polled subscription to /polled, a publisher node and its publisher (matched)."""
+    node = _Poller(context=context, **node_kwargs)
+    pub_node = Node("pub", context=context)
+    sub = node.create_polled_subscription(JointState, "/polled", sub_qos or depth, raw=raw)
+    pub = pub_node.create_publisher(JointState, "/polled", pub_qos or depth)
+    if match:
         assert wait_for(lambda: pub.get_subscription_count() > 0, 10.0)
-        before = time.time_ns()
-        for k in range(20):
-            pub.publish(JointState(position=[float(k)]))
-        published = time.time_ns()
-        time.sleep(0.3)  # delivered long before it is taken: the receive time says when it arrived, not the take
-        taken = []
-        assert wait_for(lambda: taken.extend(node.take_all(sub)) or len(taken) >= 20, 5.0)
-        assert [deserialize_message(t.message, JointState).position[0] for t in taken] == [float(k) for k in range(20)]
-        assert [t.sequence for t in taken] == list(range(taken[0].sequence, taken[0].sequence + 20))
-        assert len({t.publisher for t in taken}) == 1 and taken[0].publisher
-        assert all(before <= t.received_ns <= published + 100_000_000 for t in taken)
-        assert list(node.take_all(sub)) == []
-        assert sub not in list(node.subscriptions)  # the executor leaves it alone
-        assert not set(map(id, sub.event_handlers)) & set(map(id, node.waitables))
-        node.destroy_subscription(sub)
-        assert not node._polled and not node._unwaited
-    finally:
-        rclpy.try_shutdown(context=context)
+    return node, sub, pub_node, pub
 
 
-def test_waiting_data_does_not_make_the_executor_spin(ros_domain_id):
-    """Data left in a polled subscription must not wake the executor: with the subscription's QoS event
-    handlers still in the wait set, Fast DDS's wait returned at once for as long as data waited (a full core)."""
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=ros_domain_id)
+@contextlib.contextmanager
+def _spinning(context, node):
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, daemon=True)
+    thread.start()
     try:
-        node = _Poller(context=context)
-        pub_node = Node("pub", context=context)
-        sub = node.create_polled_subscription(JointState, "/polled", 10, raw=True)
-        pub = pub_node.create_publisher(JointState, "/polled", 10)
-        assert wait_for(lambda: pub.get_subscription_count() > 0, 10.0)
-        pub.publish(JointState())
-        time.sleep(0.2)  # delivered, not taken
-        executor = SingleThreadedExecutor(context=context)
-        executor.add_node(node)
-        cpu = []
-
-        def spin() -> None:
-            start, t0 = time.thread_time(), time.monotonic()
-            while time.monotonic() - t0 < 1.0:
-                executor.spin_once(timeout_sec=0.1)
-            cpu.append(time.thread_time() - start)
-
-        thread = threading.Thread(target=spin)
-        thread.start()
-        thread.join(10.0)
-        assert cpu and cpu[0] < 0.3, f"the executor thread used {cpu[0]:.2f} s of CPU in 1 s while data waited"
-        assert len(list(node.take_all(sub))) == 1  # still there for the node to drain
-        executor.shutdown()
+        yield
     finally:
-        rclpy.try_shutdown(context=context)
-
-
-def test_a_message_the_executor_took_early_is_handed_out_first(ros_domain_id):
-    """A polled subscription created while its node spins may be taken once by the executor before it is left
-    out of the wait set; that message is kept (with its message info) and comes first from take_all."""
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=ros_domain_id)
-    try:
-        node = _Poller(context=context)
-        pub_node = Node("pub", context=context)
-        sub = node.create_polled_subscription(JointState, "/polled", 10)
-        pub = pub_node.create_publisher(JointState, "/polled", 10)
-        assert wait_for(lambda: pub.get_subscription_count() > 0, 10.0)
-        info = {"received_timestamp": time.time_ns() - 1_000_000, "publisher_gid": {"data": b"gid"},
-                "publication_sequence_number": 7}
-        sub.callback(JointState(position=[-1.0]), info)  # as the executor would call it
-        pub.publish(JointState(position=[1.0]))
-        taken = []
-        assert wait_for(lambda: taken.extend(node.take_all(sub)) or len(taken) >= 2, 5.0)
-        assert [t.message.position[0] for t in taken] == [-1.0, 1.0]
-        assert taken[0].sequence == 7 and taken[0].publisher == b"gid"
-    finally:
-        rclpy.try_shutdown(context=context)
-
-
-def test_a_publisher_whose_qos_cannot_match_is_reported(ros_domain_id):
-    """The event handlers that would warn about an incompatible publisher are not waited on; the node checks
-    its publishers' QoS itself (1 Hz) and reports it in the log and diagnostics."""
-    from rclpy.qos import QoSProfile, ReliabilityPolicy
-
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=ros_domain_id)
-    try:
-        node = _Poller(context=context)
-        node.create_polled_subscription(JointState, "/polled", QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
-        pub_node = Node("pub", context=context)
-        pub_node.create_publisher(JointState, "/polled", QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
-        executor = SingleThreadedExecutor(context=context)
-        executor.add_node(node)
-        thread = threading.Thread(target=executor.spin, daemon=True)
-        thread.start()
-        assert wait_for(lambda: "/polled" in node.incompatible_qos, 10.0)
-        assert "pub" in node.incompatible_qos["/polled"] and "reliab" in node.incompatible_qos["/polled"].lower()
         executor.shutdown()
         thread.join(5.0)
-    finally:
-        rclpy.try_shutdown(context=context)
 
 
-def test_receive_times_are_on_the_node_clock_with_simulated_time(ros_domain_id):
+def test_polled_messages_are_taken_in_order_with_sequence_and_receive_time(context):
+    node, sub, _, pub = _pair(context, 100, raw=True)
+    before = time.time_ns()
+    for k in range(20):
+        pub.publish(JointState(position=[float(k)]))
+    published = time.time_ns()
+    time.sleep(0.3)  # delivered long before it is taken: the receive time says when it arrived, not the take
+    taken = []
+    assert wait_for(lambda: taken.extend(node.take_all(sub)) or len(taken) >= 20, 5.0)
+    assert [deserialize_message(t.message, JointState).position[0] for t in taken] == [float(k) for k in range(20)]
+    assert [t.sequence for t in taken] == list(range(taken[0].sequence, taken[0].sequence + 20))
+    assert len({t.publisher for t in taken}) == 1 and taken[0].publisher
+    assert all(before <= t.received_ns <= published + 100_000_000 for t in taken)
+    assert list(node.take_all(sub)) == []
+    assert sub not in list(node.subscriptions)  # the executor leaves it alone
+    assert not set(map(id, sub.event_handlers)) & set(map(id, node.waitables))
+    node.destroy_subscription(sub)
+    assert not node._polled and not node._unwaited
+
+
+def test_waiting_data_does_not_make_the_executor_spin(context):
+    """Data left in a polled subscription must not wake the executor: with the subscription's QoS event
+    handlers still in the wait set, Fast DDS's wait returned at once for as long as data waited (a full core)."""
+    node, sub, _, pub = _pair(context, raw=True)
+    pub.publish(JointState())
+    time.sleep(0.2)  # delivered, not taken
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(node)
+    cpu = []
+
+    def spin() -> None:
+        start, t0 = time.thread_time(), time.monotonic()
+        while time.monotonic() - t0 < 1.0:
+            executor.spin_once(timeout_sec=0.1)
+        cpu.append(time.thread_time() - start)
+
+    thread = threading.Thread(target=spin)
+    thread.start()
+    thread.join(10.0)
+    executor.shutdown()
+    assert cpu and cpu[0] < 0.3, f"the executor thread used {cpu[0]:.2f} s of CPU in 1 s while data waited"
+    assert len(list(node.take_all(sub))) == 1  # still there for the node to drain
+
+
+def test_a_message_the_executor_took_early_is_handed_out_first(context):
+    """A polled subscription created while its node spins may be taken once by the executor before it is left
+    out of the wait set; that message is kept (with its message info) and comes first from take_all."""
+    node, sub, _, pub = _pair(context)
+    info = {"received_timestamp": time.time_ns() - 1_000_000, "publisher_gid": {"data": b"gid"},
+            "publication_sequence_number": 7}
+    sub.callback(JointState(position=[-1.0]), info)  # as the executor would call it
+    pub.publish(JointState(position=[1.0]))
+    taken = []
+    assert wait_for(lambda: taken.extend(node.take_all(sub)) or len(taken) >= 2, 5.0)
+    assert [t.message.position[0] for t in taken] == [-1.0, 1.0]
+    assert taken[0].sequence == 7 and taken[0].publisher == b"gid"
+
+
+def test_a_publisher_whose_qos_cannot_match_is_reported(context):
+    """The event handlers that would warn about an incompatible publisher are not waited on; the node checks
+    its publishers' QoS itself (1 Hz) and reports it in the log and diagnostics."""
+    node, *_ = _pair(context, match=False, sub_qos=QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
+                     pub_qos=QoSProfile(depth=10, reliability=ReliabilityPolicy.BEST_EFFORT))
+    with _spinning(context, node):
+        assert wait_for(lambda: "/polled" in node.incompatible_qos, 10.0)
+    assert "pub" in node.incompatible_qos["/polled"] and "reliab" in node.incompatible_qos["/polled"].lower()
+
+
+def test_receive_times_are_on_the_node_clock_with_simulated_time(context):
     """With use_sim_time the node clock runs on /clock; receive times (system clock from the middleware) are moved
     onto it, so a command's age is judged in one clock (the drivers' watchdog, the recorder's bag times)."""
     from rclpy.parameter import Parameter
     from rosgraph_msgs.msg import Clock
 
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=ros_domain_id)
-    try:
-        node = _Poller(context=context, parameter_overrides=[Parameter("use_sim_time", value=True)])
-        pub_node = Node("pub", context=context)
-        clock_pub = pub_node.create_publisher(Clock, "/clock", 10)
-        sub = node.create_polled_subscription(JointState, "/polled", 10)
-        pub = pub_node.create_publisher(JointState, "/polled", 10)
-        executor = SingleThreadedExecutor(context=context)
-        executor.add_node(node)
-        thread = threading.Thread(target=executor.spin, daemon=True)
-        thread.start()
-        sim_ns = 1_000 * 1_000_000_000  # 1000 s: far from the system clock
-        msg = Clock()
-        msg.clock.sec = 1000
+    node, sub, pub_node, pub = _pair(context, parameter_overrides=[Parameter("use_sim_time", value=True)])
+    clock_pub = pub_node.create_publisher(Clock, "/clock", 10)
+    sim_ns = 1_000 * 1_000_000_000  # 1000 s: far from the system clock
+    msg = Clock()
+    msg.clock.sec = 1000
+    with _spinning(context, node):
         assert wait_for(lambda: clock_pub.publish(msg) or node.get_clock().now().nanoseconds == sim_ns, 10.0)
-        assert wait_for(lambda: pub.get_subscription_count() > 0, 10.0)
         pub.publish(JointState())
         taken = []
         assert wait_for(lambda: taken.extend(node.take_all(sub)) or taken, 5.0)
-        # received a moment before the take, on the simulated clock (which stands still at 1000 s)
-        assert sim_ns - 2_000_000_000 < taken[0].received_ns <= sim_ns
-        executor.shutdown()
-        thread.join(5.0)
-    finally:
-        rclpy.try_shutdown(context=context)
+    # received a moment before the take, on the simulated clock (which stands still at 1000 s)
+    assert sim_ns - 2_000_000_000 < taken[0].received_ns <= sim_ns
