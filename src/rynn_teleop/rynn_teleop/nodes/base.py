@@ -90,8 +90,8 @@ class TeleopNode(Node):
         """Take every message waiting in ``sub`` (a polled subscription), oldest first.
 
         Receive times come from the middleware on the system clock; with ``use_sim_time`` they are moved onto
-        the node's clock by the offset between the two clocks at the take. They are in arrival order, which is
-        not always the order taken (a reliable message repaired after a loss is taken in sequence order).
+        the node's clock by the offset between the two clocks at the take. Messages come in sequence order, so
+        their receive times may step back (a reliable message repaired after a loss arrived after later ones).
         """
         now_ns = self.get_clock().now().nanoseconds
         offset = self._system_clock_offset()

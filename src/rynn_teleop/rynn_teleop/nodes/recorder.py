@@ -41,6 +41,7 @@ from std_srvs.srv import Trigger
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..errors import ParameterError
 from ..recording import EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash, software_version
+from ..recording.stats import parse_topic_rates
 from .base import TeleopNode, run_single
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 
@@ -300,19 +301,11 @@ def _answer(response, action, on_error=None):
 
 
 def _gap_rates(entries: list[str]) -> dict[str, float]:
-    """``["/joint_states=200", ...]`` -> {topic: rate [Hz]}; a malformed entry refuses the start."""
-    out = {}
-    for entry in entries:
-        topic, _, rate = entry.partition("=")
-        try:
-            value = float(rate)
-        except ValueError:
-            value = float("nan")
-        if not topic.strip().startswith("/") or not 0.0 < value <= 10000.0:
-            raise ParameterError("gap_rates", f"gap_rates entry {entry!r}: expected TOPIC=HZ with an absolute topic "
-                                 "name and a rate in (0, 10000] Hz, e.g. /joint_states=200")
-        out[topic.strip()] = value
-    return out
+    """The ``gap_rates`` parameter -> {topic: rate [Hz]}; a malformed entry refuses the start."""
+    try:
+        return parse_topic_rates(entries)
+    except ValueError as exc:
+        raise ParameterError("gap_rates", f"gap_rates entry {exc}") from exc
 
 
 def _message_class(type_name: str):

@@ -44,7 +44,7 @@ from .errors import RecordingError
 from .mcapfile import read_index, read_stamps
 from .metadata import episode_doc, read_metadata
 from .recover import mcap_file, recover_bag
-from .stats import EpisodeStats, episode_stats
+from .stats import EpisodeStats, episode_stats, parse_topic_rates
 from .writer import default_typestore
 
 COMMAND_TOPICS = ("/arms/command", "/hands/command")
@@ -397,18 +397,11 @@ def _episodes_at(path: Path) -> list[Path]:
 
 
 def _rates(items: Sequence[str]) -> dict[str, float]:
-    """``TOPIC=HZ`` arguments -> {topic: rate [Hz]}."""
-    out = {}
-    for item in items:
-        topic, _, value = item.partition("=")
-        try:
-            rate = float(value)
-        except ValueError:
-            rate = 0.0
-        if not topic or not rate > 0:
-            raise RecordingError(f"--rate expects TOPIC=HZ with HZ > 0, got {item!r}")
-        out[topic] = rate
-    return out
+    """``--rate TOPIC=HZ`` arguments -> {topic: rate [Hz]}."""
+    try:
+        return parse_topic_rates(items)
+    except ValueError as exc:
+        raise RecordingError(f"--rate {exc}") from exc
 
 
 def _fmt(value: float | None, spec: str) -> str:

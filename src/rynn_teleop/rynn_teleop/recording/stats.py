@@ -122,6 +122,26 @@ class TopicStats:
         )
 
 
+def parse_topic_rates(entries: Iterable[str]) -> dict[str, float]:
+    """``["/joint_states=200", ...]`` (``TOPIC=HZ``) -> {topic: rate [Hz]}.
+
+    Raises:
+        ValueError: an entry without an absolute topic name or a rate in (0, 10000] Hz.
+    """
+    out = {}
+    for entry in entries:
+        topic, _, rate = entry.partition("=")
+        try:
+            value = float(rate)
+        except ValueError:
+            value = float("nan")
+        if not topic.strip().startswith("/") or not 0.0 < value <= 10000.0:
+            raise ValueError(f"{entry!r}: expected TOPIC=HZ with an absolute topic name and a rate in (0, 10000] Hz, "
+                             "e.g. /joint_states=200")
+        out[topic.strip()] = value
+    return out
+
+
 def topic_stats(
     topic: str,
     type_name: str,
