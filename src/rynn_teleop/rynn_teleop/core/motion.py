@@ -40,13 +40,15 @@ class MotionState(NamedTuple):
 class JerkLimitedFollower:
     """Ruckig online trajectory generation for ``n`` joints at a fixed cycle time."""
 
-    def __init__(self, limits: JointLimits, dt: float, *, target_margin: float = 0.02) -> None:
+    def __init__(self, limits: JointLimits, dt: float, *, target_margin: float = 0.02,
+                 max_dt: float = 0.25) -> None:
         """
         Args:
             limits: per-joint position [rad], velocity [rad/s], acceleration
                 [rad/s^2] and jerk [rad/s^3] limits (all vectors of length n).
-            dt: cycle time [s].
+            dt: nominal cycle time [s].
             target_margin: targets are clipped this far inside the position limits [rad].
+            max_dt: the longest step :meth:`step` takes [s].
         """
         vel, acc, jerk = (np.asarray(v, dtype=float) for v in (limits.velocity, limits.acceleration, limits.jerk))
         n = vel.size
@@ -57,6 +59,7 @@ class JerkLimitedFollower:
             raise ConfigurationError(f"cycle time must be positive, got {dt}")
         self.n = n
         self.dt = dt
+        self.max_dt = max(float(max_dt), dt)
         self.limits = limits
         self._lo = np.asarray(limits.lower, dtype=float) + target_margin
         self._hi = np.asarray(limits.upper, dtype=float) - target_margin
@@ -104,7 +107,8 @@ class JerkLimitedFollower:
         self._state = MotionState(p, v, np.zeros(self.n))
         self._initialised = True
 
-    def step(self, target: np.ndarray | None, active: np.ndarray | None = None) -> MotionState:
+    def step(self, target: np.ndarray | None, active: np.ndarray | None = None, *,
+             dt: float | None = None) -> MotionState:
         """Advance one cycle.
 
         Args:
@@ -112,11 +116,18 @@ class JerkLimitedFollower:
                 None to bring every joint to a stop.
             active: optional (n,) booleans; joints marked False brake to a stop
                 whatever their target. Non-finite targets also brake.
+            dt: time since the previous step [s] (the measured period of a wall-clock loop; None: the nominal
+                cycle time). The state returned is the trajectory's state ``dt`` after the previous one, so a
+                command stamped at the time it is computed is true to its stamp however late the cycle ran;
+                limited to ``max_dt`` (a stall longer than that is not caught up).
         Returns:
-            The commanded :class:`MotionState` one cycle ahead.
+            The commanded :class:`MotionState` ``dt`` ahead.
         """
         if not self._initialised:
             raise RuntimeError("JerkLimitedFollower.step before reset")
+        step_dt = self.dt if dt is None else min(max(float(dt), 1e-6), self.max_dt)
+        if step_dt != self._otg.delta_time:
+            self._otg.delta_time = step_dt
         inp = self._in
         if target is None:
             follow = np.zeros(self.n, dtype=bool)

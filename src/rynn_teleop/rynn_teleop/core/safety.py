@@ -1,7 +1,11 @@
 """The safety layer between commands and joint hardware (ROS-free, shared by both drivers).
 
 Every control cycle a driver calls :meth:`SafetyController.step` with the
-newest measurement; it decides the target actually sent:
+newest measurement and the time ``now`` [s] of the cycle; it decides the
+target actually sent. Every cycle advances by its MEASURED period (``now``
+minus the previous cycle's ``now``), so the targets, taken at the times they
+are computed, move within the velocity, acceleration and jerk limits in
+wall-clock time however much the loop's ticks jitter:
 
 * **e-stop** (:meth:`SafetyController.estop`): latched within the cycle it is
   requested (the backend's own stop is the driver's job, and the driver sends
@@ -19,8 +23,9 @@ newest measurement; it decides the target actually sent:
   targets within the velocity, acceleration and jerk limits, so even a hold
   is a jerk-limited stop;
 * **clamp** (:func:`clamp_command`, a pure function): into the position limits
-  and to at most ``velocity * dt`` from the previous target, returning the
-  target actually sent and what was clipped (the final guarantee).
+  and to at most ``velocity * dt`` from the previous target (``dt``: the
+  cycle's measured period), returning the target actually sent and what was
+  clipped (the final guarantee).
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ def clamp_command(
         asked: (n,) requested positions [rad] (non-finite entries keep ``previous``).
         previous: (n,) the target sent last cycle [rad].
         lower, upper: (n,) position limits [rad].
-        max_step: (n,) largest change per cycle [rad] (velocity limit x cycle time).
+        max_step: (n,) largest change this cycle [rad] (velocity limit [rad/s] x the cycle's period [s]).
     """
     asked = np.asarray(asked, dtype=float)
     finite = np.isfinite(asked)
@@ -133,6 +138,8 @@ class SafetyController:
     into targets within the velocity, acceleration and jerk limits (a hold is
     a jerk-limited stop, never an instantaneous one), and :func:`clamp_command`
     is the final guarantee of the position limits and the per-cycle step.
+    Each :meth:`step` advances by the measured period since the previous one
+    (see there), so the limits hold over the real times the targets are sent.
     Joints are commanded independently (a message may name only some, e.g. one
     hand): a joint whose last command is older than ``command_timeout`` stops.
     """
@@ -151,7 +158,8 @@ class SafetyController:
         Args:
             names: joint names (for messages).
             limits: their position [rad], velocity [rad/s], acceleration [rad/s^2] and jerk [rad/s^3] limits.
-            dt: control cycle [s].
+            dt: nominal control cycle [s]: the period of the first cycle (and of the first after re-seeding,
+                and of a cycle whose ``now`` is not later than the previous one's).
             command_timeout: watchdog timeout [s].
             ramp_threshold: a command further than this [rad] from the position when a hold ends is ramped to.
             ramp_speed: ramp speed as a fraction of the velocity limits (0..1].
@@ -168,8 +176,13 @@ class SafetyController:
         self.upper = np.asarray(limits.upper, dtype=float)
         if self.lower.shape != (n,):
             raise ConfigurationError(f"{n} joint names but {self.lower.shape} limits")
-        self.max_step = np.asarray(limits.velocity, dtype=float) * dt
+        self.dt = float(dt)  # [s] nominal cycle
+        self._velocity = np.asarray(limits.velocity, dtype=float)  # [rad/s]
         self.follower = JerkLimitedFollower(limits, dt, target_margin=0.0)
+        self.max_dt = self.follower.max_dt  # [s] longest period a cycle advances by
+        self.last_dt = self.dt  # [s] the period the latest cycle advanced by
+        self.max_step = self._velocity * self.dt  # (n,) [rad] the latest cycle's step bound (velocity x last_dt)
+        self._last_now: float | None = None  # [s] ``now`` of the previous cycle (None: none since seeding)
         self.ramp_threshold = ramp_threshold
         self.ramp_speed = ramp_speed
         self.watchdog = Watchdog(command_timeout)
@@ -228,15 +241,40 @@ class SafetyController:
     def _seed(self, measured: np.ndarray) -> None:
         self.follower.reset(measured, clip=False)
         self._sent = measured.copy()
+        self._last_now = None  # the first cycle from a seed advances by the nominal period
+
+    def period(self, now: float) -> float:
+        """The period [s] the cycle at ``now`` [s] advances by: ``now`` minus the previous cycle's ``now``.
+
+        The nominal ``dt`` for the first cycle after seeding (start-up, :meth:`reset`) and for a ``now`` that is
+        not finite or not later than the previous cycle's (a clock stepping backwards or repeating); at most
+        ``max_dt`` (the follower's: a stall longer than that is not caught up, the targets then move slower).
+        """
+        last = self._last_now
+        if last is None or not np.isfinite(now) or not now > last:
+            return self.dt
+        return min(now - last, self.max_dt)
 
     def step(self, now: float, measured: np.ndarray) -> SafetyOutput:
-        """This cycle's target, given the newest measured positions (n,) [rad] at ``now`` [s]."""
+        """This cycle's target, given the newest measured positions (n,) [rad] at ``now`` [s].
+
+        The target is the smoothed trajectory's state :meth:`period` after the previous cycle's, and is clamped
+        to at most ``velocity * period`` [rad] from the previous target, so targets differenced over the
+        ``now`` values they were computed at stay within the velocity and acceleration limits (``now`` must be
+        the time the target is sent, e.g. the loop's wall clock, not a nominal tick count).
+        Returns ``target=None`` (send nothing) until a finite measurement of every joint arrives.
+        """
         measured = np.asarray(measured, dtype=float)
         if self._sent is None:
             if measured.shape != self.lower.shape or not np.all(np.isfinite(measured)):
                 self.mode = "waiting"
                 return SafetyOutput(None, self.mode, None)  # nothing valid to start from: send nothing
             self._seed(measured)
+        dt = self.period(now)
+        if np.isfinite(now):
+            self._last_now = float(now)  # also after a backwards step: the next period is measured from here
+        self.last_dt = dt
+        self.max_step = self._velocity * dt
         fresh = self.watchdog.check(now)
         active = fresh & ((now - self._command_time) <= self.timeout) & ~np.isnan(self._command)
         if self._estop or not active.any():
@@ -245,7 +283,7 @@ class SafetyController:
             else:
                 self.mode = "waiting" if self.watchdog.last_command is None else "watchdog"
             self._resuming = True
-            state = self.follower.step(None)  # jerk-limited stop
+            state = self.follower.step(None, dt=dt)  # jerk-limited stop
         else:
             goal = np.where(active, np.minimum(np.maximum(self._command, self.lower), self.upper), np.nan)
             if self._resuming:  # leaving a hold: ramp (until arrived) if the command is far
@@ -253,7 +291,7 @@ class SafetyController:
                 self._ramping = bool(far > self.ramp_threshold)
                 self.follower.set_velocity_scale(self.ramp_speed if self._ramping else 1.0)
                 self._resuming = False
-            state = self.follower.step(goal, active)
+            state = self.follower.step(goal, active, dt=dt)
             if self._ramping:
                 self.mode = "ramp"
                 arrived = np.nanmax(np.abs(np.where(active, goal - state.position, 0.0))) < 1e-6

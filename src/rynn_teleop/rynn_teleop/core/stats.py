@@ -16,14 +16,16 @@ class RateMeter:
     def __init__(self, window: float = 5.0, max_samples: int = 10000) -> None:
         self.window = window  # [s]
         self._times: deque[float] = deque(maxlen=max_samples)
-        self._latencies: deque[float] = deque(maxlen=max_samples)
+        self._latencies: deque[tuple[float, float]] = deque(maxlen=max_samples)  # (time [s], latency [s])
         self.count = 0  # events since construction
 
     def tick(self, now: float, latency: float | None = None) -> None:
         """Record one event at ``now`` [s], optionally with its latency [s]."""
         self._times.append(now)
         if latency is not None:
-            self._latencies.append(latency)
+            self._latencies.append((now, latency))
+            while self._latencies[0][0] < now - self.window:
+                self._latencies.popleft()
         self.count += 1
 
     def rate(self, now: float) -> float:
@@ -36,7 +38,8 @@ class RateMeter:
         return (len(self._times) - 1) / span if span > 0 else 0.0
 
     def latency_percentiles(self, *q: float) -> tuple[float, ...]:
-        """Latency percentiles [s] (``q`` in 0..100) over recent samples; NaN if none."""
+        """Latency percentiles [s] (``q`` in 0..100) of the samples of the last ``window`` seconds before the
+        newest one (at most ``max_samples``); NaN if none."""
         if not self._latencies:
             return tuple(float("nan") for _ in q)
-        return tuple(float(v) for v in np.percentile(np.fromiter(self._latencies, float), q))
+        return tuple(float(v) for v in np.percentile(np.fromiter((lat for _, lat in self._latencies), float), q))

@@ -8,19 +8,24 @@ started either by its console script (``ros2 run rynn_teleop <name>``, see
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
+import threading
 import time
-from typing import Any, ClassVar, Iterator, Mapping, NamedTuple
+from typing import Any, Callable, ClassVar, Iterator, Mapping, NamedTuple
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException
 from rclpy.clock import ClockType
+from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.node import Node
 from rclpy.qos import QoSCompatibility, qos_check_compatible
 from rclpy.subscription import Subscription
 
 from ..core.params import ParamSchema
+from ..core.scheduling import Deadlines
 from ..core.stats import RateMeter
 from ..errors import RynnTeleopError
 from .parameters import declare_schema
@@ -35,13 +40,109 @@ class Taken(NamedTuple):
     sequence: int | None  # the publisher's sequence number of this message (None when the RMW does not tell)
 
 
+class ControlLoop:
+    """A fixed-rate loop of one node on its own thread, off the executor (deadline sleeps, no wait set).
+
+    Tick ``k`` is due ``k * period`` after the loop starts (:class:`~..core.scheduling.Deadlines`: a late
+    tick does not shift the next ones; ticks a whole period behind are skipped and counted). Each tick
+    calls ``callback()`` holding :attr:`TeleopNode.lock`, so it never runs concurrently with the node's
+    executor callbacks (services, subscriptions, timers, parameter changes). An exception raised by the
+    callback is logged and kept in :attr:`TeleopNode.loop_errors`; the loop goes on.
+    """
+
+    def __init__(self, node: "TeleopNode", period: float, callback: Callable[[], None], name: str) -> None:
+        self.node = node
+        self.name = name
+        self.callback = callback
+        self.deadlines = Deadlines(period, time.monotonic() + period)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{node.get_name()}:{name}", daemon=True)
+        self._thread.start()
+
+    @property
+    def period(self) -> float:
+        """[s] between ticks."""
+        return self.deadlines.period
+
+    def _run(self) -> None:
+        deadlines, stop, lock = self.deadlines, self._stop, self.node.lock
+        while not stop.is_set():
+            wait = deadlines.due - time.monotonic()
+            if wait > 0 and stop.wait(wait):
+                break
+            with lock:
+                if stop.is_set() or not self.node.context.ok():
+                    break
+                deadlines.start_tick(time.monotonic())
+                try:
+                    self.callback()
+                except Exception as exc:  # noqa: BLE001 - reported, the loop goes on
+                    if not self.node.context.ok() or stop.is_set():
+                        break
+                    self.node.loop_errors.append(exc)
+                    self.node.get_logger().error(f"loop {self.name!r} raised: {exc!r}",
+                                                 throttle_duration_sec=1.0)
+            deadlines.finish_tick(time.monotonic())
+
+    def cancel(self, timeout: float = 2.0) -> None:
+        """Stop the loop and wait (at most ``timeout`` [s]) for a running tick to end. Idempotent."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+
+def _locked(lock: threading.RLock, callback: Callable) -> Callable:
+    """``callback`` run holding ``lock``, with the same number of positional parameters (rclpy passes a
+    subscription's MessageInfo only to a callback that takes two)."""
+    try:
+        n = len([p for p in inspect.signature(callback).parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty])
+    except (TypeError, ValueError):
+        n = -1
+    if n == 2:
+        @functools.wraps(callback)
+        def two(a, b):
+            with lock:
+                return callback(a, b)
+        return two
+    if n == 1:
+        @functools.wraps(callback)
+        def one(a):
+            with lock:
+                return callback(a)
+        return one
+
+    @functools.wraps(callback)
+    def any_args(*args):
+        with lock:
+            return callback(*args)
+    return any_args
+
+
 class TeleopNode(Node):
-    """Base node: declares ``SCHEMA``, publishes ``/diagnostics`` at 1 Hz."""
+    """Base node: declares ``SCHEMA``, publishes ``/diagnostics`` at 1 Hz.
+
+    Threading contract: fixed-rate work runs in :class:`ControlLoop` threads (:meth:`create_loop`), the
+    executor serves services, parameters, timers and event-driven subscriptions. Every callback made
+    through this class's ``create_subscription`` / ``create_service`` / ``create_timer`` and every loop
+    tick holds :attr:`lock`, so node state needs no other locking between them.
+
+    Publishers and subscriptions are created without rclpy's default QoS event handlers (each is one more
+    waitable woken per event); incompatible publishers are found by a 1 Hz check instead and reported in
+    diagnostics (``incompatible_qos``).
+    """
 
     SCHEMA: ClassVar[ParamSchema]
 
     def __init__(self, **node_kwargs: Any) -> None:
         """``node_kwargs`` go to ``rclpy.node.Node`` (context, parameter_overrides, namespace...)."""
+        self.lock = threading.RLock()
+        self.loops: list[ControlLoop] = []
+        self.loop_errors: list[BaseException] = []  # exceptions raised by loop ticks
         super().__init__(self.SCHEMA.node_name, **node_kwargs)
         self.params: dict[str, Any] = declare_schema(self, self.SCHEMA)
         self.meters: dict[str, RateMeter] = {}
@@ -63,13 +164,46 @@ class TeleopNode(Node):
         a second, and an incompatible publisher is logged and reported in diagnostics (``incompatible_qos``).
         """
         strays: list[Taken] = []  # taken by the executor before it learnt to leave this subscription alone
-        sub = self.create_subscription(msg_type, topic, lambda msg, info: strays.append(_taken(msg, info)), qos,
-                                       raw=raw)
+        sub = Node.create_subscription(self, msg_type, topic, lambda msg, info: strays.append(_taken(msg, info)),
+                                       qos, raw=raw, event_callbacks=_NO_SUB_EVENTS)
         self._polled[id(sub)] = strays
-        # Its QoS event handlers wait on the same DDS reader condition, which stays triggered while data waits
-        # to be drained: left in the wait set they make the executor's wait spin (a full core, measured).
+        # Event handlers, if any, wait on the same DDS reader condition, which stays triggered while data waits
+        # to be drained: left in the wait set they would make the executor's wait return at once, for ever.
         self._unwaited.update(id(h) for h in sub.event_handlers)
         return sub
+
+    # ------------------------------------------------------------------ entities with the node's lock
+    def create_subscription(self, msg_type: Any, topic: str, callback: Callable, qos_profile: Any,
+                            **kwargs: Any) -> Subscription:
+        """rclpy's, with ``callback`` holding :attr:`lock` and no default QoS event handlers."""
+        kwargs.setdefault("event_callbacks", _NO_SUB_EVENTS)
+        return super().create_subscription(msg_type, topic, _locked(self.lock, callback), qos_profile, **kwargs)
+
+    def create_publisher(self, msg_type: Any, topic: str, qos_profile: Any, **kwargs: Any) -> Any:
+        """rclpy's, without default QoS event handlers."""
+        kwargs.setdefault("event_callbacks", _NO_PUB_EVENTS)
+        return super().create_publisher(msg_type, topic, qos_profile, **kwargs)
+
+    def create_service(self, srv_type: Any, srv_name: str, callback: Callable, **kwargs: Any) -> Any:
+        """rclpy's, with ``callback`` holding :attr:`lock`."""
+        return super().create_service(srv_type, srv_name, _locked(self.lock, callback), **kwargs)
+
+    def create_timer(self, timer_period_sec: float, callback: Callable, *args: Any, **kwargs: Any) -> Any:
+        """rclpy's, with ``callback`` holding :attr:`lock`. For fixed-rate control work use :meth:`create_loop`."""
+        return super().create_timer(timer_period_sec, _locked(self.lock, callback), *args, **kwargs)
+
+    def create_loop(self, rate_hz: float, callback: Callable[[], None], name: str = "loop") -> ControlLoop:
+        """Run ``callback()`` at ``rate_hz`` [Hz] on its own thread (:class:`ControlLoop`), from now until
+        :meth:`destroy_node`."""
+        loop = ControlLoop(self, 1.0 / rate_hz, callback, name)
+        self.loops.append(loop)
+        return loop
+
+    def destroy_node(self) -> None:
+        """Stop the loops (a running tick ends first), then destroy the node."""
+        for loop in getattr(self, "loops", ()):
+            loop.cancel()
+        super().destroy_node()
 
     @property
     def subscriptions(self) -> Iterator[Subscription]:
@@ -122,11 +256,10 @@ class TeleopNode(Node):
         return best[1]
 
     def _check_polled_qos(self) -> None:
-        """Log and remember publishers whose QoS cannot match a polled subscription (1 Hz, diagnostics timer)."""
+        """Log and remember publishers whose QoS cannot match one of the node's subscriptions (1 Hz,
+        diagnostics timer)."""
         found = {}
         for sub in super().subscriptions:
-            if id(sub) not in self._polled:
-                continue
             for info in self.get_publishers_info_by_topic(sub.topic_name):
                 compatibility, reason = qos_check_compatible(info.qos_profile, sub.qos_profile)
                 if compatibility == QoSCompatibility.ERROR:
@@ -153,8 +286,7 @@ class TeleopNode(Node):
         return DiagnosticStatus.OK, "running"
 
     def _publish_diagnostics(self) -> None:
-        if self._polled:
-            self._check_polled_qos()
+        self._check_polled_qos()
         now = self.now_s()
         values = {}
         for name, m in self.meters.items():
@@ -179,6 +311,10 @@ class TeleopNode(Node):
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diag_pub.publish(msg)
+
+
+_NO_SUB_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
+_NO_PUB_EVENTS = PublisherEventCallbacks(use_default_callbacks=False)
 
 
 def _on_clock(taken: Taken, offset_ns: int, now_ns: int) -> Taken:

@@ -1,6 +1,6 @@
 """What the arm and hand driver nodes share: the control loop around a backend and the safety layer.
 
-Every cycle (``rate_hz``): read the backend, publish the measurement on
+Every cycle (``rate_hz``, a :class:`~.base.ControlLoop` on wall-clock deadlines): read the backend, publish the measurement on
 ``/joint_states``, let ``core.safety.SafetyController`` decide the target
 (watchdog, e-stop latch, start-up hold and ramp, clamping) and write it.
 
@@ -84,7 +84,7 @@ class JointDriverNode(TeleopNode):
         self.create_service(Trigger, "~/estop", self._srv_estop)
         self.create_service(Trigger, "~/reset", self._srv_reset)
         self.last_reading = None
-        self._timer = self.create_timer(1.0 / p["rate_hz"], self._tick)
+        self._loop = self.create_loop(p["rate_hz"], self._tick, "control")
 
     # ------------------------------------------------------------------ commands
     def _take_commands(self, now: float) -> None:

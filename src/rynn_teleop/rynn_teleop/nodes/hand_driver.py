@@ -11,6 +11,8 @@ vendor order = canonical order) in.
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from sensor_msgs.msg import JointState
 
@@ -58,6 +60,8 @@ class HandDriverNode(JointDriverNode):
                                   filter_cutoff_hz=p["wuji.filter_cutoff_hz"])
         self._start(robot, backend, p["command_topic"])
         self._vendor_pubs = {}
+        self._vendor_listened: set[str] = set()  # sides whose vendor topic has a subscriber
+        self._vendor_checked_at = -float("inf")  # time.monotonic() of the last subscriber count [s]
         if p["vendor_topics"]:
             for side in self.sides:
                 self._vendor_pubs[side] = self.create_publisher(JointState, f"/hand_{side}/joint_states", COMMAND_QOS)
@@ -73,7 +77,14 @@ class HandDriverNode(JointDriverNode):
         self.accept_command(names, msg.position, self.now_s())
 
     def publish_extra(self, joint_states: JointState) -> None:
-        for side, pub in self._vendor_pubs.items():
+        """The vendor-shaped per-hand topics, built only for a topic that has a subscriber (counted once a
+        second)."""
+        now = time.monotonic()
+        if now >= self._vendor_checked_at + 1.0:
+            self._vendor_checked_at = now
+            self._vendor_listened = {s for s, pub in self._vendor_pubs.items() if pub.get_subscription_count() > 0}
+        for side in self._vendor_listened:
+            pub = self._vendor_pubs[side]
             k = self.sides.index(side) * 20
             out = JointState(name=joint_states.name[k:k + 20], position=joint_states.position[k:k + 20])
             if joint_states.effort:

@@ -35,7 +35,7 @@ from rclpy.time import Time
 from scipy.spatial.transform import Rotation
 from sensor_msgs.msg import JointState
 
-from ..core.hand_retarget import HandPipeline, HandRetargeter, RetargetSettings
+from ..core.hand_retarget import HandPipeline, HandRetargeter, RetargetSettings, split_backlog
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..core.robot_model import hand_joint_names
 from ..errors import HardwareUnavailableError
@@ -131,7 +131,7 @@ class HandRetargetNode(TeleopNode):
                               loop=p["replay.loop"], sides=self.sides)
             self.source = make_hand_source(kind, **kwargs)
             self.source.start(self.now_s())
-            self._timer = self.create_timer(1.0 / p["rate_hz"], self._poll)
+            self._loop = self.create_loop(p["rate_hz"], self._poll, "poll")
         self.get_logger().info(f"{kind} hands {', '.join(self.sides)} -> {p['command_topic']}")
 
     # ------------------------------------------------------------------ inputs
@@ -177,17 +177,12 @@ class HandRetargetNode(TeleopNode):
         self._process(self._sample(side, stamp_msg, points), stamp_msg)
 
     def _poll(self) -> None:
-        # Teleoperation wants the newest hand, not a backlog: frames more than max_backlog_s behind
-        # the newest of their hand (the node fell behind on a loaded machine) are skipped and counted.
         samples = [s for s in self.source.read(self.now_s()) if s.side in self.pipelines]
-        newest = {}
-        for sample in samples:
-            newest[sample.side] = max(newest.get(sample.side, sample.stamp), sample.stamp)
-        for sample in samples:
-            if newest[sample.side] - sample.stamp > self.params["max_backlog_s"]:
-                self.skipped[sample.side] += 1
-            else:
-                self._process(sample)
+        kept, dropped = split_backlog(samples, self.params["max_backlog_s"])
+        for side, n in dropped.items():
+            self.skipped[side] += n
+        for sample in kept:
+            self._process(sample)
 
     # ------------------------------------------------------------------ per frame
     def _process(self, sample: HandSample, stamp_msg=None) -> None:

@@ -98,7 +98,7 @@ class HeadCameraNode(TeleopNode):
             self._depth_pub = self.create_publisher(Image, f"{ns}/{topic}", qos)
             self._depth_info_pub = self.create_publisher(CameraInfo, f"{ns}/{topic.rsplit('/', 1)[0]}/camera_info", qos)
         self.frames = 0
-        self._timer = self.create_timer(period, self._poll)
+        self._loop = self.create_loop(1.0 / period, self._poll, "capture")
         intr = self.source.intrinsics
         self.get_logger().info(f"{kind} camera {intr.width}x{intr.height} on {ns}/color/image_raw")
 

@@ -41,14 +41,12 @@ from std_srvs.srv import Trigger
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..errors import ParameterError
 from ..recording import EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash, software_version
-from ..recording.stats import parse_topic_rates
+from ..recording.stats import SequenceGaps, parse_topic_rates
 from .base import TeleopNode, run_single
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 
 DEFAULT_TOPICS = {  # topic -> expected rate [Hz] (0: no rate expectation)
-    **{f"/operator/trackers/{role}": 120.0
-       for role in ("chest", "left_elbow", "right_elbow", "left_wrist", "right_wrist")},
-    **{f"/operator/{kind}_in_chest/{side}": 120.0 for kind in ("wrist", "elbow") for side in ("left", "right")},
+    "/operator/trackers": 120.0,  # one PoseArray per tracker frame (all five trackers)
     "/operator/hand/left/skeleton": 90.0,
     "/operator/hand/right/skeleton": 90.0,
     "/arms/command": 200.0,
@@ -118,7 +116,7 @@ class RecorderNode(TeleopNode):
         self._qos: dict[str, list[TopicQos]] = {}
         self._subs: list[tuple] = []  # (polled subscription, topic, type name, latched)
         self._last_received: dict[str, int] = {}  # topic -> newest receive time [ns]
-        self._sequence: dict[tuple[str, bytes], int] = {}  # (topic, publisher GID) -> last sequence number taken
+        self._sequence = SequenceGaps()  # messages lost between those taken
         self._latched: dict[str, tuple[str, bytes]] = {}  # transient-local topic -> its newest (type, CDR)
         self.failure = ""  # the last episode failure, for diagnostics
         self.last_summary = None
@@ -126,7 +124,7 @@ class RecorderNode(TeleopNode):
             self.create_service(Trigger, f"~/{name}", getattr(self, f"_srv_{name}"))
         self._discover()
         self.create_timer(p["discovery_period_s"], self._discover)
-        self.create_timer(p["poll_period_s"], self._drain)
+        self._loop = self.create_loop(1.0 / p["poll_period_s"], self._drain, "drain")
         if p["auto_start"]:
             self.start_episode()
 
@@ -170,12 +168,9 @@ class RecorderNode(TeleopNode):
                 # sequence order) stays the bag order even when a repaired message arrived after a later one
                 bag_ns = max(bag_ns, taken.received_ns)
                 batch.append((bag_ns, topic, type_name, taken.message, latched))
-                if taken.sequence is not None:
-                    key = (topic, taken.publisher)
-                    last = self._sequence.get(key)
-                    self._sequence[key] = taken.sequence if last is None else max(last, taken.sequence)
-                    if writer is not None and last is not None and taken.sequence > last + 1:
-                        writer.note_dropped(topic, taken.sequence - last - 1)
+                lost = self._sequence.observe(topic, taken.publisher, taken.sequence)
+                if lost and writer is not None:
+                    writer.note_dropped(topic, lost)
         batch.sort(key=lambda item: item[0])  # stable: each topic keeps its order
         for received_ns, topic, *_ in batch:
             self._last_received[topic] = received_ns

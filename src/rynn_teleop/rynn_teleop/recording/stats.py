@@ -122,6 +122,29 @@ class TopicStats:
         )
 
 
+class SequenceGaps:
+    """Messages published but never received, from each publisher's sequence numbers.
+
+    ``observe`` is called with every message taken, in take order; a sequence number more than one past the
+    newest seen from the same publisher on the same topic means the numbers between were lost (a best-effort
+    loss, a full subscription queue). Not seen: losses before a publisher's first message received and after
+    its last. A sequence number at or below the newest (a repaired reliable message) counts nothing.
+    """
+
+    def __init__(self) -> None:
+        self._newest: dict[tuple[str, bytes], int] = {}  # (topic, publisher GID) -> newest sequence number
+
+    def observe(self, topic: str, publisher: bytes, sequence: int | None) -> int:
+        """The messages lost just before this one (0 if none, or if the middleware gave no sequence)."""
+        if sequence is None:
+            return 0
+        key = (topic, publisher)
+        last = self._newest.get(key)
+        if last is None or sequence > last:
+            self._newest[key] = sequence
+        return sequence - last - 1 if last is not None and sequence > last + 1 else 0
+
+
 def parse_topic_rates(entries: Iterable[str]) -> dict[str, float]:
     """``["/joint_states=200", ...]`` (``TOPIC=HZ``) -> {topic: rate [Hz]}.
 
