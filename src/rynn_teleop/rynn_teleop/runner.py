@@ -182,7 +182,7 @@ class Composition:
     def errors(self) -> list[BaseException]:
         """Exceptions that escaped a node's executor callbacks or its control loops (those of removed nodes
         included)."""
-        return self._errors + self._past_loop_errors + [e for n in self.nodes for e in getattr(n, "loop_errors", ())]
+        return self._errors + self._past_loop_errors + [e for n in self.nodes for e in getattr(n, "loop_exceptions", ())]
 
     def node(self, name: str) -> Node:
         """The running node whose ROS name is ``name``."""
@@ -206,7 +206,7 @@ class Composition:
         self._executors[i].shutdown(timeout_sec=2.0)
         self._threads[i].join(timeout=2.0)
         node.destroy_node()
-        self._past_loop_errors.extend(getattr(node, "loop_errors", ()))
+        self._past_loop_errors.extend(getattr(node, "loop_exceptions", ()))
         del self.nodes[i], self._executors[i], self._threads[i]
 
     def shutdown(self) -> None:
@@ -223,7 +223,7 @@ class Composition:
             thread.join(timeout=2.0)
         for node in self.nodes:
             node.destroy_node()
-            self._past_loop_errors.extend(getattr(node, "loop_errors", ()))
+            self._past_loop_errors.extend(getattr(node, "loop_exceptions", ()))
         self.nodes, self._executors, self._threads = [], [], []
         rclpy.try_shutdown(context=self.context)
 

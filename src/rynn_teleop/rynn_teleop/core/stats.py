@@ -40,6 +40,7 @@ class RateMeter:
     def latency_percentiles(self, *q: float) -> tuple[float, ...]:
         """Latency percentiles [s] (``q`` in 0..100) of the samples of the last ``window`` seconds before the
         newest one (at most ``max_samples``); NaN if none."""
-        if not self._latencies:
+        samples = list(self._latencies)  # one C-level copy: another thread may tick meanwhile
+        if not samples:
             return tuple(float("nan") for _ in q)
-        return tuple(float(v) for v in np.percentile(np.fromiter((lat for _, lat in self._latencies), float), q))
+        return tuple(float(v) for v in np.percentile(np.fromiter((lat for _, lat in samples), float), q))

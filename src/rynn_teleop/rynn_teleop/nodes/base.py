@@ -47,7 +47,7 @@ class ControlLoop:
     tick does not shift the next ones; ticks a whole period behind are skipped and counted). Each tick
     calls ``callback()`` holding :attr:`TeleopNode.lock`, so it never runs concurrently with the node's
     executor callbacks (services, subscriptions, timers, parameter changes). An exception raised by the
-    callback is logged and kept in :attr:`TeleopNode.loop_errors`; the loop goes on.
+    callback is logged and kept in :attr:`TeleopNode.loop_exceptions`; the loop goes on.
     """
 
     def __init__(self, node: "TeleopNode", period: float, callback: Callable[[], None], name: str) -> None:
@@ -79,7 +79,7 @@ class ControlLoop:
                 except Exception as exc:  # noqa: BLE001 - reported, the loop goes on
                     if not self.node.context.ok() or stop.is_set():
                         break
-                    self.node.loop_errors.append(exc)
+                    self.node.loop_exceptions.append(exc)
                     self.node.get_logger().error(f"loop {self.name!r} raised: {exc!r}",
                                                  throttle_duration_sec=1.0)
             deadlines.finish_tick(time.monotonic())
@@ -142,7 +142,7 @@ class TeleopNode(Node):
         """``node_kwargs`` go to ``rclpy.node.Node`` (context, parameter_overrides, namespace...)."""
         self.lock = threading.RLock()
         self.loops: list[ControlLoop] = []
-        self.loop_errors: list[BaseException] = []  # exceptions raised by loop ticks
+        self.loop_exceptions: list[BaseException] = []  # exceptions raised by loop ticks
         super().__init__(self.SCHEMA.node_name, **node_kwargs)
         self.params: dict[str, Any] = declare_schema(self, self.SCHEMA)
         self.meters: dict[str, RateMeter] = {}

@@ -1,0 +1,297 @@
+"""The whole demo stack on this machine: CPU, rates, latencies, wall-clock truth of the arm commands.
+
+    .venv/bin/python bench/stack.py [--seconds 30] [--floor-seconds 15]     # about 2 minutes
+
+Runs the demo's node set (``rynn_teleop.demo``: the bringup's digital mode with a synthetic operator, the
+same process groups and priorities) and records an episode of ``--seconds`` with the feed switch on the
+physical camera (so the consumer stream's header stamps are capture times). Measured over the episode:
+
+* ``cpu_cores`` per process group and ``cpu_cores_total`` (utime + stime from /proc over the episode, in
+  cores: 1.0 = one core busy);
+* ``rates``: delivered Hz per topic (the episode's statistics), with ``rates_nominal``;
+* ``arm_latency_p99_ms`` (tracker sample -> the ``/arms/command`` that used it; ``arm_ik``'s own meter),
+  ``hand_latency_p99_ms`` (glove frame -> ``/hands/command``; ``hand_retarget``'s meter): the largest p99
+  of the 5 s windows the nodes report in ``/diagnostics`` during the episode;
+  ``camera_latency_p99_ms``: capture stamp -> the middleware's receive time at the recorder, a consumer of
+  ``/head_camera/color/image_raw`` behind the switch, p99 over every frame;
+* ``arm_stamp_speed_max_ratio`` / ``arm_stamp_accel_max_ratio``: ``/arms/command`` differenced over its
+  header stamps (speed over each interval, acceleration between interval midpoints), largest value over
+  every joint and sample divided by ``arm_ik``'s configured limits;
+* ``stale_fraction``: share of ``arm_ik`` cycles in which an engaged side had no fresh operator pose;
+* ``floor_cpu_cores``: the baseline, measured right after in the same run: bare rclpy processes (one per
+  group) publishing the stack's recorded messages (their CDR bytes) on the same topics at their recorded
+  times and taking (polled raw takes at 100 Hz) every topic each group subscribes to, with the stack's QoS:
+  what DDS and rclpy cost for the same traffic with no work done on it.
+
+The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+IGNORED_TOPICS = ("/rosout", "/parameter_events", "/diagnostics")
+#: topics recorded besides the demo's, so that the floor can publish their messages
+EXTRA_TOPICS = {
+    "/head_camera/physical/color/image_raw": 30.0,
+    "/head_camera/physical/color/camera_info": 30.0,
+    "/head_camera/generated/color/camera_info": 30.0,
+}
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of process ``pid`` [s]."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def _qos_for(topic: str, type_name: str, latched: bool):
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: PLC0415
+
+    if latched:
+        return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    if type_name in ("sensor_msgs/msg/Image", "sensor_msgs/msg/CameraInfo"):
+        return qos_profile_sensor_data
+    return QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def message_class(type_name: str):
+    """The rclpy message class of 'pkg/msg/Name'."""
+    package, _, name = type_name.split("/")
+    return getattr(importlib.import_module(f"{package}.msg"), name)
+
+
+# ---------------------------------------------------------------------- the floor's processes
+def floor_child(spec_path: str) -> None:
+    """One bare process of the floor: publish the given recorded messages on schedule, take every
+    subscribed topic at 100 Hz, for ``seconds``. No executor."""
+    import rclpy  # noqa: PLC0415
+    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+
+    spec = pickle.loads(Path(spec_path).read_bytes())
+    use_transport_profile()
+    rclpy.init()
+    node = rclpy.create_node(spec["name"])
+    pubs = {t: node.create_publisher(message_class(ty), t, _qos_for(t, ty, latched))
+            for t, (ty, latched) in spec["publish"].items()}
+    subs = [node.create_subscription(message_class(ty), t, lambda *_: None, _qos_for(t, ty, latched), raw=True)
+            for t, (ty, latched) in spec["subscribe"].items()]
+    schedule = sorted((offset, topic, raw) for topic, msgs in spec["messages"].items() for offset, raw in msgs)
+    time.sleep(2.0)  # discovery
+    start = time.monotonic()
+    next_take = start
+    i, seconds, taken = 0, spec["seconds"], 0
+    while True:
+        now = time.monotonic() - start
+        if now >= seconds:
+            break
+        while i < len(schedule) and schedule[i][0] * 1e-9 <= now:
+            pubs[schedule[i][1]].publish(schedule[i][2])
+            i += 1
+        if time.monotonic() >= next_take:
+            next_take += 0.01
+            for sub in subs:
+                with sub.handle:
+                    while sub.handle.take_message(sub.msg_type, True) is not None:
+                        taken += 1
+        due = min(schedule[i][0] * 1e-9 if i < len(schedule) else seconds, next_take - start)
+        time.sleep(max(0.0, due - (time.monotonic() - start)))
+    print(json.dumps({"published": i, "taken": taken}), flush=True)
+    node.destroy_node()
+    rclpy.shutdown()
+
+
+def run_floor(groups, graph: dict[str, tuple[set, set]], types: dict[str, str], latched: set[str],
+              recorded: dict[str, list[tuple[int, bytes]]], seconds: float, work: Path) -> tuple[float, dict]:
+    """Start one bare process per group with its publications and subscriptions; their summed CPU [cores]."""
+    procs = []
+    for group in groups:
+        pubs = {t for n in group for t in graph.get(n, (set(), set()))[0]}
+        subs = {t for n in group for t in graph.get(n, (set(), set()))[1]}
+        pubs = {t for t in pubs if t in recorded and t in types}
+        subs = {t for t in subs if t in types}
+        messages = {}
+        for t in pubs:
+            msgs = recorded[t]
+            t0 = msgs[0][0]
+            messages[t] = [(bag_ns - t0, raw) for bag_ns, raw in msgs if bag_ns - t0 < seconds * 1e9]
+        spec = {"name": "floor_" + "_".join(group), "seconds": seconds, "messages": messages,
+                "publish": {t: (types[t], t in latched) for t in pubs},
+                "subscribe": {t: (types[t], t in latched) for t in subs}}
+        path = work / f"floor_{'_'.join(group)}.pickle"
+        path.write_bytes(pickle.dumps(spec))
+        procs.append(subprocess.Popen([sys.executable, __file__, "--floor-child", str(path)],
+                                      stdout=subprocess.PIPE, text=True))
+    time.sleep(2.5)  # past their discovery sleep
+    before = {p.pid: cpu_seconds(p.pid) for p in procs}
+    t0 = time.monotonic()
+    time.sleep(max(0.0, seconds - 1.0))
+    used = {p.pid: cpu_seconds(p.pid) - before[p.pid] for p in procs}
+    elapsed = time.monotonic() - t0
+    results = {}
+    for group, p in zip(groups, procs):
+        out, _ = p.communicate(timeout=seconds + 30)
+        results["+".join(group)] = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    return sum(used.values()) / elapsed, results
+
+
+# ---------------------------------------------------------------------- the stack
+def _p99_windows(statuses: list[dict], key: str) -> float | None:
+    values = [float(v[key]) for v in statuses if key in v and v[key] not in ("nan", "")]
+    return max(values) if values else None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=30.0, help="episode length [s]")
+    parser.add_argument("--floor-seconds", type=float, default=15.0, help="length of the floor's run [s]")
+    parser.add_argument("--floor-child", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.floor_child:
+        floor_child(args.floor_child)
+        return
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    if os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] != "LOCALHOST":
+        sys.exit("bench/stack.py: set ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST")
+    os.environ.setdefault("ROS_DOMAIN_ID", str(70 + os.getpid() % 20))
+
+    from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
+
+    from rynn_teleop import demo  # noqa: PLC0415
+    from rynn_teleop.core.params import ParamSchema  # noqa: F401, PLC0415
+    from rynn_teleop.nodes import node_class  # noqa: PLC0415
+    from rynn_teleop.recording.inspect import episode_info  # noqa: PLC0415
+    from rynn_teleop.runner import Composition, node_parameters, use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.sources.playback import open_bag  # noqa: PLC0415
+
+    work = Path(tempfile.mkdtemp(prefix="bench_stack_"))
+    use_transport_profile()
+    topics = {**demo.DEMO_TOPICS, **EXTRA_TOPICS}
+    overrides = demo.demo_overrides(work)
+    overrides["camera_switch"]["active_source"] = "physical"
+    overrides["recorder"].update(topics=list(topics), expected_rates_hz=list(topics.values()))
+    procs = [demo._spawn(group, overrides, work / f"{'+'.join(group)}.log") for group in demo.DEMO_GROUPS]
+    graph: dict[str, tuple[set, set]] = {}
+    try:
+        with Composition([]) as comp:
+            probe = demo._Probe(comp.context)
+            comp.add_node(probe)
+            rated = sum(1 for r in topics.values() if r)
+            ready = demo._wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
+                               and probe.diagnostics.get("recorder", {}).get("topics_flowing") == f"{rated}/{rated}",
+                               90.0)
+            if not ready:
+                sys.exit(f"bench/stack.py: the stack did not come up within 90 s; logs in {work}")
+            time.sleep(demo.SETTLE_S)
+            for name, ns in probe.get_node_names_and_namespaces():
+                if name.startswith(("demo_probe", "_")):
+                    continue
+                pubs = {t for t, _ in probe.get_publisher_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
+                subs = {t for t, _ in probe.get_subscriber_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
+                graph[name] = (pubs, subs)
+            probe.trigger("/recorder/start_episode")
+            before = {p.pid: cpu_seconds(p.pid) for p in procs}
+            t0 = time.monotonic()
+            time.sleep(args.seconds)
+            used = {p.pid: cpu_seconds(p.pid) - before[p.pid] for p in procs}
+            elapsed = time.monotonic() - t0
+            stopped = probe.trigger("/recorder/stop_episode", timeout=60.0)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    episode = Path(stopped.split(" | ")[0])
+    info = episode_info(episode)
+    store = get_typestore(Stores.ROS2_JAZZY)
+    recorded: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
+    types: dict[str, str] = {}
+    commands, camera_lat, statuses = [], [], defaultdict(list)
+    reader = open_bag(episode, "bench")
+    try:
+        for conn, t, raw in reader.messages():
+            types[conn.topic] = conn.msgtype
+            recorded[conn.topic].append((t, bytes(raw)))
+            if conn.topic == "/arms/command":
+                commands.append(store.deserialize_cdr(raw, conn.msgtype))
+            elif conn.topic == "/head_camera/color/image_raw":
+                m = store.deserialize_cdr(raw, conn.msgtype)
+                camera_lat.append(t - (m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec))
+            elif conn.topic == "/diagnostics":
+                for st in store.deserialize_cdr(raw, conn.msgtype).status:
+                    statuses[st.name].append({kv.key: kv.value for kv in st.values})
+    finally:
+        reader.close()
+    latched = {"/head_camera/active_source", "/robot_description", "/arm_ik/engaged"}
+
+    # wall-clock truth of /arms/command, against arm_ik's configured limits
+    arm = node_parameters("arm_ik", node_class("arm_ik").SCHEMA, None, overrides.get("arm_ik"))
+    vmax = np.tile(np.asarray(arm["max_velocity"], float), 2)
+    amax = np.tile(np.asarray(arm["max_acceleration"], float), 2)
+    q = np.array([m.position for m in commands])
+    ts = np.array([m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec for m in commands], np.int64) * 1e-9
+    dts = np.diff(ts)
+    ok = dts > 0
+    v = np.diff(q, axis=0)[ok] / dts[ok, None]
+    mid = (0.5 * (ts[1:] + ts[:-1]))[ok]
+    a = np.diff(v, axis=0) / np.diff(mid)[:, None]
+    ik_stat = statuses.get("arm_ik", [])
+    cycles = [(int(s["cycles"]), int(s["stale_cycles"])) for s in ik_stat if "cycles" in s and "stale_cycles" in s]
+    stale_fraction = None
+    if len(cycles) >= 2 and cycles[-1][0] > cycles[0][0]:
+        stale_fraction = (cycles[-1][1] - cycles[0][1]) / (cycles[-1][0] - cycles[0][0])
+    hand_stat = statuses.get("hand_retarget", [])
+    hand_p99 = [x for x in (_p99_windows(hand_stat, f"command.{s}.latency_p99_ms") for s in ("left", "right"))
+                if x is not None]
+
+    floor_cores, floor_detail = run_floor(demo.DEMO_GROUPS, graph, types, latched, recorded, args.floor_seconds, work)
+    cores = {"+".join(g): round(used[p.pid] / elapsed, 3) for g, p in zip(demo.DEMO_GROUPS, procs)}
+    rated_topics = {t: r for t, r in topics.items() if r}
+    result = {
+        "cpu_cores_total": round(sum(cores.values()), 3),
+        "cpu_cores": cores,
+        "floor_cpu_cores": round(floor_cores, 3),
+        "total_over_floor": round(sum(cores.values()) / floor_cores, 2) if floor_cores > 0 else None,
+        "rates": {t: round(info.stats.topics[t].rate_hz or 0.0, 1) if t in info.stats.topics else 0.0
+                  for t in rated_topics},
+        "rates_nominal": rated_topics,
+        "rates_within_5pct": all(t in info.stats.topics and abs((info.stats.topics[t].rate_hz or 0) - r) <= 0.05 * r
+                                 for t, r in rated_topics.items()),
+        "arm_latency_p99_ms": _p99_windows(ik_stat, "command.latency_p99_ms"),
+        "hand_latency_p99_ms": max(hand_p99) if hand_p99 else None,
+        "camera_latency_p99_ms": round(float(np.percentile(camera_lat, 99)) * 1e-6, 2) if camera_lat else None,
+        "arm_stamp_speed_max_ratio": round(float(np.max(np.abs(v) / vmax)), 4) if v.size else None,
+        "arm_stamp_accel_max_ratio": round(float(np.max(np.abs(a) / amax)), 4) if a.size else None,
+        "stale_fraction": None if stale_fraction is None else round(stale_fraction, 4),
+        "episode_problems": len(info.problems),
+        "dropped": {t: s.dropped for t, s in info.stats.topics.items() if s.dropped},
+        "seconds": args.seconds,
+        "floor_seconds": args.floor_seconds,
+        "floor_detail": floor_detail,
+        "work_dir": str(work),
+    }
+    for problem in info.problems:
+        print(f"episode problem: {problem}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""Fixed-rate loops off the executor: deadlines (core, injected times) and ControlLoop on real rclpy."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from std_srvs.srv import Trigger
+
+from rynn_teleop.core.params import Param, ParamSchema
+from rynn_teleop.core.scheduling import Deadlines
+from rynn_teleop.errors import ConfigurationError
+from rynn_teleop.nodes.base import TeleopNode
+from rynn_teleop.runner import Composition
+
+from ros_helpers import wait_for
+
+
+# ---------------------------------------------------------------------- Deadlines (no ROS)
+def test_a_late_tick_does_not_shift_the_grid():
+    d = Deadlines(0.005, start=1.0)
+    assert d.due == 1.0
+    assert d.start_tick(1.003) == pytest.approx(0.003)  # 3 ms late
+    assert d.finish_tick(1.004) == pytest.approx(1.005)  # the next is due on the grid, 1 ms later
+    d.start_tick(1.005)
+    assert d.finish_tick(1.0055) == pytest.approx(1.010)
+    assert d.skipped == 0 and d.ticks == 2 and d.max_late == pytest.approx(0.003)
+
+
+def test_ticks_a_whole_period_behind_are_skipped_and_counted_not_run_in_a_burst():
+    d = Deadlines(0.01, start=0.0)
+    d.start_tick(0.0)
+    due = d.finish_tick(0.047)  # the tick overran into the 5th period
+    assert due == pytest.approx(0.04)  # ticks due at 0.01..0.03 are gone; the one due at 0.04 runs now, late
+    assert d.skipped == 3
+    d.start_tick(0.047)
+    assert d.finish_tick(0.048) == pytest.approx(0.05)  # and the grid goes on
+
+
+@pytest.mark.parametrize("period", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_bad_period_is_refused(period):
+    with pytest.raises(ConfigurationError, match="period"):
+        Deadlines(period, 0.0)
+
+
+# ---------------------------------------------------------------------- ControlLoop on rclpy
+class _LoopNode(TeleopNode):
+    SCHEMA = ParamSchema("loop_probe", [Param("rate_hz", float, 200.0, "loop rate", "Hz", min=1.0, max=1000.0)])
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.inside = False
+        self.overlaps = 0
+        self.ticks = 0
+        self.service_calls = 0
+        self.fail_at = -1
+        self.loop = self.create_loop(self.params["rate_hz"], self._tick, "test")
+        self.create_service(Trigger, "~/poke", self._poke)
+
+    def _tick(self) -> None:
+        self.overlaps += self.inside
+        self.inside = True
+        self.ticks += 1
+        time.sleep(0.001)
+        self.inside = False
+        if self.ticks == self.fail_at:
+            raise RuntimeError("tick failed")
+
+    def _poke(self, request, response):
+        self.overlaps += self.inside
+        self.inside = True
+        self.service_calls += 1
+        time.sleep(0.002)
+        self.inside = False
+        response.success = True
+        return response
+
+
+@pytest.fixture
+def loop_node(ros_domain_id):
+    comp = Composition([], domain_id=ros_domain_id)
+    node = _LoopNode(context=comp.context)
+    comp.add_node(node)
+    yield comp, node
+    comp.shutdown()
+
+
+def test_loop_ticks_and_service_callbacks_never_overlap(loop_node):
+    comp, node = loop_node
+    client = node.create_client(Trigger, "/loop_probe/poke")
+    assert client.wait_for_service(timeout_sec=10.0)
+    futures = []
+    for _ in range(20):
+        futures.append(client.call_async(Trigger.Request()))
+        time.sleep(0.005)
+    assert wait_for(lambda: all(f.done() for f in futures), 10.0)
+    assert node.service_calls == 20 and node.ticks > 20
+    assert node.overlaps == 0
+
+
+def test_a_failing_tick_is_recorded_and_the_loop_goes_on(loop_node):
+    comp, node = loop_node
+    node.fail_at = node.ticks + 3
+    assert wait_for(lambda: comp.errors, 5.0)
+    assert isinstance(comp.errors[0], RuntimeError)
+    ticks = node.ticks
+    assert wait_for(lambda: node.ticks > ticks + 5, 5.0)
+
+
+def test_destroying_the_node_stops_its_loop(ros_domain_id):
+    comp = Composition([], domain_id=ros_domain_id)
+    try:
+        node = _LoopNode(context=comp.context)
+        comp.add_node(node)
+        assert wait_for(lambda: node.ticks > 3, 5.0)
+        thread = node.loop._thread
+        comp.remove_node(node)
+        assert not thread.is_alive()
+        ticks = node.ticks
+        time.sleep(0.05)
+        assert node.ticks == ticks
+    finally:
+        comp.shutdown()
+    assert not any(t.name.startswith("loop_probe:") for t in threading.enumerate())
+
+
+def test_entities_have_no_default_event_handlers(loop_node):
+    from std_msgs.msg import Bool  # noqa: PLC0415
+
+    _, node = loop_node
+    sub = node.create_subscription(Bool, "/x", lambda m: None, 10)
+    pub = node.create_publisher(Bool, "/x", 10)
+    assert list(sub.event_handlers) == [] and list(pub.event_handlers) == []
