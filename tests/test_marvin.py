@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rynn_teleop.core.robot_model import arm_joint_names
@@ -25,6 +25,8 @@ from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError
 from rynn_teleop.hardware.base import JointBackend
 from rynn_teleop.hardware.marvin import (
     FEEDBACK_CHECK_PERIOD,
+    RATE_BURST,
+    RATE_TOLERANCE,
     MarvinBackend,
     parse_feedback,
     to_vendor,
@@ -576,6 +578,126 @@ def test_rate_limit_forgives_timer_jitter(enabled: MarvinBackend) -> None:
         clock.t += 0.005 + (1e-4 if k % 2 else -1e-4)
         enabled.write(np.zeros(14))
     assert enabled.skipped_writes == 0 and enabled.sent_writes == 200
+
+
+def deadline_loop(start: float, period: float, n: int, max_lateness: float, seed: int) -> np.ndarray:
+    """Tick times [s] of a deadline-scheduled loop: tick k at start + k * period + a lateness in [0, max_lateness]
+    (a late tick is followed by an early one: the deadlines do not move)."""
+    rng = np.random.default_rng(seed)
+    k = np.arange(1, n + 1)
+    return start + k * period + rng.uniform(0.0, max_lateness, n)
+
+
+def drive(backend: MarvinBackend, ticks: np.ndarray, target=lambda k, t: np.zeros(14)) -> np.ndarray:
+    """Write ``target(k, t)`` at each tick time (on the backend's clock); the clock times of the sends [s]."""
+    clock = backend._clock
+    sent_at = []
+    for k, t in enumerate(ticks):
+        clock.t = float(t)
+        before = backend.sent_writes
+        backend.write(target(k, t))
+        if backend.sent_writes > before:
+            sent_at.append(clock.t)
+    return np.array(sent_at)
+
+
+def assert_streaming_limit(sent_at: np.ndarray, rate: float) -> None:
+    """Any m + 1 consecutive sends span at least (m + 1 - RATE_BURST - RATE_TOLERANCE) / rate seconds."""
+    for m in range(1, len(sent_at)):
+        span = sent_at[m:] - sent_at[:-m]
+        assert np.all(span >= (m + 1 - RATE_BURST - RATE_TOLERANCE) / rate - 1e-9), m
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_jittery_200_hz_loop_sends_every_target(enabled: MarvinBackend, seed: int) -> None:
+    robot = robot_of(enabled)
+    ticks = deadline_loop(enabled._clock.t, 0.005, 1000, 0.004, seed)
+    intervals = np.diff(ticks)
+    assert np.mean(intervals < 0.95 * 0.005) > 0.25  # the ticks a minimum-interval rule would have dropped
+    assert intervals.min() < 0.0015 and intervals.max() > 0.0085
+    targets = [np.radians(np.full(14, 0.001 * k)) for k in range(len(ticks))]  # each one different
+    mark = len(robot.calls)
+    sent_at = drive(enabled, ticks, lambda k, t: targets[k])
+    assert enabled.skipped_writes == 0 and enabled.sent_writes == len(ticks) == len(sent_at)
+    sent = batches(robot, mark)
+    assert len(sent) == len(ticks) == len(calls(robot, "send_cmd")) - 2  # (enable sent two)
+    for batch, target in zip(sent, targets):
+        assert batch == [
+            ("set_joint_cmd_pose", "A", [math.degrees(v) for v in target[:7]]),
+            ("set_joint_cmd_pose", "B", [math.degrees(v) for v in target[7:]]),
+        ]
+    assert_streaming_limit(sent_at, 200.0)
+
+
+def test_a_400_hz_loop_is_limited_to_200_sends_per_second(enabled: MarvinBackend) -> None:
+    seconds = 5.0
+    ticks = deadline_loop(enabled._clock.t, 0.0025, int(seconds * 400), 0.001, seed=3)
+    sent_at = drive(enabled, ticks)
+    expected = 200.0 * (ticks[-1] - ticks[0])
+    assert abs(len(sent_at) - expected) <= 0.01 * expected + 2
+    assert enabled.sent_writes + enabled.skipped_writes == len(ticks)
+    assert len(calls(robot_of(enabled), "send_cmd")) - 2 == len(sent_at)
+    assert_streaming_limit(sent_at, 200.0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.floats(0.0, 0.02), min_size=1, max_size=300))
+def test_any_write_times_keep_the_streaming_limit_on_average(sdk: Path, intervals: list[float]) -> None:
+    b = make(sdk)  # a fresh backend (and clock) per example; the SDK folder is only read
+    b.connect()
+    b.enable()
+    sent_at = drive(b, b._clock.t + np.cumsum(intervals))
+    assert b.sent_writes + b.skipped_writes == len(intervals)
+    if len(sent_at):
+        assert sent_at[0] - 100.0 >= (1.0 - RATE_TOLERANCE) / 200.0 - 1e-9  # enable's packets emptied the bucket
+    assert_streaming_limit(np.concatenate([[100.0], sent_at]), 200.0)  # counting enable's send
+    b.close()
+
+
+def test_degrees_sent_through_the_safety_layer_keep_the_velocity_limit_over_the_send_times(sdk: Path) -> None:
+    from rynn_teleop.core.robot_model import JointLimits  # noqa: PLC0415
+    from rynn_teleop.core.safety import SafetyController  # noqa: PLC0415
+
+    dt = 0.005  # [s] nominal control cycle
+    velocity = 180.0  # [deg/s] the vendor's joint velocity limit
+    acceleration = 600.0  # [deg/s^2]
+    limits = JointLimits(
+        lower=np.full(14, -3.0), upper=np.full(14, 3.0), velocity=np.full(14, math.radians(velocity)),
+        acceleration=np.full(14, math.radians(acceleration)), jerk=np.full(14, 200.0),
+    )
+    b = make(sdk)
+    b.connect()
+    b.enable()
+    robot = robot_of(b)
+    ctl = SafetyController(b.joint_names, limits, dt, ramp_threshold=10.0)
+    start = b.read(b._clock.t).position
+    phase = np.linspace(0.0, np.pi, 14)
+
+    def command(t: float) -> np.ndarray:  # a sine faster than the limits plus a step every second [rad]
+        return start + 0.8 * np.sin(2 * np.pi * 1.2 * (t - 100.0) + phase) - 0.8 * np.sin(phase) \
+            + 0.5 * (np.floor(t - 100.0) % 2)
+
+    measured = start
+    mark = len(robot.calls)
+
+    def target(k: int, t: float) -> np.ndarray:
+        nonlocal measured
+        ctl.command(command(t), t)
+        measured = ctl.step(t, measured).target  # an ideal plant
+        return measured
+
+    sent_at = drive(b, deadline_loop(b._clock.t, dt, 1200, 0.004, seed=4), target)
+    assert b.skipped_writes == 0 and ctl.clamp_counts["step"] == 0
+    degrees = np.array([[v for c in batch for v in c[2]] for batch in batches(robot, mark)])
+    assert degrees.shape == (len(sent_at), 14)
+    speed = np.abs(np.diff(degrees, axis=0)) / np.diff(sent_at)[:, None]  # [deg/s]
+    assert np.all(speed <= velocity * (1 + 1e-6))
+    assert speed.max() == pytest.approx(velocity, rel=1e-6)  # the command asked for more: at the limit
+    accel = np.abs(np.diff(np.diff(degrees, axis=0) / np.diff(sent_at)[:, None], axis=0)) / (
+        (sent_at[2:] - sent_at[:-2]) / 2
+    )[:, None]  # [deg/s^2]
+    assert np.all(accel <= acceleration * 1.05)
+    b.close()
 
 
 def test_stop_soft_stops_and_blocks_writes(enabled: MarvinBackend, caplog: pytest.LogCaptureFixture) -> None:

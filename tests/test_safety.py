@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rynn_teleop.core.motion import JerkLimitedFollower
 from rynn_teleop.core.robot_model import JointLimits
 from rynn_teleop.core.safety import SafetyController, Watchdog, clamp_command
 from rynn_teleop.errors import ConfigurationError
@@ -243,3 +244,102 @@ def test_sim_stop_decelerates_and_refuses_writes():
         sim.write(np.array([-1.0, -1.0, 0.0]))
     assert np.all(np.abs(r.velocity) < 1e-9)
     assert np.all(r.position > 0.0)  # never went towards the later commands
+
+
+# ---------------------------------------------------------------------------------------------- wall-clock periods
+def jittery_times(n: int, seed: int, *, late: float = 0.012, p_late: float = 0.05, busy: float = 2e-4) -> np.ndarray:
+    """Tick times [s] of a deadline-scheduled DT loop: tick k runs at k * DT plus a small lateness, a few ticks
+    ``late`` [s] late; the ticks whose deadlines passed meanwhile run right after (``busy`` [s] apart), early."""
+    rng = np.random.default_rng(seed)
+    t, previous = [], -np.inf
+    for k in range(n):
+        lateness = late if rng.random() < p_late else rng.uniform(0.0, 5e-4)
+        previous = max(k * DT + lateness, previous + busy)
+        t.append(previous)
+    return np.array(t)
+
+
+def wall_clock_rates(t: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Velocity [rad/s] over each interval of ``t`` and acceleration [rad/s^2] over the intervals' midpoints."""
+    v = np.diff(x, axis=0) / np.diff(t)[:, None]
+    a = np.diff(v, axis=0) / ((t[2:] - t[:-2]) / 2)[:, None]
+    return v, a
+
+
+def moving_command(t: float) -> np.ndarray:
+    """A fast sine (a), a square wave of steps (b) and a faster sine (c), all faster than the limits allow [rad]."""
+    return np.array([0.9 * np.sin(2 * np.pi * 1.5 * t), 1.5 * np.sign(np.sin(2 * np.pi * 0.4 * t + 0.3)),
+                     0.75 + 0.7 * np.sin(2 * np.pi * 3.0 * t)])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_targets_move_within_the_limits_over_the_jittery_times_they_are_computed_at(seed):
+    t = jittery_times(1600, seed)
+    intervals = np.diff(t)
+    assert intervals.max() > 2.5 * DT and intervals.min() < 0.1 * DT  # really late ticks, then early ones
+    commands = [moving_command(max(now - 2.0, 0.0)) for now in t[:1200]]  # still for 2 s, then moving
+    ctl = controller(command_timeout=0.05, ramp_speed=0.5)
+    q = np.array([-0.3, 1.0, 0.4])  # far from the first command: ramped to it
+    targets, modes = [], []
+    for k, now in enumerate(t):
+        if k < len(commands):  # then the commands stop: a watchdog stop under the same jitter
+            ctl.command(commands[k], now)
+        out = ctl.step(now, q)
+        q = out.target
+        targets.append(q.copy())
+        modes.append(out.mode)
+    assert {"ramp", "track", "watchdog"} <= set(modes)
+    assert ctl.clamp_counts["step"] == 0  # the follower's targets already kept the wall-clock step
+    x = np.array(targets)
+    v, a = wall_clock_rates(t, x)
+    assert np.all(np.abs(v) <= LIMITS.velocity * (1 + 1e-6))
+    assert np.all(np.abs(a) <= LIMITS.acceleration * 1.05)
+    ramping = np.array([m == "ramp" for m in modes[1:]])
+    assert np.all(np.abs(v[ramping]) <= 0.5 * LIMITS.velocity * (1 + 1e-6))
+    np.testing.assert_allclose(np.abs(v).max(axis=0)[:2], LIMITS.velocity[:2], rtol=1e-6)  # a, b at their limit
+    np.testing.assert_allclose(x[-1], x[-2], atol=1e-12)  # come to rest
+
+    # the same time sequence and commands with the follower advanced by the nominal DT each step: the targets
+    # run ahead of the clock in the early ticks and exceed the limits over the real times
+    fixed = JerkLimitedFollower(LIMITS, DT, target_margin=0.0)
+    fixed.reset(commands[0])
+    old = np.array([fixed.step(command).position for command in commands])
+    v_old, a_old = wall_clock_rates(t[:len(commands)], old)
+    assert np.any(np.abs(v_old) > 2 * LIMITS.velocity)
+    assert np.any(np.abs(a_old) > 2 * LIMITS.acceleration)
+
+
+def test_each_step_advances_by_the_measured_period_and_clamps_to_velocity_times_it():
+    ctl = controller()
+    q = np.array([0.0, 0.0, 0.5])
+    ctl.command(q + 0.01, 0.0)
+    ctl.step(10.0, q)
+    assert ctl.last_dt == DT  # first step: nominal
+    for now, expected in ((10.012, 0.012), (10.0122, 2e-4), (10.0122, DT), (10.0, DT), (10.004, 0.004),
+                          (11.0, ctl.follower.max_dt), (np.nan, DT), (11.003, 0.003)):
+        ctl.command(q + 0.01, now if np.isfinite(now) else 11.0)
+        out = ctl.step(now, q)
+        assert ctl.last_dt == pytest.approx(expected, abs=1e-12), now
+        np.testing.assert_allclose(ctl.max_step, LIMITS.velocity * expected, rtol=1e-9)
+        assert np.all(np.abs(out.clamp.sent - q) <= ctl.max_step + 1e-12)
+        q = out.target
+    ctl.estop()
+    ctl.reset()
+    ctl.command(q, 20.0)
+    ctl.step(20.0, q)
+    assert ctl.last_dt == DT  # re-seeded: nominal again
+
+
+def test_clamp_step_is_velocity_times_the_measured_period():
+    """A command far away moves by at most velocity * (now - previous now) per step, whatever the period."""
+    ctl = controller(ramp_threshold=10.0)  # no ramp: full speed
+    q = np.array([0.0, 0.0, 0.5])
+    ctl.command(np.array([0.9, 1.9, 1.4]), 0.0)
+    out = ctl.step(0.0, q)
+    previous, now = out.target, 0.0
+    for dt in [0.001, 0.02, 0.0005, 0.012, 0.005] * 20:
+        now += dt
+        ctl.command(np.array([0.9, 1.9, 1.4]), now)
+        out = ctl.step(now, previous)
+        assert np.all(np.abs(out.target - previous) <= LIMITS.velocity * dt * (1 + 1e-9))
+        previous = out.target

@@ -41,6 +41,9 @@ from .robot_model import JointLimits
 _log = logging.getLogger(__name__)
 
 MODES = ("waiting", "hold", "ramp", "track", "watchdog", "estop")
+# [rad] a step clip no larger than this is floating-point rounding of a trajectory at its velocity limit: the
+# clipped target is sent, but the follower keeps its state (a reset would zero its velocity)
+STEP_ROUNDING = 1e-12
 
 
 class ClampResult(NamedTuple):
@@ -308,7 +311,8 @@ class SafetyController:
                                np.nonzero(active & ((self._command < self.lower) | (self._command > self.upper)))[0]]
                     _log.warning("commands outside the position limits, clipped: %s", ", ".join(clipped))
         result = clamp_command(state.position, self._sent, self.lower, self.upper, self.max_step)
-        if result.step_clipped.any():  # only if the follower and the clamp disagree: keep them consistent
+        if np.any(np.abs(result.sent - state.position)[result.step_clipped] > STEP_ROUNDING):
+            # only if the follower and the clamp disagree (not by rounding): keep them consistent
             self.clamp_counts["step"] += 1
             self.follower.reset(result.sent, clip=False)
         self._sent = result.sent

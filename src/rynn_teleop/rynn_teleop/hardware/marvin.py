@@ -21,10 +21,18 @@ torque sensors' reading [N·m] (the whole joint torque, gravity included).
 EXTERNAL joint torque instead [N·m]. (``fb_joint_cToq`` is motor current in
 per mille of the rated current, not a torque, and is not offered.)
 
-Streaming: position-follow mode accepts targets up to 200 Hz; :meth:`write`
-drops a target that comes sooner than ``1 / rate_limit_hz`` after the last one
-sent (a drop, not a delay: the next write carries the newer target) and
-counts it in :meth:`status`.
+Streaming: position-follow mode accepts targets up to ``MAX_STREAM_HZ``
+(200 Hz). :meth:`write` paces them with a token bucket on the injected
+``clock``: it refills at ``rate_limit_hz`` tokens per second up to
+``RATE_BURST`` (2) tokens, each target sent takes one, and a target that finds
+less than one token (``RATE_TOLERANCE`` of a token is forgiven as clock
+rounding) is dropped (not delayed: the next write carries the newer target)
+and counted in :meth:`status` as ``skipped_writes``. A deadline-scheduled loop
+at the rate (tick k due at k / rate_limit_hz) whose lateness varies by less
+than a period (a late tick, then an early one) thus sends every target, while over any interval of T seconds at most
+``RATE_BURST + RATE_TOLERANCE + rate_limit_hz * T`` targets are sent (the
+streaming limit on average; at most two back to back). :meth:`enable`'s own
+packets leave the bucket empty.
 """
 
 from __future__ import annotations
@@ -64,7 +72,8 @@ FEEDBACK_CHECK_READS = 10  # subscribe() reads when confirming that UDP feedback
 FEEDBACK_CHECK_PERIOD = 0.010  # [s] between those reads
 SERVO_ERROR_PERIOD = 1.0  # [s] min. time between get_servo_error_code() polls (status())
 MAX_STREAM_HZ = 200.0  # [Hz] the controller's position-follow streaming limit
-RATE_TOLERANCE = 0.05  # fraction of 1/rate_limit_hz forgiven as timer jitter when rate limiting
+RATE_BURST = 2.0  # [targets] token-bucket capacity: a late tick's target and the early next one may go back to back
+RATE_TOLERANCE = 0.05  # [tokens] a send may leave the bucket this far below empty (clock rounding / timer jitter)
 
 _SDK_HINT = (
     "the parameter `sdk_path` must point to the Marvin SDK's SDK_PYTHON folder "
@@ -199,8 +208,9 @@ class MarvinBackend(JointBackend):
             vel_ratio: controller joint velocity limit [% of max, 1-100] (sent rounded to an integer).
             acc_ratio: controller joint acceleration limit [% of max, 1-100] (sent rounded to an integer).
             feedback_timeout: a frame_serial unchanged this long is a fault [s].
-            rate_limit_hz: most targets sent per second [Hz]; above ``MAX_STREAM_HZ`` (200,
-                the controller's streaming limit) it is lowered to it with a warning.
+            rate_limit_hz: most targets sent per second on average [Hz] (the token bucket's refill rate, see
+                :meth:`write`); above ``MAX_STREAM_HZ`` (200, the controller's streaming limit) it is lowered to
+                it with a warning.
             module_name: the wrapper module inside ``sdk_path``.
             effort_field: feedback field published as effort: ``"fb_joint_sToq"``
                 (joint torque sensors) or ``"est_joint_force"`` (external torque estimate), both [N·m].
@@ -258,7 +268,6 @@ class MarvinBackend(JointBackend):
         self.joint_names = tuple(n for s in sides for n in arm_joint_names(s))
         self._clock = clock
         self._sleep = sleep
-        self._min_interval = (1.0 - RATE_TOLERANCE) / self.rate_limit_hz  # [s]
 
         self._sdk: ModuleType | None = None
         self._robot: Any = None  # Marvin_Robot while connected
@@ -266,9 +275,10 @@ class MarvinBackend(JointBackend):
         self._enabled = False
         self._stopped = False
         self._refusal_logged = False
-        self._last_send: float | None = None  # clock() of the last target sent [s]
+        self._tokens = RATE_BURST  # [targets] the rate limit's token bucket
+        self._tokens_at: float | None = None  # clock() when the bucket was last refilled [s]
         self.sent_writes = 0
-        self.skipped_writes = 0  # dropped by the rate limit
+        self.skipped_writes = 0  # dropped by the rate limit (no token)
         self.refused_writes = 0  # not enabled, or stopped
         self.failed_sends = 0  # send_cmd() returned 0
         self._feedback: dict[str, ArmFeedback] = {}
@@ -414,7 +424,9 @@ class MarvinBackend(JointBackend):
 
         Sends the measured position (as received, in degrees) as the target
         before and together with ``set_state(arm, 1)`` and ``set_vel_acc``, so
-        the arms hold still instead of running to a stale target.
+        the arms hold still instead of running to a stale target. These two
+        packets leave the rate limit's token bucket empty (the next target is
+        sent once a token has refilled, about ``1 / rate_limit_hz`` later).
         """
         robot = self._require()
         self._clear_errors(robot)
@@ -430,7 +442,7 @@ class MarvinBackend(JointBackend):
             robot.set_vel_acc(arm, self.vel_ratio, self.acc_ratio)
             robot.set_joint_cmd_pose(arm, hold[arm])
         robot.send_cmd()
-        self._last_send = self._clock()
+        self._tokens, self._tokens_at = 0.0, self._clock()  # these packets used up the burst
         self._enabled = True
         self._stopped = False
         self._refusal_logged = False
@@ -481,10 +493,27 @@ class MarvinBackend(JointBackend):
         effort = None if any(p.effort is None for p in parts) else np.concatenate([p.effort for p in parts])
         return JointReading(np.concatenate([p.position for p in parts]), velocity, effort, now)
 
-    def write(self, position: np.ndarray) -> None:
-        """Send targets (n,) [rad] as degrees, at most ``rate_limit_hz`` (sooner ones are dropped and counted).
+    def _take_token(self, now: float) -> bool:
+        """Refill the bucket up to ``now`` [s] (clock time; a clock not later than the last refill adds nothing)
+        and take a token for one send; False (nothing taken) when less than ``1 - RATE_TOLERANCE`` is left."""
+        if self._tokens_at is None or now > self._tokens_at:
+            if self._tokens_at is not None:
+                self._tokens = min(RATE_BURST, self._tokens + (now - self._tokens_at) * self.rate_limit_hz)
+            self._tokens_at = now
+        if self._tokens < 1.0 - RATE_TOLERANCE:
+            return False
+        self._tokens -= 1.0
+        return True
 
-        Refused (logged once) unless enabled and not stopped.
+    def write(self, position: np.ndarray) -> None:
+        """Send targets (n,) [rad] as degrees, rate limited by a token bucket on ``clock``.
+
+        The bucket refills at ``rate_limit_hz`` tokens/s up to ``RATE_BURST`` (2); a send takes one token. A
+        target that finds none (less than ``1 - RATE_TOLERANCE``) is dropped, not delayed, and counted in
+        ``skipped_writes``. So a loop with deadlines ``1 / rate_limit_hz`` apart whose lateness varies by less than
+        a period (a late tick, then early ones) sends every target, and over any T seconds at most
+        ``RATE_BURST + RATE_TOLERANCE + rate_limit_hz * T`` are sent.
+        Refused (logged once, counted in ``refused_writes``) unless enabled and not stopped.
 
         Raises:
             ValueError: wrong shape or non-finite targets (nothing is sent).
@@ -498,11 +527,9 @@ class MarvinBackend(JointBackend):
                 _LOG.warning("marvin: arms %s; not sending targets until enable()", why)
                 self._refusal_logged = True
             return
-        now = self._clock()
-        if self._last_send is not None and now - self._last_send < self._min_interval:
+        if not self._take_token(self._clock()):
             self.skipped_writes += 1
             return
-        self._last_send = now
         robot.clear_set()
         for arm, degrees in targets.items():
             robot.set_joint_cmd_pose(arm, degrees)
