@@ -107,6 +107,7 @@ class HandRetargetNode(TeleopNode):
         self._glove_topics: dict[str, str] = {}  # side -> the Manus topic that drives it
         self.unused = 0  # frames of hands not configured, or of a second glove claiming a side
         self._names = {s: list(hand_joint_names(s)) for s in self.sides}
+        self._commands = {s: JointState(name=self._names[s]) for s in self.sides}  # reused: stamp and positions change
         self._solve_times: deque[float] = deque(maxlen=2000)
         self.skipped = {s: 0 for s in self.sides}  # polled samples dropped for a newer one (node behind)
         self._last_counts: dict[str, tuple[int, int]] = {}  # (held, good) at the last diagnostics
@@ -114,6 +115,9 @@ class HandRetargetNode(TeleopNode):
         prefix = p["skeleton_prefix"].rstrip("/")
         self._skeleton_pubs = {s: self.create_publisher(PoseArray, f"{prefix}/{s}/skeleton", RELIABLE)
                                for s in self.sides}
+        self._skeletons = {s: PoseArray() for s in self.sides}  # reused: only stamps and positions change
+        for s, msg in self._skeletons.items():
+            msg.header.frame_id = p["skeleton_frame"].replace("{side}", s)
         self._command_pub = self.create_publisher(JointState, p["command_topic"], RELIABLE)
         kind = p["source"]
         if kind == "manus":
@@ -200,12 +204,16 @@ class HandRetargetNode(TeleopNode):
         stamp = stamp_msg if stamp_msg is not None else Time(nanoseconds=int(round(sample.stamp * 1e9))).to_msg()
         points = np.asarray(sample.points, dtype=float)
         if not out.held:
-            skeleton = PoseArray()
+            skeleton = self._skeletons[sample.side]
+            if len(skeleton.poses) != len(points):
+                skeleton.poses = [_point_pose(0.0, 0.0, 0.0) for _ in range(len(points))]
             skeleton.header.stamp = stamp
-            skeleton.header.frame_id = self.params["skeleton_frame"].replace("{side}", sample.side)
-            skeleton.poses = [_point_pose(x, y, z) for x, y, z in points.tolist()]
+            for pose, (x, y, z) in zip(skeleton.poses, points.tolist()):
+                position = pose.position
+                position.x, position.y, position.z = x, y, z
             self._skeleton_pubs[sample.side].publish(skeleton)
-        command = JointState(name=self._names[sample.side], position=out.q.tolist())
+        command = self._commands[sample.side]
+        command.position = out.q.tolist()
         command.header.stamp = stamp
         self._command_pub.publish(command)
         self.meter(f"command.{sample.side}").tick(now, now - sample.stamp)
