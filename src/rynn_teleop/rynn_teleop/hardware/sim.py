@@ -49,6 +49,8 @@ class SimBackend(JointBackend):
         self.bandwidth_hz = bandwidth_hz
         self.latency_s = latency_s
         self.substep_s = substep_s
+        self._lower, self._upper = np.asarray(limits.lower, float), np.asarray(limits.upper, float)
+        self._vmax, self._amax = np.asarray(limits.velocity, float), np.asarray(limits.acceleration, float)
         self._q = np.minimum(np.maximum(np.asarray(initial, dtype=float), limits.lower), limits.upper)
         self._v = np.zeros_like(self._q)
         self._target = self._q.copy()
@@ -71,23 +73,26 @@ class SimBackend(JointBackend):
         if self._time is None:
             self._time = now
             return
-        lim = self.limits
+        lower, upper, vmax, amax = self._lower, self._upper, self._vmax, self._amax
         gain = 2.0 * np.pi * self.bandwidth_hz
+        q, v = self._q, self._v
         while self._time < now - 1e-12:
             h = min(self.substep_s, now - self._time)
             self._time += h
             while self._queue and self._queue[0][0] <= self._time:
                 self._target = self._queue.popleft()[1]
             if not self._enabled or self._stopped:
-                v_des = np.zeros_like(self._v)
+                v_des = np.zeros_like(v)
             else:
-                v_des = np.clip(gain * (self._target - self._q), -lim.velocity, lim.velocity)
-            dv = np.clip(v_des - self._v, -lim.acceleration * h, lim.acceleration * h)
-            self._v = self._v + dv
-            q = self._q + self._v * h
-            hit = (q < lim.lower) | (q > lim.upper)
-            self._q = np.minimum(np.maximum(q, lim.lower), lim.upper)
-            self._v[hit] = 0.0
+                v_des = np.minimum(np.maximum(gain * (self._target - q), -vmax), vmax)
+            a_step = amax * h
+            v = v + np.minimum(np.maximum(v_des - v, -a_step), a_step)
+            q_new = q + v * h
+            hit = (q_new < lower) | (q_new > upper)
+            q = np.minimum(np.maximum(q_new, lower), upper)
+            if hit.any():
+                v[hit] = 0.0
+        self._q, self._v = q, v
 
     def read(self, now: float) -> JointReading:
         self._advance(now)

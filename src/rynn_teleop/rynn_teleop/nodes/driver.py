@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from rclpy.time import Time
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
@@ -78,6 +77,7 @@ class JointDriverNode(TeleopNode):
             self.backend.close()  # do not leak an opened controller / device
             raise
         self._js_pub = self.create_publisher(JointState, "/joint_states", COMMAND_QOS)
+        self._js_msg = JointState(name=self.names)
         # drained at each cycle (the newest command wins there anyway): no executor wake-up per command
         self._command_sub = self.create_polled_subscription(JointState, command_topic, COMMAND_QOS)
         self.create_subscription(Bool, "/estop", self._on_estop_topic, 10)
@@ -175,12 +175,12 @@ class JointDriverNode(TeleopNode):
             self._latch_estop(f"backend fault: {self._fault}")
         reading = self.backend.read(now)
         self.last_reading = reading
-        msg = JointState(name=self.names, position=reading.position.tolist())
-        if reading.velocity is not None:
-            msg.velocity = reading.velocity.tolist()
-        if reading.effort is not None:
-            msg.effort = reading.effort.tolist()
-        msg.header.stamp = Time(nanoseconds=int(round(reading.stamp * 1e9))).to_msg()
+        msg = self._js_msg  # reused: names fixed, values and stamp replaced each cycle
+        msg.position = reading.position.tolist()
+        msg.velocity = reading.velocity.tolist() if reading.velocity is not None else []
+        msg.effort = reading.effort.tolist() if reading.effort is not None else []
+        stamp_ns = int(round(reading.stamp * 1e9))
+        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
         self._js_pub.publish(msg)
         self.publish_extra(msg)
         out = self.safety.step(now, reading.position)
