@@ -33,7 +33,6 @@ import importlib
 import json
 import os
 import pickle
-import signal
 import subprocess
 import sys
 import tempfile
@@ -212,13 +211,7 @@ def main() -> None:
             elapsed = time.monotonic() - t0
             stopped = probe.trigger("/recorder/stop_episode", timeout=60.0)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGINT)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        demo.stop_groups(procs)
     episode = Path(stopped.split(" | ")[0])
     info = episode_info(episode)
     store = get_typestore(Stores.ROS2_JAZZY)

@@ -111,6 +111,17 @@ def _spawn(nodes: tuple[str, ...], overrides: dict, log: Path) -> subprocess.Pop
     return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ))
 
 
+def stop_groups(procs: list[subprocess.Popen], timeout: float = 15.0) -> None:
+    """SIGINT every group process, then wait for each (at most ``timeout`` [s]; then SIGKILL)."""
+    for proc in procs:
+        proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 class _Probe(Node):
     """Toggles the feed and watches the robot like an external client would."""
 
@@ -206,13 +217,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
             description, active_sources = probe.description, list(probe.active_sources)
             diagnostics = dict(probe.diagnostics)
     finally:
-        for proc in procs:
-            proc.send_signal(signal.SIGINT)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_groups(procs)
     episode = Path(stopped.split(" | ")[0])
     if not (episode / "metadata.yaml").is_file():
         raise RynnTeleopError(f"demo: the episode was not stopped cleanly: {stopped}")
