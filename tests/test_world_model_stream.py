@@ -155,3 +155,27 @@ def test_reset_forgets_pending_actions():
     for k in range(4):
         q.push(np.array([10 + k, 0, 0, 0.0]), 10 + k, None)
     assert drain(q) == [(10 + k, 10 + k) for k in range(4)]
+
+
+def test_first_name_after_header_reads_a_joint_states_first_name_from_its_cdr():
+    from rclpy.serialization import serialize_message  # noqa: PLC0415
+    from sensor_msgs.msg import JointState  # noqa: PLC0415
+
+    from rynn_teleop.recording.cdr import first_name_after_header, header_stamp_ns  # noqa: PLC0415
+
+    for frame_id in ("", "a", "ab", "abc", "base_link"):  # every padding after frame_id
+        msg = JointState(name=["left_finger1_joint1", "x"], position=[0.0, 1.0])
+        msg.header.frame_id = frame_id
+        msg.header.stamp.sec, msg.header.stamp.nanosec = 12, 345
+        raw = serialize_message(msg)
+        assert first_name_after_header(raw) == b"left_finger1_joint1"
+        assert header_stamp_ns(raw) == 12_000_000_345
+    assert first_name_after_header(serialize_message(JointState())) == b""
+    assert first_name_after_header(b"\x00\x01") == b""
+
+
+def test_superseded_commands_count_as_dropped():
+    names = ["a", "b"]
+    stream = ActionStream(names, {"g": names}, np.zeros(2))
+    stream.note_superseded(3)
+    assert stream.dropped == 3

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.qos import qos_profile_sensor_data
+from rclpy.serialization import deserialize_message
 from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
@@ -45,6 +46,7 @@ from ..core.camera import default_intrinsics, parse_profile
 from ..core.params import Param, ParamSchema
 from ..core.robot_model import arm_joint_names, hand_joint_names
 from ..errors import ConfigurationError, ParameterError
+from ..recording.cdr import first_name_after_header, header_stamp_ns
 from ..world_model.generator import as_rgb
 from ..world_model.stream import ActionStream, FrameQueue
 from .base import TeleopNode, run_single
@@ -141,7 +143,7 @@ class WorldModelNode(TeleopNode):
                   else [p["joint_states_topic"]])
         # commands are reliable (as published); drained by the generation thread at each tick, where the newest
         # wins (50 = a quarter second of 200 Hz commands): no executor wake-up per command
-        self._action_subs = [self.create_polled_subscription(JointState, topic, 50) for topic in topics]
+        self._action_subs = [self.create_polled_subscription(JointState, topic, 50, raw=True) for topic in topics]
         if reference is None:
             self.create_subscription(Image, p["reference.topic"], self._on_reference, qos_profile_sensor_data)
         self.reanchoring = bool(p["reanchor_topic"].strip()) and self.generator.uses_real_frames
@@ -155,18 +157,31 @@ class WorldModelNode(TeleopNode):
                                f"{ns}/color/image_raw")
 
     # ------------------------------------------------------------------ inputs (executor thread)
-    def _on_joints(self, msg: JointState, received_s: float) -> None:
+    def _on_joints(self, msg: JointState, received_s: float) -> bool:
+        """Merge one command into the action; whether it was accepted."""
         stamp_ns = Time.from_msg(msg.header.stamp).nanoseconds
         with self._lock:
             accepted = self.actions.update(msg.name, msg.position, stamp_ns)
-        if accepted:
-            self.meter("commands_in").tick(received_s, received_s - 1e-9 * stamp_ns)
+        return accepted
 
     def _take_actions(self) -> None:
-        """Everything the action subscriptions received since the last tick, oldest first."""
+        """What the action subscriptions received since the last tick. Messages are taken as CDR bytes; of
+        several commands of the same joints (same first joint name) only the newest is deserialized and
+        merged, the others count as dropped (a frame shows one action per tick)."""
         for sub in self._action_subs:
+            newest: dict[bytes, tuple[bytes, float]] = {}
+            superseded = 0
             for taken in self.take_all(sub):
-                self._on_joints(taken.message, taken.received_ns * 1e-9)
+                raw, received_s = taken.message, taken.received_ns * 1e-9
+                self.meter("commands_in").tick(received_s, received_s - 1e-9 * header_stamp_ns(raw))
+                key = first_name_after_header(raw)
+                superseded += key in newest
+                newest[key] = (raw, received_s)
+            if superseded:
+                with self._lock:
+                    self.actions.note_superseded(superseded)
+            for raw, received_s in newest.values():
+                self._on_joints(deserialize_message(raw, JointState), received_s)
 
     def _on_reference(self, msg: Image) -> None:
         try:

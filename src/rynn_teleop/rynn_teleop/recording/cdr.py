@@ -33,6 +33,32 @@ def header_stamp_ns(raw: bytes | bytearray | memoryview) -> int:
     return sec * 1_000_000_000 + nanosec
 
 
+_U32 = {True: struct.Struct("<I"), False: struct.Struct(">I")}
+
+
+def first_name_after_header(raw: bytes | bytearray | memoryview) -> bytes:
+    """The first string of the ``string[]`` field right after a std_msgs/Header (JointState's first joint
+    name), as bytes without its NUL; ``b""`` if the sequence is empty or the message too short.
+
+    Layout (offsets from the start of the data, after the 4-byte encapsulation header): stamp (8 bytes),
+    ``frame_id`` (uint32 length with the NUL, the bytes), padding to 4, the sequence length (uint32), then
+    the first string (uint32 length with the NUL, the bytes).
+    """
+    u32 = _U32[bool(raw[1] & 1)] if len(raw) >= 2 else _U32[True]
+    try:
+        pos = 4 + 8
+        (n,) = u32.unpack_from(raw, pos)
+        pos += 4 + n
+        pos = 4 + ((pos - 4 + 3) & ~3)
+        (count,) = u32.unpack_from(raw, pos)
+        if count == 0:
+            return b""
+        (n,) = u32.unpack_from(raw, pos + 4)
+        return bytes(raw[pos + 8: pos + 8 + max(n - 1, 0)])
+    except struct.error:
+        return b""
+
+
 def has_header(typestore: Any, type_name: str) -> bool:
     """True if ``type_name``'s first field is ``header: std_msgs/msg/Header`` in ``typestore`` (cached per type).
 

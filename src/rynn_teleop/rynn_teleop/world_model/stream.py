@@ -73,6 +73,11 @@ class ActionStream:
         self._latest = max(self._latest, stamp_ns)
         return True
 
+    def note_superseded(self, n: int) -> None:
+        """``n`` commands were replaced by a newer one of the same joints before they were merged (a reader
+        that merges only the newest of a batch): counted as dropped, as :meth:`update` would have."""
+        self.dropped += int(n)
+
     @property
     def complete(self) -> bool:
         """Every joint has been commanded at least once."""
