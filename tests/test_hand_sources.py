@@ -690,3 +690,37 @@ def test_factory_errors():
         make_hand_source("replay")
     with pytest.raises(ConfigurationError, match="rate_hz"):
         make_hand_source("synthetic", rate_hz=-1.0)
+
+
+def test_hand_points_equal_the_chain_of_rotation_matrices():
+    """hand_points' closed form (cumulative flexion about one axis) against the plain product of rotations."""
+    import math  # noqa: PLC0415
+
+    from rynn_teleop.sources.hands import synthetic as syn  # noqa: PLC0415
+
+    def rx(a):
+        c, s = math.cos(a), math.sin(a)
+        return np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+
+    def ry(a):
+        c, s = math.cos(a), math.sin(a)
+        return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        q = rng.uniform(-1.5, 1.5, (5, 4))
+        want = np.zeros((21, 3))
+        for f, finger in enumerate(syn.FINGERS):
+            flex1, abd, flex2, flex3 = q[f]
+            base, R = (syn.THUMB_CMC, syn.THUMB_BASE) if finger == "thumb" else (syn.MCP_POSITIONS[finger],
+                                                                                syn.FINGER_BASE)
+            R = R @ rx(-abd) @ ry(flex1)
+            k = 1 + 4 * f
+            want[k] = base
+            for j, flex in enumerate((None, flex2, flex3)):
+                if flex is not None:
+                    R = R @ ry(flex)
+                want[k + j + 1] = want[k + j] + R[:, 2] * syn.PHALANGES[finger][j]
+        np.testing.assert_allclose(syn.hand_points(q, "right", 1.2), 1.2 * want, atol=1e-12)
+        mirrored = 1.2 * want * np.array([1.0, -1.0, 1.0])
+        np.testing.assert_allclose(syn.hand_points(q, "left", 1.2), mirrored, atol=1e-12)

@@ -125,6 +125,10 @@ def _mcp_positions() -> dict[str, np.ndarray]:
 MCP_POSITIONS = _mcp_positions()
 """MCP positions [m] of fingers 2-5 in the right wrist frame (scale 1)."""
 
+_BASE_POS = np.array([THUMB_CMC] + [MCP_POSITIONS[f] for f in FINGERS[1:]])  # (5, 3) first joint [m]
+_BASE_ROT = np.array([THUMB_BASE] + [FINGER_BASE] * 4)  # (5, 3, 3) frame of each finger's first joint
+_PHALANX_LENGTHS = np.array([PHALANGES[f] for f in FINGERS])  # (5, 3) [m]
+
 
 def as_angle_array(angles: np.ndarray | Mapping[str, float]) -> np.ndarray:
     """A (5, 4) joint-angle array [rad] from an array-like or a name -> angle mapping.
@@ -157,22 +161,18 @@ def hand_points(angles: np.ndarray | Mapping[str, float], side: str = "right", s
     if side not in SIDES:
         raise ValueError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
     q = as_angle_array(angles)
+    # Each finger: base rotation R (thumb CMC frame or the wrist frame) @ Rx(-abd) @ Ry(flex1); flex2 and
+    # flex3 rotate about the same y axis, so the k-th phalanx points along z of R @ Rx(-abd) @ Ry(phi_k) with
+    # phi_k the cumulative flexion: z(phi) = sin(phi) * col0 + cos(phi) * col2 of R @ Rx(-abd).
+    abd = q[:, 1]
+    col0 = _BASE_ROT[:, :, 0]  # (5, 3)
+    col2 = _BASE_ROT[:, :, 1] * np.sin(abd)[:, None] + _BASE_ROT[:, :, 2] * np.cos(abd)[:, None]
+    phi = np.cumsum(q[:, (0, 2, 3)], axis=1)  # (5, 3) cumulative flexion [rad]
+    direction = np.sin(phi)[:, :, None] * col0[:, None, :] + np.cos(phi)[:, :, None] * col2[:, None, :]
+    chain = _BASE_POS[:, None, :] + np.cumsum(direction * _PHALANX_LENGTHS[:, :, None], axis=1)  # (5, 3, 3)
     p = np.zeros((N_POINTS, 3))
-    for f, finger in enumerate(FINGERS):
-        flex1, abd, flex2, flex3 = q[f]
-        if finger == "thumb":
-            base, R = THUMB_CMC, THUMB_BASE
-        else:
-            base, R = MCP_POSITIONS[finger], FINGER_BASE
-        R = R @ _rot_x(-abd) @ _rot_y(flex1)
-        lengths = PHALANGES[finger]
-        k = 1 + 4 * f
-        p[k] = base
-        p[k + 1] = p[k] + R[:, 2] * lengths[0]
-        R = R @ _rot_y(flex2)
-        p[k + 2] = p[k + 1] + R[:, 2] * lengths[1]
-        R = R @ _rot_y(flex3)
-        p[k + 3] = p[k + 2] + R[:, 2] * lengths[2]
+    p[1::4] = _BASE_POS
+    p[2::4], p[3::4], p[4::4] = chain[:, 0], chain[:, 1], chain[:, 2]
     p *= scale
     if side == "left":
         p[:, 1] = -p[:, 1]
