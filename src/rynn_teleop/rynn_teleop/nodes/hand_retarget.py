@@ -135,6 +135,7 @@ class HandRetargetNode(TeleopNode):
                               loop=p["replay.loop"], sides=self.sides)
             self.source = make_hand_source(kind, **kwargs)
             self.source.start(self.now_s())
+            self._align_on_first_poll = kind == "synthetic"
             self._loop = self.create_loop(p["rate_hz"], self._poll, "poll")
         self.get_logger().info(f"{kind} hands {', '.join(self.sides)} -> {p['command_topic']}")
 
@@ -181,7 +182,11 @@ class HandRetargetNode(TeleopNode):
         self._process(self._sample(side, stamp_msg, points), stamp_msg)
 
     def _poll(self) -> None:
-        samples = [s for s in self.source.read(self.now_s()) if s.side in self.pipelines]
+        now = self.now_s()
+        if self._align_on_first_poll:  # synthetic: its frame grid on this loop's ticks, each frame due 1 ms early
+            self._align_on_first_poll = False
+            self.source.start(now - 0.001)
+        samples = [s for s in self.source.read(now) if s.side in self.pipelines]
         kept, dropped = split_backlog(samples, self.params["max_backlog_s"])
         for side, n in dropped.items():
             self.skipped[side] += n
