@@ -136,13 +136,13 @@ def generate_launch_description():
                 package="rviz2", executable="rviz2", arguments=["-d", rviz_config],
                 condition=IfCondition(LaunchConfiguration("rviz")),
             ),
-            # display only: the operator's chest frame drawn at the robot's torso, so RViz can show the
-            # wrist/elbow-in-chest poses next to the robot (axes: the chest tracker's own, as published)
-            Node(
+            # display only: the tracking world frames (synthetic operator, SteamVR) placed at the robot's
+            # base, so RViz can show /operator/trackers next to the robot (not the calibrated mapping)
+            *(Node(
                 package="tf2_ros", executable="static_transform_publisher",
-                arguments=["--z", "0.981", "--frame-id", "base_link", "--child-frame-id", "operator_chest"],
+                arguments=["--frame-id", "base_link", "--child-frame-id", world],
                 condition=IfCondition(LaunchConfiguration("rviz")),
-            ),
+            ) for world in ("synthetic_world", "vive_world")),
             Node(
                 package="robot_state_publisher",
                 executable="robot_state_publisher",

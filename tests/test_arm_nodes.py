@@ -1,4 +1,10 @@
-"""tracker and arm_ik nodes on real rclpy (composed in one process)."""
+"""tracker and arm_ik nodes on real rclpy (composed in one process): wiring and behaviour.
+
+Rates, latencies and the timing rules themselves are not asserted here (a loaded machine must pass these
+tests); the rules are tested in core: tests/test_trackers.py (frames, lag bound), tests/test_arm_session.py
+(start gating, clutch pedal, auto-calibration) and tests/test_arm_teleop_realtime.py (measured steps,
+outlier gate, IK recovery).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import time
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import PoseArray
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import JointState
@@ -19,35 +25,44 @@ from rynn_teleop.core.calibration import Calibration
 from rynn_teleop.core.robot_model import arm_joint_names
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError, ParameterError, RynnTeleopError
 from rynn_teleop.runner import Composition
+from rynn_teleop.sources.trackers import ROLES
 from ros_helpers import wait_for
 
 ARM_NAMES = list(arm_joint_names("left") + arm_joint_names("right"))
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+LEFT_WRIST = ROLES.index("left_wrist")
+
+
+def stamp_s(header) -> float:
+    return header.stamp.sec + 1e-9 * header.stamp.nanosec
+
+
+def positions(frame: PoseArray) -> np.ndarray:
+    """(5, 3) tracker positions of a frame [m] (NaN for an absent role)."""
+    return np.array([[p.position.x, p.position.y, p.position.z] for p in frame.poses])
 
 
 class Probe:
-    """A node recording /arms/command, a wrist topic and the latched clutch state."""
+    """A node recording /arms/command, the tracker frames and the latched clutch state."""
 
     def __init__(self, comp: Composition) -> None:
         self.node = Node("probe", context=comp.context)
         self.lock = threading.Lock()
-        self.commands: list[tuple[float, JointState]] = []
-        self.wrists: list[PoseStamped] = []
-        self.wrist_times: list[float] = []
+        self.commands: list[JointState] = []
+        self.frames: list[PoseArray] = []
         self.engaged: list[bool] = []
         self.node.create_subscription(JointState, "/arms/command", self._on_command, 100)
-        self.node.create_subscription(PoseStamped, "/operator/wrist_in_chest/left", self._on_wrist, 100)
+        self.node.create_subscription(PoseArray, "/operator/trackers", self._on_frame, 100)
         self.node.create_subscription(Bool, "/arm_ik/engaged", lambda m: self.engaged.append(m.data), LATCHED)
         comp.add_node(self.node)
 
     def _on_command(self, msg: JointState) -> None:
         with self.lock:
-            self.commands.append((time.monotonic(), msg))
+            self.commands.append(msg)
 
-    def _on_wrist(self, msg: PoseStamped) -> None:
+    def _on_frame(self, msg: PoseArray) -> None:
         with self.lock:
-            self.wrists.append(msg)
-            self.wrist_times.append(time.monotonic())
+            self.frames.append(msg)
 
     def call(self, srv_type, name: str, request, timeout: float = 10.0):
         client = self.node.create_client(srv_type, name)
@@ -60,7 +75,17 @@ class Probe:
         return future.result()
 
 
-def test_synthetic_trackers_drive_arm_commands_at_200hz(ros_domain_id, tmp_path):
+def check_wall_clock_truth(commands: list[JointState], max_velocity: np.ndarray) -> None:
+    """Every command moved at most max_velocity [rad/s] since the previous one, over their header stamps
+    (each command is the trajectory advanced by the time measured between the two)."""
+    stamps = np.array([stamp_s(m.header) for m in commands])
+    q = np.array([m.position for m in commands])
+    assert np.all(np.diff(stamps) > 0)
+    speed = np.abs(np.diff(q, axis=0)) / np.diff(stamps)[:, None]
+    assert np.all(speed <= np.tile(max_velocity, 2) * (1 + 1e-5) + 1e-6), speed.max()
+
+
+def test_synthetic_trackers_drive_arm_commands(ros_domain_id, tmp_path):
     cal_file = tmp_path / "cal.yaml"
     comp = Composition(
         ["tracker", "arm_ik"],
@@ -72,7 +97,7 @@ def test_synthetic_trackers_drive_arm_commands_at_200hz(ros_domain_id, tmp_path)
     )
     try:
         probe = Probe(comp)
-        assert wait_for(lambda: len(probe.commands) > 50 and len(probe.wrists) > 20, 20.0), "no commands or poses"
+        assert wait_for(lambda: len(probe.commands) > 50 and len(probe.frames) > 20, 20.0), "no commands or frames"
         # uncalibrated: engaging is refused and the arms hold
         refused = probe.call(SetBool, "/arm_ik/set_clutch", SetBool.Request(data=True))
         assert not refused.success and "calibrate" in refused.message
@@ -83,37 +108,34 @@ def test_synthetic_trackers_drive_arm_commands_at_200hz(ros_domain_id, tmp_path)
         engaged = probe.call(SetBool, "/arm_ik/set_clutch", SetBool.Request(data=True))
         assert engaged.success
         assert wait_for(lambda: probe.engaged and probe.engaged[-1], 5.0)
-
         with probe.lock:
             start = len(probe.commands)
-        t0 = time.monotonic()
-        time.sleep(4.0)  # the operator starts reaching after 3 s
+            first = np.array(probe.commands[-1].position)
+
+        def moved() -> bool:  # the operator starts reaching after 3 s
+            with probe.lock:
+                return np.abs(np.array(probe.commands[-1].position) - first).max() > 0.05
+
+        assert wait_for(moved, 20.0), "the arms did not follow the operator"
         with probe.lock:
-            window = [m for t, m in probe.commands[start:] if t >= t0]
-            wrist = probe.wrists[-1]
-            wrist_rate = sum(1 for t in probe.wrist_times if t >= t0) / 4.0
-        span = 4.0
-        assert 100.0 <= wrist_rate <= 130.0, f"wrist-in-chest rate {wrist_rate:.1f} Hz (source: 120 Hz)"
-        rate = len(window) / span
-        assert 150.0 <= rate <= 230.0, f"command rate {rate:.1f} Hz"
+            window = list(probe.commands[start:])
+            frames = list(probe.frames[-50:])
         assert all(list(m.name) == ARM_NAMES for m in window)
         assert all(len(m.position) == 14 and len(m.velocity) == 14 for m in window)
-        positions = np.array([m.position for m in window])
-        assert np.all(np.isfinite(positions))
-        assert np.abs(positions - positions[0]).max() > 0.05, "the arms did not follow the operator"
-        stamps = [m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in window]
-        assert all(b > a for a, b in zip(stamps, stamps[1:]))
-        # tracker poses carry sample-time stamps (the synthetic source's 120 Hz grid) and the chest frame
-        assert wrist.header.frame_id == "operator_chest"
-        with probe.lock:
-            wrist_stamps = np.array([w.header.stamp.sec + 1e-9 * w.header.stamp.nanosec for w in probe.wrists[-50:]])
-        ticks = np.diff(wrist_stamps) * 120.0
+        assert np.all(np.isfinite(np.array([m.position for m in window])))
+        check_wall_clock_truth(window, np.array(comp.node("arm_ik").params["max_velocity"]))
+        # one PoseArray per sampled frame: the five roles in ROLES order, in the tracking world frame,
+        # stamped with the frame's capture time (the synthetic source's 120 Hz grid)
+        assert all(f.header.frame_id == "synthetic_world" and len(f.poses) == len(ROLES) for f in frames)
+        assert all(np.all(np.isfinite(positions(f))) for f in frames)
+        ticks = np.diff([stamp_s(f.header) for f in frames]) * 120.0
         np.testing.assert_allclose(ticks, np.round(ticks), atol=1e-3)
         assert np.all(np.round(ticks) >= 1)
-        node = comp.node("arm_ik")
-        p99 = node.meters["command"].latency_percentiles(99)[0]
-        assert 0.0 < p99 < 0.1  # tracker sample -> command [s]
         assert comp.node("tracker").trackers.rejected == 0
+        arm_ik = comp.node("arm_ik")
+        values = arm_ik.diagnostic_values()
+        assert values["cycles"] > 0 and 0 <= values["stale_cycles"] <= values["cycles"]
+        assert values["left.outliers"] == values["right.outliers"] == 0
     finally:
         comp.shutdown()
     assert not comp.errors
@@ -139,8 +161,9 @@ def test_arm_ik_waits_for_measured_joint_states(ros_domain_id, tmp_path):
 
         assert wait_for(publish_and_check, 10.0)
         with probe.lock:
-            first = probe.commands[0][1]
+            first = probe.commands[0]
         np.testing.assert_allclose(first.position, measured, atol=1e-9)  # starts where the robot is
+        assert comp.node("arm_ik")._joint_states_sub is None  # no longer needed
     finally:
         comp.shutdown()
 
@@ -151,6 +174,8 @@ def test_motion_limits_above_the_robot_are_refused(ros_domain_id):
     assert "3.14" in str(err.value)
     with pytest.raises(ParameterError, match="home_position"):
         Composition(["arm_ik"], overrides={"arm_ik": {"home_position": [3.0] * 14}}, domain_id=ros_domain_id)
+    with pytest.raises(ParameterError, match="outlier_speed_m_s"):
+        Composition(["arm_ik"], overrides={"arm_ik": {"outlier_speed_m_s": 0.0}}, domain_id=ros_domain_id)
 
 
 def test_openvr_source_without_steamvr_is_a_clear_error(ros_domain_id, tmp_path, monkeypatch):
@@ -187,7 +212,7 @@ def test_auto_calibration_and_the_clutch_topic(ros_domain_id, tmp_path):
     comp = Composition(
         ["tracker", "arm_ik"],
         overrides={
-            "tracker": {"source": "synthetic"},
+            "tracker": {"source": "synthetic", "synthetic.hold_s": 5.0},
             "arm_ik": {"start_from": "home", "calibration_file": str(tmp_path / "cal.yaml"),
                        "auto_calibrate": True, "auto_engage": True, "auto_calibrate_delay_s": 0.5},
         },
@@ -196,8 +221,10 @@ def test_auto_calibration_and_the_clutch_topic(ros_domain_id, tmp_path):
     try:
         probe = Probe(comp)
         node = comp.node("arm_ik")
-        assert wait_for(lambda: node.ctl.clutch.engaged, 10.0), "auto calibration + engage did not happen"
+        assert wait_for(lambda: node.ctl.clutch.engaged, 15.0), "auto calibration + engage did not happen"
+        assert node.session.auto_calibrated
         assert not (tmp_path / "cal.yaml").exists()  # automatic calibrations are not saved
+        assert wait_for(lambda: probe.engaged and probe.engaged[-1] is True, 5.0)
         pedal = probe.node.create_publisher(Bool, "/operator/clutch", 10)
         assert wait_for(lambda: (pedal.publish(Bool(data=False)), not node.ctl.clutch.engaged)[1], 5.0)
         assert wait_for(lambda: probe.engaged and probe.engaged[-1] is False, 5.0)
@@ -228,22 +255,21 @@ def test_measured_start_outside_the_limits_is_refused_and_slightly_outside_clipp
             msg.header.stamp = probe.node.get_clock().now().to_msg()
             pub.publish(msg)
 
-        assert wait_for(lambda: (publish(measured), bool(node._start_error))[1], 10.0)
-        assert "left_arm_joint3" in node._start_error
+        assert wait_for(lambda: (publish(measured), bool(node.session.start_error))[1], 10.0)
+        assert "left_arm_joint3" in node.session.start_error
         assert node.diagnostic_level()[0] == DiagnosticStatus.ERROR
-        time.sleep(0.3)
-        assert not probe.commands
+        assert not probe.commands and not node.session.started
         measured[2] = lim.upper[2] + 0.005  # within start_tolerance: clipped, and commanding starts
         assert wait_for(lambda: (publish(measured), len(probe.commands) > 3)[1], 10.0)
         with probe.lock:
-            first = np.array(probe.commands[0][1].position)
+            first = np.array(probe.commands[0].position)
         assert first[2] == pytest.approx(lim.upper[2])
-        assert not node._start_error
+        assert not node.session.start_error
     finally:
         comp.shutdown()
 
 
-def test_deadman_pedal_disengages_when_silent(ros_domain_id, tmp_path):
+def test_deadman_pedal_engages_and_disengages_when_silent(ros_domain_id, tmp_path):
     cal = Calibration(is_default=False).save(tmp_path / "cal.yaml")
     comp = Composition(
         ["arm_ik"],
@@ -255,11 +281,11 @@ def test_deadman_pedal_disengages_when_silent(ros_domain_id, tmp_path):
         node = comp.node("arm_ik")
         pedal = probe.node.create_publisher(Bool, "/operator/clutch", 10)
         assert wait_for(lambda: (pedal.publish(Bool(data=True)), node.ctl.clutch.engaged)[1], 5.0)
-        for _ in range(10):  # held: keeps publishing true, stays engaged
-            pedal.publish(Bool(data=True))
-            time.sleep(0.1)
-        assert node.ctl.clutch.engaged and node.ctl.clutch.engagements == 1
-        assert wait_for(lambda: not node.ctl.clutch.engaged, 3.0)  # pedal node "died"
+        assert wait_for(lambda: probe.engaged and probe.engaged[-1] is True, 5.0)
+        # the pedal node "died": the engagement ends by itself (the timing rule is tested in core)
+        assert wait_for(lambda: not node.ctl.clutch.engaged, 10.0)
+        assert wait_for(lambda: probe.engaged and probe.engaged[-1] is False, 5.0)
+        assert node.ctl.clutch.engagements == 1
     finally:
         comp.shutdown()
 
@@ -269,16 +295,17 @@ def test_a_failed_calibration_save_keeps_the_old_calibration(ros_domain_id, tmp_
     blocker.write_text("not a folder")
     comp = Composition(
         ["tracker", "arm_ik"],
-        overrides={"tracker": {"source": "synthetic", "synthetic.hold_s": 5.0},
+        overrides={"tracker": {"source": "synthetic", "synthetic.hold_s": 30.0},
                    "arm_ik": {"start_from": "home", "calibration_file": str(blocker / "cal.yaml")}},
         domain_id=ros_domain_id,
     )
     try:
         probe = Probe(comp)
-        assert wait_for(lambda: len(probe.wrists) > 20, 10.0)
+        arm_ik = comp.node("arm_ik")
+        assert wait_for(lambda: len(probe.frames) > 20 and arm_ik.ctl.operator("left") is not None, 10.0)
         result = probe.call(Trigger, "/arm_ik/calibrate", Trigger.Request())
         assert not result.success and "cannot write" in result.message
-        assert comp.node("arm_ik").ctl.calibration.is_default
+        assert arm_ik.ctl.calibration.is_default
     finally:
         comp.shutdown()
 
@@ -293,74 +320,70 @@ def test_a_role_without_a_serial_is_refused(ros_domain_id, tmp_path, monkeypatch
 
 
 def test_a_recorded_session_replays_through_the_tracker_node(ros_domain_id, tmp_path):
-    """Record the tracker node's raw CDR output into a rosbag2 (MCAP, as the recorder will), replay it."""
+    """Record the tracker node's raw CDR frames into a rosbag2 (MCAP, as the recorder does), replay them."""
     from rclpy.serialization import deserialize_message
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
 
-    roles = ("chest", "left_elbow", "right_elbow", "left_wrist", "right_wrist")
-    recorded: list[tuple[str, int, bytes]] = []
+    recorded: list[tuple[int, bytes]] = []
+    lock = threading.Lock()
     comp = Composition(["tracker"], overrides={"tracker": {"source": "synthetic", "synthetic.seed": 7}},
                        domain_id=ros_domain_id)
     try:
         node = Node("recorder", context=comp.context)
-        lock = threading.Lock()
-        for role in roles:
-            topic = f"/operator/trackers/{role}"
-            node.create_subscription(
-                PoseStamped, topic,
-                lambda raw, t=topic: (lock.acquire(), recorded.append((t, time.time_ns(), raw)), lock.release()),
-                100, raw=True,
-            )
+
+        def record(raw):
+            with lock:
+                recorded.append((time.time_ns(), bytes(raw)))
+
+        node.create_subscription(PoseArray, "/operator/trackers", record, 100, raw=True)
         comp.add_node(node)
-        assert wait_for(lambda: len(recorded) >= 5 * 150, 20.0)
+        assert wait_for(lambda: len(recorded) >= 360, 30.0)  # 3 s: the replay's probe may join late
     finally:
         comp.shutdown()
     bag = tmp_path / "session"
     with lock:
         rows = list(recorded)
     with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
-        typestore = get_typestore(Stores.ROS2_JAZZY)
-        conns = {
-            f"/operator/trackers/{r}": writer.add_connection(
-                f"/operator/trackers/{r}", "geometry_msgs/msg/PoseStamped", typestore=typestore
-            )
-            for r in roles
-        }
-        for topic, t_ns, raw in rows:
-            writer.write(conns[topic], t_ns, bytes(raw))
-    original = [deserialize_message(bytes(raw), PoseStamped) for topic, _, raw in rows
-                if topic == "/operator/trackers/left_wrist"]
+        conn = writer.add_connection("/operator/trackers", "geometry_msgs/msg/PoseArray",
+                                     typestore=get_typestore(Stores.ROS2_JAZZY))
+        for t_ns, raw in rows:
+            writer.write(conn, t_ns, raw)
+    original = [deserialize_message(raw, PoseArray) for _, raw in rows]
 
-    comp = Composition(["tracker"], overrides={"tracker": {"source": "replay", "replay.path": str(bag)}},
+    comp = Composition(["tracker"], overrides={"tracker": {"source": "replay", "replay.path": str(bag),
+                                                           "max_lag_s": 1.0}},
                        domain_id=ros_domain_id)
     try:
         probe = Probe(comp)
-        replayed: list[PoseStamped] = []
-        probe.node.create_subscription(PoseStamped, "/operator/trackers/left_wrist", replayed.append, 100)
-        assert wait_for(lambda: len(replayed) >= 60 and len(probe.wrists) >= 60, 15.0)
+        assert wait_for(lambda: len(probe.frames) >= 60, 15.0)
         tracker = comp.node("tracker")
         assert tracker.world_frame == "synthetic_world"  # taken from the recording
+        with probe.lock:
+            replayed = list(probe.frames)
     finally:
         comp.shutdown()
-    # the replayed poses are the recorded ones, consecutive and in order (the probe may join a
-    # few samples late, so locate its first one in the recording)
-    first = np.array([[m.pose.position.x, m.pose.position.y, m.pose.position.z] for m in original])
-    again = np.array([[m.pose.position.x, m.pose.position.y, m.pose.position.z] for m in replayed[:60]])
-    start = int(np.argmin(np.linalg.norm(first - again[0], axis=1)))
-    assert start < 20
-    np.testing.assert_allclose(again, first[start:start + 60], atol=1e-9)
-    # with header stamps re-timed onto the playback clock at the recorded spacing
-    dt_rec = np.diff([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in original[start:start + 60]])
-    dt_rep = np.diff([m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in replayed[:60]])
-    np.testing.assert_allclose(dt_rep, dt_rec, atol=1e-6)
+    # every replayed frame is a recorded one, in order, re-timed onto the playback clock at the recorded
+    # spacing (the probe may join late: locate its first one in the recording)
+    rec = np.array([positions(f) for f in original])
+    rec_t = np.array([stamp_s(f.header) for f in original])
+    start = int(np.argmin(np.abs(rec - positions(replayed[0])).max(axis=(1, 2))))
+    offset = stamp_s(replayed[0].header) - rec_t[start]
+    matched = []
+    for frame in replayed:
+        i = int(np.argmin(np.abs(rec_t + offset - stamp_s(frame.header))))
+        assert abs(rec_t[i] + offset - stamp_s(frame.header)) < 1e-6
+        np.testing.assert_allclose(positions(frame), rec[i], atol=1e-9)
+        assert frame.header.frame_id == original[i].header.frame_id
+        matched.append(i)
+    assert np.all(np.diff(matched) > 0)
 
 
 def test_a_tracker_dropout_is_reported_stale_and_the_arm_holds_then_resumes(ros_domain_id, tmp_path):
     comp = Composition(
         ["tracker", "arm_ik"],
         overrides={
-            "tracker": {"source": "synthetic", "synthetic.hold_s": 1.0, "synthetic.dropouts": ["left_wrist:3.0:4.0"]},
+            "tracker": {"source": "synthetic", "synthetic.hold_s": 2.0, "synthetic.dropouts": ["left_wrist:4.0:5.0"]},
             "arm_ik": {"start_from": "home", "calibration_file": str(tmp_path / "cal.yaml"),
                        "auto_calibrate": True, "auto_engage": True, "auto_calibrate_delay_s": 0.3},
         },
@@ -369,63 +392,82 @@ def test_a_tracker_dropout_is_reported_stale_and_the_arm_holds_then_resumes(ros_
     try:
         probe = Probe(comp)
         tracker, arm_ik = comp.node("tracker"), comp.node("arm_ik")
-        assert wait_for(lambda: tracker.diagnostic_level()[0] == DiagnosticStatus.WARN, 10.0)
+        assert wait_for(lambda: arm_ik.ctl.clutch.engaged, 10.0), "auto calibration + engage did not happen"
+        assert wait_for(lambda: tracker.diagnostic_level()[0] == DiagnosticStatus.WARN, 15.0)
         level, message = tracker.diagnostic_level()
         assert "left_wrist" in message and "right" not in message
         assert "left_wrist" in tracker.diagnostic_values()["stale"]
-        assert wait_for(lambda: arm_ik.ctl.sides["left"].stale, 2.0)
-        assert not arm_ik.ctl.sides["right"].stale
-        with probe.lock:
-            n_during = len(probe.wrists)
-        time.sleep(0.5)
-        with probe.lock:
-            assert len(probe.wrists) == n_during  # left wrist-in-chest poses stopped
-        assert wait_for(lambda: tracker.diagnostic_level()[0] == DiagnosticStatus.OK, 5.0)  # tracking again
-        assert wait_for(lambda: not arm_ik.ctl.sides["left"].stale, 2.0)
-        # the dropout made the left side stale (a loaded CI machine can add a short delivery hiccup: >= 1)
-        assert arm_ik.ctl.sides["left"].stale_events >= 1 and arm_ik.ctl.sides["right"].stale_events <= 1
+        assert wait_for(lambda: arm_ik.ctl.sides["left"].stale, 5.0)
+        assert wait_for(lambda: tracker.diagnostic_level()[0] == DiagnosticStatus.OK, 10.0)  # tracking again
+        assert wait_for(lambda: not arm_ik.ctl.sides["left"].stale, 5.0)
+        # the dropout made the left side stale (a loaded machine can add a short delivery hiccup: >= 1)
+        assert arm_ik.ctl.sides["left"].stale_events >= 1
         assert tracker.trackers.stale_events["left_wrist"] == 1
+        assert arm_ik.ctl.stale_cycles > 0
         with probe.lock:
-            assert len(probe.wrists) > n_during
-            commands = np.array([m.position for _, m in probe.commands])
-        # the command stream stayed smooth through the loss and the recovery
-        v = np.diff(commands, axis=0) / 0.005
-        assert np.all(np.isfinite(commands)) and np.abs(v).max() < 10.0
+            frames = list(probe.frames)
+            commands = list(probe.commands)
+        # during the dropout the frames carry an all-NaN left wrist and the other roles as usual
+        lost = [f for f in frames if np.isnan(positions(f)[LEFT_WRIST]).any()]
+        assert lost, "no frame without the left wrist"
+        for f in lost:
+            p = positions(f)
+            assert np.all(np.isnan(p[LEFT_WRIST]))
+            o = f.poses[LEFT_WRIST].orientation
+            assert all(np.isnan(v) for v in (o.x, o.y, o.z, o.w))
+            assert np.all(np.isfinite(np.delete(p, LEFT_WRIST, axis=0)))
+        # the command stream stayed true to its stamps and within the velocity limits through the loss
+        check_wall_clock_truth(commands, np.array(arm_ik.params["max_velocity"]))
         assert arm_ik.ctl.clutch.engaged
     finally:
         comp.shutdown()
     assert not comp.errors
 
 
-def test_a_late_tick_still_publishes_one_wrist_in_chest_pose_per_sampled_frame(ros_domain_id):
+def test_a_late_tick_publishes_the_newest_frame_and_counts_the_dropped_ones(ros_domain_id):
     comp = Composition(["tracker"], domain_id=ros_domain_id)
     try:
         probe = Probe(comp)
         tracker = comp.node("tracker")
-        assert wait_for(lambda: len(probe.wrists) > 5, 10.0)
-        tracker._timer.cancel()  # from now on ticks come only from here, each after several frames piled up
-        tracker._tick()  # drain what is due now
-        serial = tracker.trackers.serials["left_wrist"]
+        assert wait_for(lambda: len(probe.frames) > 5, 10.0)
+        tracker._loop.cancel()  # from now on ticks come only from here, each after several frames piled up
+        with tracker.lock:
+            tracker._tick()  # drain what is due now
+            published0, dropped0 = tracker.frames_published, tracker.late_dropped
         read, sampled = tracker.source.read, []
 
         def spy(now):
             samples = read(now)
-            sampled.extend(s.stamp for s in samples if s.serial == serial)
+            sampled.extend(s.stamp for s in samples)
             return samples
 
         tracker.source.read = spy
-        for wait in (5 / 120, 5 / 120, 0.25, 5 / 120):  # one tick later than the dropout timeout (0.1 s)
+        late = []
+        for wait in (5 / 120, 0.25, 5 / 120, 0.25):
             time.sleep(wait)
-            tracker._tick()
-        assert len(sampled) >= 8  # several frames per tick
+            n = len(sampled)
+            with tracker.lock:
+                tracker._tick()
+            late.append(sampled[n:])
+        frames = sorted(set(sampled))
+        published = tracker.frames_published - published0
+        dropped = tracker.late_dropped - dropped0
+        assert published + dropped == len(frames)  # every sampled frame is published or counted as dropped
+        # a tick 0.25 s late finds >= 30 frames; those older than max_lag_s (0.05 s) are dropped
+        assert dropped >= 2 * 20
+        assert tracker.diagnostic_values()["late_dropped"] == tracker.late_dropped
 
-        def published():
+        def received():
             with probe.lock:
-                stamps = sorted(m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec for m in probe.wrists)
-            return [t for t in stamps if t >= min(sampled) - 1e-6]
+                return sorted(stamp_s(f.header) for f in probe.frames if stamp_s(f.header) >= frames[0] - 1e-6)
 
-        assert wait_for(lambda: len(published()) >= len(sampled), 3.0)
-        stamps = published()
-        np.testing.assert_allclose(stamps, sorted(sampled), atol=1e-6)  # one pose per wrist sample, none repeated
+        assert wait_for(lambda: len(received()) >= published, 5.0)
+        got = received()
+        assert len(got) == published and len(set(got)) == published  # one message per published frame
+        sampled_frames, got = np.array(frames), np.array(got)
+        assert all(np.abs(sampled_frames - t).min() < 1e-6 for t in got)  # only sampled frames
+        for batch in late:  # each tick published its newest frame
+            if batch:
+                assert np.abs(got - max(batch)).min() < 1e-6
     finally:
         comp.shutdown()

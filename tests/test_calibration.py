@@ -1,4 +1,5 @@
-"""Operator-to-robot calibration (core.calibration) and its use by the controller."""
+"""Operator-to-robot calibration (core.calibration), its use by the controller, and the stillness check
+that gates an automatic capture."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import yaml
 from scipy.spatial.transform import Rotation
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME, ArmTeleop
-from rynn_teleop.core.calibration import Calibration, calibrate
+from rynn_teleop.core.calibration import Calibration, StillnessDetector, calibrate
 from rynn_teleop.core.robot_model import RobotModel
-from rynn_teleop.core.trackers import TrackerSet
+from rynn_teleop.core.trackers import ChestRelativeArms, TrackerSet, group_frames
 from rynn_teleop.core.transforms import fit_similarity, make_transform, pose_error
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.sources.trackers import ROLES, SyntheticOperator
@@ -184,3 +185,65 @@ def test_similarity_fit_is_exact_for_exact_data():
     np.testing.assert_allclose(sim.translation, [1, 2, 3], atol=1e-12)
     reflected = pts * [1, 1, -1]  # a mirror image is not a rotation: best proper rotation, det +1
     assert np.linalg.det(fit_similarity(pts, reflected).rotation) == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------------ stillness
+KEYS = [f"{side}_{part}" for side in SIDES for part in ("wrist", "elbow")]
+
+
+def stillness_over(op: SyntheticOperator, t0: float, t1: float, **kwargs) -> list[tuple[float, bool]]:
+    """(frame stamp, still) for every frame of ``op`` in [t0, t1] [s], the detector fed the chest-relative
+    wrist and elbow poses the arm_ik node computes."""
+    det = StillnessDetector(KEYS, **{"window": 0.5, "position_tolerance": 0.01, "rotation_tolerance": 0.05,
+                                     "max_gap": 0.1, **kwargs})
+    serials = op.serials
+    ts, arms = TrackerSet(serials, 0.1), ChestRelativeArms(0.1)
+    op.start(0.0)
+    out = []
+    for frame in group_frames(op.read(t1)):
+        for side, rel in arms.update(frame.stamp, ts.update_frame(frame)):
+            det.add(f"{side}_wrist", rel.stamp, rel.wrist)
+            det.add(f"{side}_elbow", rel.stamp, rel.elbow)
+        if frame.stamp >= t0:
+            out.append((frame.stamp, det.still(frame.stamp)))
+    return out
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_still_operator_is_still_once_the_window_is_covered(seed):
+    serials = {r: f"S{i}" for i, r in enumerate(ROLES)}
+    got = stillness_over(SyntheticOperator(serials, hold_s=4.0, seed=seed), 0.0, 3.9)  # tracker noise included
+    first = next(t for t, still in got if still)
+    assert 0.5 - 1e-9 <= first <= 0.5 + 1 / 120 + 1e-9  # not before a whole window of poses
+    assert all(still for t, still in got if t >= first)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_moving_operator_is_never_still(seed):
+    serials = {r: f"S{i}" for i, r in enumerate(ROLES)}
+    # the pick-and-place between its passes through home (at 0 and 8 s)
+    got = stillness_over(SyntheticOperator(serials, hold_s=0.0, seed=seed), 1.0, 7.5)
+    assert len(got) > 700 and not any(still for _, still in got)
+
+
+def test_stillness_needs_every_key_fresh_and_within_the_tolerances():
+    det = StillnessDetector(["a", "b"], window=0.5, position_tolerance=0.01, rotation_tolerance=0.05, max_gap=0.1)
+    for k in range(61):
+        t = k / 120
+        det.add("a", t, make_transform((0.0, 0.0, 0.0)))
+        det.add("b", t, make_transform((0.004 * (-1) ** k, 0.0, 0.0)))  # +-4 mm: within 1 cm of the mean
+    assert det.still(0.5)
+    assert not det.still(0.5 + 0.11)  # the newest poses are too old
+    det.add("a", 0.51, make_transform((0.02, 0.0, 0.0)))  # 2 cm away
+    assert not det.still(0.51)
+    det.clear()
+    assert not det.still(0.51)
+    R = Rotation.from_rotvec([0.0, 0.0, 0.08]).as_matrix()  # 4.6 deg
+    for k in range(61):
+        det.add("a", k / 120, make_transform(rotation=R if k == 30 else np.eye(3)))
+        det.add("b", k / 120, make_transform())
+    assert not det.still(0.5)
+    with pytest.raises(ConfigurationError, match="window"):
+        StillnessDetector(["a"], window=0.0, position_tolerance=0.01, rotation_tolerance=0.05, max_gap=0.1)
+    with pytest.raises(ConfigurationError, match="no pose"):
+        StillnessDetector([], window=0.5, position_tolerance=0.01, rotation_tolerance=0.05, max_gap=0.1)

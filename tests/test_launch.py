@@ -205,8 +205,7 @@ def test_rviz_config_is_installed_and_shows_robot_camera_and_trackers():
             topics[d["Class"]].add(topic["Value"])
     assert topics["rviz_default_plugins/RobotModel"] == {"/robot_description"}
     assert topics["rviz_default_plugins/Image"] == {"/head_camera/color/image_raw"}
-    assert topics["rviz_default_plugins/Pose"] == {f"/operator/{part}_in_chest/{side}"
-                                                   for part in ("wrist", "elbow") for side in ("left", "right")}
+    assert topics["rviz_default_plugins/PoseArray"] == {"/operator/trackers"}
     assert config["Visualization Manager"]["Global Options"]["Fixed Frame"] == "base_link"
 
 

@@ -268,18 +268,23 @@ def test_synthetic_pose_at_is_rigid_and_reachable_at_any_time(t):
 TYPESTORE = get_typestore(Stores.ROS2_JAZZY)
 
 
-def pose_stamped(T: np.ndarray, stamp_ns: int, frame_id: str):
+def header(stamp_ns: int, frame_id: str):
     ts = TYPESTORE.types
-    p, q = matrix_to_pose(T)
-    return ts["geometry_msgs/msg/PoseStamped"](
-        header=ts["std_msgs/msg/Header"](
-            stamp=ts["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9),
-            frame_id=frame_id,
-        ),
-        pose=ts["geometry_msgs/msg/Pose"](
-            position=ts["geometry_msgs/msg/Point"](x=p[0], y=p[1], z=p[2]),
-            orientation=ts["geometry_msgs/msg/Quaternion"](x=q[0], y=q[1], z=q[2], w=q[3]),
-        ),
+    return ts["std_msgs/msg/Header"](
+        stamp=ts["builtin_interfaces/msg/Time"](sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9), frame_id=frame_id
+    )
+
+
+def pose_msg(T: np.ndarray | None):
+    """A rosbags geometry_msgs/Pose of ``T``; all-NaN for None (a role without a sample)."""
+    ts = TYPESTORE.types
+    if T is None:
+        p, q = np.full(3, np.nan), np.full(4, np.nan)
+    else:
+        p, q = matrix_to_pose(T)
+    return ts["geometry_msgs/msg/Pose"](
+        position=ts["geometry_msgs/msg/Point"](x=p[0], y=p[1], z=p[2]),
+        orientation=ts["geometry_msgs/msg/Quaternion"](x=q[0], y=q[1], z=q[2], w=q[3]),
     )
 
 
@@ -291,38 +296,55 @@ def write_bag(
     period_ns: int = 10_000_000,
     first_ns: int = 1_700_000_000_123_000_000,
     storage=StoragePlugin.MCAP,
-    prefix: str = "/operator/trackers",
+    topic: str = "/operator/trackers",
     extra_topic: bool = True,
+    per_role: bool = False,
 ) -> dict[str, list[tuple[float, np.ndarray]]]:
-    """A bag of ``n`` samples per role from the synthetic operator; returns role -> [(stamp [s], T)]."""
+    """A bag of ``n`` frames from the synthetic operator, each with the poses of ``roles`` (the others
+    absent, all-NaN), as the tracker node publishes them: one PoseArray per frame on ``topic``; or, with
+    ``per_role``, the older layout (one PoseStamped topic per role, ``<topic>/<role>``, roles 1 us apart).
+    Returns role -> [(stamp [s], T)]."""
     op = SyntheticOperator(SERIALS, hold_s=0.0)
     recorded: dict[str, list[tuple[float, np.ndarray]]] = {r: [] for r in roles}
+    ts = TYPESTORE.types
     with Writer(path, version=9, storage_plugin=storage) as writer:
-        conns = {
-            r: writer.add_connection(f"{prefix}/{r}", "geometry_msgs/msg/PoseStamped", typestore=TYPESTORE)
-            for r in roles
-        }
+        if per_role:
+            conns = {r: writer.add_connection(f"{topic}/{r}", "geometry_msgs/msg/PoseStamped", typestore=TYPESTORE)
+                     for r in roles}
+        else:
+            frames = writer.add_connection(topic, "geometry_msgs/msg/PoseArray", typestore=TYPESTORE)
         if extra_topic:
             other = writer.add_connection("/rosout_like", "std_msgs/msg/String", typestore=TYPESTORE)
         for k in range(n):
             stamp_ns = first_ns + k * period_ns
             poses = op.pose_at(k * period_ns * 1e-9)
-            for j, role in enumerate(roles):
-                stamp = stamp_ns + j * 1000  # roles 1 us apart, like separate callbacks
-                msg = pose_stamped(poses[role], stamp, "vive_world")
-                raw = TYPESTORE.serialize_cdr(msg, "geometry_msgs/msg/PoseStamped")
-                writer.write(conns[role], stamp + 2_000_000, raw)  # received 2 ms later
-                recorded[role].append((stamp * 1e-9, poses[role]))
+            if per_role:
+                for j, role in enumerate(roles):
+                    stamp = stamp_ns + j * 1000  # roles 1 us apart, like separate callbacks
+                    msg = ts["geometry_msgs/msg/PoseStamped"](header=header(stamp, "vive_world"),
+                                                               pose=pose_msg(poses[role]))
+                    raw = TYPESTORE.serialize_cdr(msg, "geometry_msgs/msg/PoseStamped")
+                    writer.write(conns[role], stamp + 2_000_000, raw)  # received 2 ms later
+                    recorded[role].append((stamp * 1e-9, poses[role]))
+            else:
+                msg = ts["geometry_msgs/msg/PoseArray"](
+                    header=header(stamp_ns, "vive_world"),
+                    poses=[pose_msg(poses[r] if r in roles else None) for r in ROLES],
+                )
+                writer.write(frames, stamp_ns + 2_000_000, TYPESTORE.serialize_cdr(msg, "geometry_msgs/msg/PoseArray"))
+                for role in roles:
+                    recorded[role].append((stamp_ns * 1e-9, poses[role]))
             if extra_topic and k == 0:
                 raw = TYPESTORE.serialize_cdr(TYPESTORE.types["std_msgs/msg/String"](data="hi"), "std_msgs/msg/String")
                 writer.write(other, stamp_ns, raw)
     return recorded
 
 
+@pytest.mark.parametrize("per_role", [False, True], ids=["frames", "per_role"])
 @pytest.mark.parametrize("storage", [StoragePlugin.MCAP, StoragePlugin.SQLITE3])
-def test_replay_maps_recorded_stamps_onto_the_playback_clock(tmp_path, storage):
+def test_replay_maps_recorded_stamps_onto_the_playback_clock(tmp_path, storage, per_role):
     bag = tmp_path / "session"
-    recorded = write_bag(bag, storage=storage)
+    recorded = write_bag(bag, storage=storage, per_role=per_role)
     src = ReplaySource(bag, SERIALS)
     src.start(500.0)
     assert src.world_frame == "vive_world"
@@ -338,6 +360,11 @@ def test_replay_maps_recorded_stamps_onto_the_playback_clock(tmp_path, storage):
             np.testing.assert_allclose(sample.matrix, T, atol=1e-9)
     assert [s.stamp for s in got] == sorted(s.stamp for s in got)
     assert {role_of[s.serial] for s in got} == set(ROLES)
+    if not per_role:  # the samples of one recorded frame keep one stamp, in ROLES order
+        for k in range(10):
+            frame = got[5 * k: 5 * k + 5]
+            assert len({s.stamp for s in frame}) == 1
+            assert [role_of[s.serial] for s in frame] == list(ROLES)
     rest = src.read(1000.0)
     assert len(rest) == 5 * 10
     assert src.finished
@@ -345,6 +372,17 @@ def test_replay_maps_recorded_stamps_onto_the_playback_clock(tmp_path, storage):
     assert src.serials_seen() == set(SERIALS.values())
     src.close()
     src.close()
+
+
+def test_replay_of_frames_skips_absent_roles_and_replays_a_subset(tmp_path):
+    bag = tmp_path / "bag"
+    recorded = write_bag(bag, roles=("chest", "left_wrist", "right_wrist"), n=4)  # elbows all-NaN
+    src = ReplaySource(bag, {r: SERIALS[r] for r in ("chest", "left_wrist")})
+    src.start(0.0)
+    got = src.read(10.0)
+    assert [s.serial for s in got] == [SERIALS["chest"], SERIALS["left_wrist"]] * 4
+    assert src.skipped == 0  # absent is not invalid
+    np.testing.assert_allclose(got[1].matrix, recorded["left_wrist"][0][1], atol=1e-9)
 
 
 def test_replay_rate_scale_halves_the_intervals(tmp_path):
@@ -379,9 +417,10 @@ def test_replay_loop_continues_the_timeline(tmp_path):
     assert not src.finished
 
 
-def test_replay_missing_role_lists_the_recorded_roles(tmp_path):
+@pytest.mark.parametrize("per_role", [False, True], ids=["frames", "per_role"])
+def test_replay_missing_role_lists_the_recorded_roles(tmp_path, per_role):
     bag = tmp_path / "bag"
-    write_bag(bag, roles=("chest", "left_wrist", "right_wrist"), n=2)
+    write_bag(bag, roles=("chest", "left_wrist", "right_wrist"), n=2, per_role=per_role)
     src = ReplaySource(bag, SERIALS)
     with pytest.raises(ConfigurationError) as err:
         src.start(0.0)
@@ -392,14 +431,37 @@ def test_replay_missing_role_lists_the_recorded_roles(tmp_path):
 
 def test_replay_bag_without_tracker_topics_lists_its_topics(tmp_path):
     bag = tmp_path / "bag"
-    write_bag(bag, n=2, prefix="/other/prefix")
+    write_bag(bag, n=2, topic="/other/trackers")
     with pytest.raises(ConfigurationError) as err:
         ReplaySource(bag, SERIALS).start(0.0)
-    assert "/operator/trackers" in str(err.value)
-    assert "/other/prefix/chest" in str(err.value) and "/rosout_like" in str(err.value)
-    src = ReplaySource(bag / "metadata.yaml", SERIALS, topic_prefix="/other/prefix/")  # a file inside is fine
+    assert "PoseArray topic /operator/trackers" in str(err.value)
+    assert "/other/trackers" in str(err.value) and "/rosout_like" in str(err.value)
+    src = ReplaySource(bag / "metadata.yaml", SERIALS, topic="/other/trackers/")  # a file inside is fine
     src.start(0.0)
     assert len(src.read(1.0)) == 10
+
+
+def test_replay_skips_invalid_poses_and_frames_of_the_wrong_size(tmp_path):
+    bag = tmp_path / "bag"
+    ts = TYPESTORE.types
+    home = SyntheticOperator(SERIALS).home_pose()
+    with Writer(bag, version=9, storage_plugin=StoragePlugin.MCAP) as writer:
+        conn = writer.add_connection("/operator/trackers", "geometry_msgs/msg/PoseArray", typestore=TYPESTORE)
+        for k, poses in enumerate([
+            [pose_msg(home[r]) for r in ROLES],
+            [pose_msg(home[r]) for r in ROLES[:4]],  # four poses: not a frame
+            [pose_msg(home[r]) for r in ROLES],
+        ]):
+            if k == 2:
+                poses[0].orientation.x = poses[0].orientation.y = poses[0].orientation.z = 0.0
+                poses[0].orientation.w = 0.0  # zero quaternion
+            msg = ts["geometry_msgs/msg/PoseArray"](header=header(10**9 * (k + 1), "w"), poses=poses)
+            writer.write(conn, 10**9 * (k + 1), TYPESTORE.serialize_cdr(msg, "geometry_msgs/msg/PoseArray"))
+    src = ReplaySource(bag, SERIALS)
+    src.start(0.0)
+    got = src.read(100.0)
+    assert len(got) == 5 + 4  # the first frame, and the last without its chest
+    assert src.skipped == 4 + 1
 
 
 def test_replay_missing_directory(tmp_path):

@@ -1,4 +1,5 @@
-"""TrackerSet: serial validation, discovery, freshness and chest-relative arm poses."""
+"""core.trackers: frames and the lag bound, TrackerSet (serials, discovery, freshness, chest-relative arm
+poses) and ChestRelativeArms (the consumer side of the PoseArray frames)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rynn_teleop.core.trackers import RelativePoses, TrackerSet
-from rynn_teleop.core.transforms import make_transform, pose_to_matrix
+from rynn_teleop.core.trackers import (
+    ChestRelativeArms,
+    RelativePoses,
+    TrackerFrame,
+    TrackerSet,
+    drop_late_frames,
+    frame_matrices,
+    frame_poses,
+    group_frames,
+    rigid_mask,
+)
+from rynn_teleop.core.transforms import is_rigid, make_transform, pose_to_matrix, quat_from_rotation
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.sources.trackers import ROLES, SyntheticOperator, TrackerSample
+from rynn_teleop.sources.trackers import ROLES, SIDES, SyntheticOperator, TrackerSample
 
 SERIALS = {
     "chest": "LHR-0000C0C0",
@@ -257,3 +268,152 @@ def test_relative_pose_recomposes_to_the_world_pose(pc, qc, pw, qw):
     rel = ts.relative("right", 0.0)
     np.testing.assert_allclose(chest @ rel.wrist, wrist, atol=1e-9)
     np.testing.assert_allclose(rel.wrist, np.linalg.inv(chest) @ wrist, atol=1e-9)
+
+
+# ----------------------------------------------------------------------------------------- frames and lag
+
+
+def frame_samples(stamp: float, roles=ROLES) -> list[TrackerSample]:
+    return [sample(r, stamp, make_transform((0.1 * i, 0.0, 1.0))) for i, r in enumerate(roles)]
+
+
+def test_group_frames_splits_on_stamp_changes_in_order():
+    samples = frame_samples(1.0) + frame_samples(1.01, ROLES[:2]) + frame_samples(1.02)
+    frames = group_frames(samples)
+    assert [f.stamp for f in frames] == [1.0, 1.01, 1.02]
+    assert [len(f.samples) for f in frames] == [5, 2, 5]
+    assert [s for f in frames for s in f.samples] == samples
+    assert group_frames([]) == []
+
+
+def test_late_frames_are_dropped_and_the_newest_kept():
+    frames = [TrackerFrame(t, ()) for t in np.arange(0.0, 0.30, 1 / 120)]
+    kept, dropped = drop_late_frames(frames, now=0.30, max_lag=0.05)
+    assert all(0.30 - f.stamp <= 0.05 for f in kept)
+    assert len(kept) + dropped == len(frames) and dropped == sum(0.30 - f.stamp > 0.05 for f in frames)
+    assert kept == [f for f in frames if 0.30 - f.stamp <= 0.05]  # in order
+    # a stalled source: every frame is old, the newest one is still published
+    kept, dropped = drop_late_frames(frames, now=10.0, max_lag=0.05)
+    assert kept == [frames[-1]] and dropped == len(frames) - 1
+    assert drop_late_frames([], 1.0, 0.05) == ([], 0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    stamps=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=40, unique=True),
+    late=st.floats(0.0, 2.0),
+    max_lag=st.floats(0.005, 1.0),
+)
+def test_lag_bound_property(stamps, late, max_lag):
+    stamps = sorted(stamps)
+    now = stamps[-1] + late
+    kept, dropped = drop_late_frames([TrackerFrame(t, ()) for t in stamps], now, max_lag)
+    assert kept[-1].stamp == stamps[-1]  # the newest frame is never dropped
+    assert all(now - f.stamp <= max_lag for f in kept[:-1])  # the others lag at most max_lag
+    assert len(kept) + dropped == len(stamps)
+    assert [f.stamp for f in kept] == sorted(f.stamp for f in kept)
+
+
+def test_update_frame_gives_roles_order_and_nan_for_absent_or_rejected():
+    ts = TrackerSet(SERIALS, 0.1)
+    bad = np.diag([1.0, 1.0, 2.0, 1.0])
+    samples = [sample("right_wrist", 1.0, make_transform((0.5, 0.0, 1.0))),
+               sample("chest", 1.0, make_transform((0.0, 0.0, 1.3))),
+               sample("left_elbow", 1.0, bad),
+               TrackerSample("LHR-99999999", 1.0, np.eye(4))]
+    out = ts.update_frame(TrackerFrame(1.0, tuple(samples)))
+    assert out.shape == (len(ROLES), 4, 4)
+    np.testing.assert_array_equal(out[ROLES.index("chest")], make_transform((0.0, 0.0, 1.3)))
+    np.testing.assert_array_equal(out[ROLES.index("right_wrist")], make_transform((0.5, 0.0, 1.0)))
+    for role in ("left_elbow", "right_elbow", "left_wrist"):
+        assert np.all(np.isnan(out[ROLES.index(role)]))
+    assert ts.rejected == 1 and ts.unknown_serials == {"LHR-99999999": 1}
+
+
+# ----------------------------------------------------------------------------------------- consumer side
+
+
+def test_chest_relative_arms_match_the_tracker_set_on_synthetic_frames():
+    """The frames the tracker node publishes give arm_ik the same chest-relative poses as the tracker set."""
+    op = SyntheticOperator(SERIALS, hold_s=0.5)
+    op.start(0.0)
+    ts, arms = TrackerSet(SERIALS, 0.1), ChestRelativeArms(0.1)
+    n = 0
+    for now in np.arange(0.05, 3.0, 0.05):
+        for frame in group_frames(op.read(float(now))):
+            matrices = ts.update_frame(frame)
+            got = dict(arms.update(frame.stamp, matrices))
+            for side in SIDES:
+                want = ts.relative(side, frame.stamp)
+                np.testing.assert_allclose(got[side].wrist, want.wrist, atol=1e-12)
+                np.testing.assert_allclose(got[side].elbow, want.elbow, atol=1e-12)
+                assert got[side].stamp == want.stamp == frame.stamp
+                n += 1
+    assert n > 500 and arms.malformed == 0 and arms.trackers.rejected == 0
+
+
+def test_chest_relative_arms_freshness_is_judged_at_the_frame_stamp():
+    arms = ChestRelativeArms(timeout=0.1)
+    home = SyntheticOperator(SERIALS).home_pose()
+    full = np.stack([home[r] for r in ROLES])
+    assert {s for s, _ in arms.update(1.0, full)} == set(SIDES)
+    no_left = full.copy()
+    no_left[ROLES.index("left_wrist")] = np.nan
+    got = dict(arms.update(1.05, no_left))
+    assert set(got) == {"right"}  # the left wrist was not updated by this frame: no new left pose
+    no_elbow = full.copy()
+    no_elbow[ROLES.index("right_elbow")] = np.nan
+    got = dict(arms.update(1.3, no_elbow))  # 0.3 s after the right elbow's last sample: stale there
+    assert got["right"].elbow is None and got["left"].elbow is not None
+    no_chest = full.copy()
+    no_chest[ROLES.index("chest")] = np.nan
+    assert arms.update(1.5, no_chest) == []  # the chest is stale at 1.5
+    # a frame delivered late is judged at its own stamp, not at the time it is taken
+    assert {s for s, _ in arms.update(1.55, full)} == set(SIDES)
+
+
+def test_chest_relative_arms_refuses_malformed_frames():
+    arms = ChestRelativeArms(timeout=0.1)
+    assert arms.update(1.0, np.tile(np.eye(4), (4, 1, 1))) == []
+    assert arms.update(float("nan"), np.tile(np.eye(4), (5, 1, 1))) == []
+    assert arms.malformed == 2 and arms.frames == 0
+    skew = np.tile(np.eye(4), (5, 1, 1))
+    skew[ROLES.index("left_wrist"), 0, 0] = 2.0
+    assert {s for s, _ in arms.update(1.0, skew)} == {"right"}
+    assert arms.trackers.rejected == 1 and arms.frames == 1
+
+
+# ----------------------------------------------------------------------------------------- frame conversions
+
+
+@settings(max_examples=100, deadline=None)
+@given(ps=st.lists(positions, min_size=1, max_size=6), qs=st.lists(quats, min_size=6, max_size=6))
+def test_frame_poses_and_matrices_round_trip(ps, qs):
+    T = np.stack([pose_to_matrix(p, q) for p, q in zip(ps, qs)])
+    p, q = frame_poses(T)
+    np.testing.assert_allclose(p, T[:, :3, 3], atol=1e-12)
+    np.testing.assert_allclose(q, [quat_from_rotation(m[:3, :3]) for m in T], atol=1e-12)
+    assert np.all(q[:, 3] >= 0)
+    np.testing.assert_allclose(frame_matrices(p, q), T, atol=1e-12)
+    np.testing.assert_allclose(frame_matrices(p, 3.0 * q), T, atol=1e-12)  # quaternions are normalised
+
+
+def test_frame_conversions_keep_absent_roles_nan():
+    T = np.tile(np.eye(4), (5, 1, 1))
+    T[2] = np.nan
+    p, q = frame_poses(T)
+    assert np.all(np.isnan(p[2])) and np.all(np.isnan(q[2]))
+    assert np.all(np.isfinite(np.delete(p, 2, axis=0))) and np.all(np.isfinite(np.delete(q, 2, axis=0)))
+    q[3] = 0.0  # a zero quaternion is no pose either
+    p[4, 0] = np.inf
+    M = frame_matrices(p, q)
+    assert [bool(np.all(np.isnan(m))) for m in M] == [False, False, True, True, True]
+
+
+def test_rigid_mask_agrees_with_is_rigid():
+    rng = np.random.default_rng(5)
+    good = [pose_to_matrix(rng.normal(size=3), rng.normal(size=4)) for _ in range(5)]
+    bad = [np.full((4, 4), np.nan), np.diag([1.0, 1.0, 1.1, 1.0]), np.diag([1.0, 1.0, -1.0, 1.0]),
+           np.vstack([make_transform((1, 2, 3))[:3], [0.0, 0.0, 0.5, 1.0]]), make_transform((0.0, np.inf, 0.0))]
+    M = np.stack(good + bad)
+    assert rigid_mask(M).tolist() == [is_rigid(m, 1e-3) for m in M] == [True] * 5 + [False] * 5

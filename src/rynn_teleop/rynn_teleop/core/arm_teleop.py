@@ -11,17 +11,35 @@ One :meth:`ArmTeleop.step` per control cycle (200 Hz in the node):
 2. the 14 IK solutions are the targets of one
    :class:`~.motion.JerkLimitedFollower`; a side whose target is stale or
    disengaged brakes to a stop instead;
-3. the follower's state is the command (position and velocity).
+3. the follower's state, advanced by the time since the previous step
+   (wall-clock truth: a command computed at ``now`` is the trajectory's
+   state at ``now`` however late the cycle ran), is the command (position
+   and velocity).
 
-Bad input never reaches the robot: non-finite or non-rigid poses are
-rejected at :meth:`ArmTeleop.set_operator` (counted, the last good target
-kept); an unreachable target yields the nearest reachable solution and the
-side's ``unreachable`` flag. A side whose tracking resumes after going stale
-is re-anchored (its clutch offset re-captured), like a re-engage.
+Bad input never reaches the robot:
+
+* non-finite or non-rigid poses are rejected at :meth:`ArmTeleop.set_operator`
+  (counted, the last good target kept);
+* outliers too: a wrist that moved faster than ``outlier_speed`` (plus
+  ``outlier_slack``) from the side's last accepted pose is not followed
+  (counted per side); the side holds its last good target, follows again as
+  soon as a pose is consistent with the last accepted one, and a side whose
+  accepted poses stopped for longer than ``stale_timeout`` (it went stale)
+  re-anchors on its next pose, so a true re-positioning is never refused for
+  long;
+* an unreachable target yields the nearest reachable solution and the side's
+  ``unreachable`` flag; when the warm-started solve is unreachable the solver
+  also starts from the side's home posture and from its current command and
+  keeps the first of those that reaches the target, so a run of bad targets
+  that left the warm start at a joint limit cannot trap the arm there.
+
+A side whose tracking resumes after going stale is re-anchored (its clutch
+offset re-captured), like a re-engage.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -52,6 +70,9 @@ class ArmTeleopSettings(NamedTuple):
     unreachable_position: float = 0.005  # [m] IK position error above which the target counts as unreachable
     unreachable_orientation: float = 0.035  # [rad] same for orientation (2 deg)
     target_margin: float = 0.02  # [rad] Ruckig targets stay this far inside the position limits
+    # [m/s] wrist speed from the side's last accepted pose above which a pose is an outlier (inf: no gate)
+    outlier_speed: float = math.inf
+    outlier_slack: float = 0.02  # [m] jump allowed on top of outlier_speed * stamp difference (tracker noise)
 
 
 class OperatorSample(NamedTuple):
@@ -73,6 +94,8 @@ class SideState:
     elbow_rejected: int = 0  # non-finite elbow hints dropped (the wrist pose was used)
     unreachable_count: int = 0  # IK solves flagged unreachable
     stale_events: int = 0  # fresh -> stale transitions
+    outliers: int = 0  # operator poses refused by the outlier gate
+    ik_reseeds: int = 0  # IK solves whose warm start was unreachable and a home or command seed reached the target
     last_ik: IKResult | None = None
     q_goal: np.ndarray = field(default_factory=lambda: np.zeros(N_ARM))  # last IK solution [rad]
     solved_stamp: float = float("nan")  # stamp of the operator sample the last IK solved
@@ -122,8 +145,17 @@ class ArmTeleop:
         self.follower = JerkLimitedFollower(limits, 1.0 / settings.rate_hz, target_margin=settings.target_margin)
         self.calibration = calibration or Calibration()
         self.clutch = Clutch(SIDES)
+        if not settings.outlier_speed > 0 or not settings.outlier_slack >= 0:
+            raise ConfigurationError(
+                f"outlier_speed must be > 0 m/s and outlier_slack >= 0 m; got {settings.outlier_speed}, "
+                f"{settings.outlier_slack}"
+            )
         self.sides = {s: SideState() for s in SIDES}
         self._operator: dict[str, OperatorSample] = {}
+        self._reanchor: set[str] = set()  # sides whose next target re-captures the clutch offset
+        self.cycles = 0  # [-] steps run
+        self.stale_cycles = 0  # [-] steps in which the clutch was engaged and a side was stale
+        self._last_step: float | None = None  # [s] time of the previous step (None: the next one is nominal)
         self.reset(self.home)
 
     # ------------------------------------------------------------------ state
@@ -134,6 +166,7 @@ class ArmTeleop:
         clutch continues from the new position instead of driving back.
         """
         self.follower.reset(position)
+        self._last_step = None
         for s in SIDES:
             self.clutch.release(s)
         for s in SIDES:
@@ -147,6 +180,12 @@ class ArmTeleop:
     # ------------------------------------------------------------------ input
     def set_operator(self, side: str, wrist: np.ndarray, elbow: np.ndarray | None, stamp: float) -> bool:
         """Store the newest operator pose of ``side``; False (counted) if rejected.
+
+        Rejected: a non-finite or non-rigid wrist or a non-finite stamp (``rejected``), and an outlier
+        (``outliers``): a wrist farther than ``outlier_speed * (stamp - last stamp) + outlier_slack`` [m]
+        from the side's last accepted wrist, while that one is at most ``stale_timeout`` older. A pose
+        that comes more than ``stale_timeout`` after the last accepted one is accepted whatever its
+        position and re-anchors the side (like tracking that resumes).
 
         Args:
             wrist: (4, 4) wrist tracker pose in the chest tracker frame.
@@ -164,8 +203,25 @@ class ArmTeleop:
         if not ok:
             st.rejected += 1
             return False
+        last = self._operator.get(side)
+        if last is not None:
+            gap = float(stamp) - last.stamp  # [s]
+            if gap > self.settings.stale_timeout:
+                self._reanchor.add(side)  # tracked again after a gap: continue from where the arm is
+            elif self._outlier(wrist, last.wrist, gap):
+                st.outliers += 1
+                return False
         self._operator[side] = OperatorSample(wrist, elbow, float(stamp))
         return True
+
+    def _outlier(self, wrist: np.ndarray, last: np.ndarray, gap: float) -> bool:
+        """True if ``wrist`` moved too far from ``last`` in ``gap`` [s] (the outlier gate)."""
+        speed = self.settings.outlier_speed
+        if not math.isfinite(speed):
+            return False
+        d = wrist[:3, 3] - last[:3, 3]
+        distance = math.sqrt(float(d @ d))  # [m]
+        return distance > speed * max(gap, 0.0) + self.settings.outlier_slack
 
     def operator(self, side: str) -> OperatorSample | None:
         return self._operator.get(side)
@@ -231,8 +287,35 @@ class ArmTeleop:
         age = now - sample.stamp
         return -self.settings.future_tolerance <= age <= self.settings.stale_timeout
 
-    def step(self, now: float) -> ArmCommand:
-        """One control cycle at time ``now`` [s]; returns the 14-joint command."""
+    def _unreachable(self, result: IKResult) -> bool:
+        return (result.position_error > self.settings.unreachable_position
+                or result.orientation_error > self.settings.unreachable_orientation)
+
+    def _solve(self, side: str, target: np.ndarray, hint: np.ndarray | None) -> IKResult:
+        """IK from the warm start; when that is unreachable, from the side's home posture and then from its
+        current command, keeping the first that reaches the target (else the warm-started result)."""
+        st, sl, ik = self.sides[side], self._slices[side], self.ik[side]
+        result = ik.solve(target, st.q_goal, hint)
+        if not self._unreachable(result):
+            return result
+        for seed in (self.home[sl], self.follower.state.position[sl]):
+            other = ik.solve(target, seed, hint)
+            if not self._unreachable(other):
+                st.ik_reseeds += 1
+                return other
+        return result
+
+    def step(self, now: float, *, dt: float | None = None) -> ArmCommand:
+        """One control cycle at time ``now`` [s]; returns the 14-joint command.
+
+        Args:
+            now: the cycle's time [s], the stamp of the command it returns.
+            dt: the time the trajectory advances [s]; None: the time since the previous step (the nominal
+                cycle ``1 / rate_hz`` at the first step, after :meth:`reset`, or when time did not advance).
+        """
+        last, self._last_step = self._last_step, now
+        if dt is None:
+            dt = now - last if last is not None and now > last else self.follower.dt
         goal = np.empty(2 * N_ARM)
         active = np.zeros(2 * N_ARM, dtype=bool)
         source_stamp = float("nan")
@@ -244,10 +327,11 @@ class ArmTeleop:
             fresh = sample is not None and self._fresh(sample, now)
             if st.stale is False and not fresh:
                 st.stale_events += 1
-            if st.stale and fresh:
+            if fresh and (st.stale or side in self._reanchor):
                 # tracking resumed: re-anchor this side like a re-engage, so the arm does not
                 # race to wherever the operator moved while untracked
                 self.clutch.release(side)
+                self._reanchor.discard(side)
             st.stale = not fresh
             st.active = bool(fresh and self.clutch.engaged)
             if not st.active:
@@ -266,18 +350,18 @@ class ArmTeleop:
                 hint = None
                 if sample.elbow is not None:
                     hint = self.clutch.apply_point(side, self.calibration.map_elbow(side, sample.elbow))
-                result = self.ik[side].solve(target, st.q_goal, hint)
+                result = self._solve(side, target, hint)
                 ik_time += time.perf_counter() - t0
                 st.last_ik = result
                 st.q_goal = result.q
                 st.solved_stamp = sample.stamp
-                st.unreachable = (
-                    result.position_error > self.settings.unreachable_position
-                    or result.orientation_error > self.settings.unreachable_orientation
-                )
+                st.unreachable = self._unreachable(result)
                 st.unreachable_count += int(st.unreachable)
             goal[sl] = st.q_goal
             active[sl] = True
             source_stamp = sample.stamp if np.isnan(source_stamp) else max(source_stamp, sample.stamp)
-        state = self.follower.step(goal, active)
+        self.cycles += 1
+        if self.clutch.engaged and any(self.sides[s].stale for s in SIDES):
+            self.stale_cycles += 1
+        state = self.follower.step(goal, active, dt=dt)
         return ArmCommand(state, source_stamp, ik_time)

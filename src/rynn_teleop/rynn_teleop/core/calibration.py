@@ -23,14 +23,17 @@ target in the torso frame::
     R_hand = R @ R_wrist @ R_offset_side
 
 The result is saved as YAML (``save``/``load``) and loaded at the next start.
+An automatic capture waits for the posture to be held (:class:`StillnessDetector`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import math
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import yaml
@@ -208,6 +211,71 @@ def calibrate(
         cal.wrist_position[s] = dst[k] - mapped[k]
         cal.elbow_position[s] = dst[2 + k] - mapped[2 + k]
     return cal
+
+
+class StillnessDetector:
+    """Whether every one of a set of tracked poses has held still over a time window.
+
+    Fed with poses per key (e.g. ``left_wrist``) and their stamps [s]; :meth:`still` is true at ``now``
+    [s] when, for every key, the poses cover the window ``[now - window, now]`` (one at or before its
+    start, the newest at most ``max_gap`` before ``now``), every position lies within
+    ``position_tolerance`` [m] of their mean and every orientation within ``rotation_tolerance`` [rad] of
+    the newest one. Times are caller-supplied.
+    """
+
+    def __init__(self, keys: Iterable[str], window: float, position_tolerance: float, rotation_tolerance: float,
+                 max_gap: float) -> None:
+        """
+        Args:
+            keys: the poses that must all be still.
+            window: how long they must have been still [s], > 0.
+            position_tolerance: largest distance of a position from the window's mean [m], > 0.
+            rotation_tolerance: largest rotation from the newest orientation [rad], > 0.
+            max_gap: largest age of the newest pose at :meth:`still` [s], > 0.
+
+        Raises:
+            ConfigurationError: no key or a value that is not > 0.
+        """
+        self.keys = tuple(keys)
+        if not self.keys:
+            raise ConfigurationError("stillness detector: no pose to watch")
+        for name, value in (("window", window), ("position_tolerance", position_tolerance),
+                            ("rotation_tolerance", rotation_tolerance), ("max_gap", max_gap)):
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigurationError(f"stillness detector: {name} must be > 0, got {value}")
+        self.window = float(window)  # [s]
+        self.position_tolerance = float(position_tolerance)  # [m]
+        self.rotation_tolerance = float(rotation_tolerance)  # [rad]
+        self.max_gap = float(max_gap)  # [s]
+        self._history: dict[str, deque[tuple[float, np.ndarray]]] = {k: deque() for k in self.keys}
+
+    def add(self, key: str, stamp: float, pose: np.ndarray) -> None:
+        """Record the (4, 4) ``pose`` of ``key`` at ``stamp`` [s] (stamps of one key non-decreasing)."""
+        h = self._history[key]
+        h.append((float(stamp), np.array(pose, dtype=float)))
+        start = float(stamp) - self.window
+        while len(h) >= 2 and h[1][0] <= start:  # keep the newest pose at or before the window's start
+            h.popleft()
+
+    def clear(self) -> None:
+        """Forget every pose."""
+        for h in self._history.values():
+            h.clear()
+
+    def still(self, now: float) -> bool:
+        """True when every key has held still over the window ending at ``now`` [s] (see the class)."""
+        for h in self._history.values():
+            if not h or now - h[-1][0] > self.max_gap or h[0][0] > now - self.window:
+                return False
+            poses = np.stack([T for _, T in h])
+            p = poses[:, :3, 3]
+            if np.sqrt(((p - p.mean(axis=0)) ** 2).sum(axis=1)).max() > self.position_tolerance:
+                return False
+            # angle between each orientation and the newest: cos = (trace(R_new^T R) - 1) / 2
+            trace = np.einsum("ij,nij->n", poses[-1, :3, :3], poses[:, :3, :3])
+            if np.arccos(np.clip(0.5 * (trace.min() - 1.0), -1.0, 1.0)) > self.rotation_tolerance:
+                return False
+        return True
 
 
 def _vector(value: Any, name: str) -> np.ndarray:

@@ -1,24 +1,35 @@
-"""Latest pose of each worn tracker, freshness, and arm poses relative to the chest.
+"""Tracker frames, the latest pose of each worn tracker, freshness, and arm poses relative to the chest.
 
-ROS-free bookkeeping for the tracker node: it feeds every
-:class:`~rynn_teleop.sources.trackers.base.TrackerSample` to
-:meth:`TrackerSet.update` and asks for the wrist-in-chest and
-elbow-in-chest poses with :meth:`TrackerSet.relative`. Times are
-caller-supplied [s].
+ROS-free bookkeeping on both ends of the ``<topic_prefix>/trackers`` topic:
+
+* the tracker node groups what a source returns into frames (:func:`group_frames`: the samples of one
+  capture time), drops frames a late tick collected (:func:`drop_late_frames`, bounded lag), and turns
+  each frame into the (5, 4, 4) matrices it publishes as one ``geometry_msgs/PoseArray``
+  (:meth:`TrackerSet.update_frame`: rows in :data:`ROLES` order, all-NaN for a role without an accepted
+  sample in that frame);
+* arm_ik feeds those frames to :class:`ChestRelativeArms`, which keeps a :class:`TrackerSet` keyed by
+  role and returns the wrist-in-chest and elbow-in-chest poses of each frame
+  (:meth:`TrackerSet.relative`, freshness judged at the frame's own stamp).
+
+Times are caller-supplied [s].
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Mapping, NamedTuple
+from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
+import pinocchio as pin
 
 from ..errors import ConfigurationError
 from ..sources.trackers.base import ROLES, SIDES, TrackerSample
 from .transforms import invert, is_rigid
 
 RIGID_TOLERANCE = 1e-3  # [-] orthonormality tolerance of an accepted tracker rotation (float32 sources)
+_ROLE_INDEX = {role: i for i, role in enumerate(ROLES)}
+_EYE3 = np.eye(3)
+_BOTTOM = np.array([0.0, 0.0, 0.0, 1.0])
 
 
 class RelativePoses(NamedTuple):
@@ -27,6 +38,103 @@ class RelativePoses(NamedTuple):
     wrist: np.ndarray  # (4, 4) wrist tracker in the chest tracker frame [m]
     elbow: np.ndarray | None  # (4, 4) upper-arm (elbow) tracker in the chest tracker frame [m]; None if stale
     stamp: float  # stamp [s] of the wrist sample
+
+
+class TrackerFrame(NamedTuple):
+    """The samples of one capture time (one published PoseArray)."""
+
+    stamp: float  # [s] capture time shared by the samples
+    samples: tuple[TrackerSample, ...]
+
+
+class LateFrames(NamedTuple):
+    """Outcome of :func:`drop_late_frames`."""
+
+    kept: list[TrackerFrame]  # frames to publish, oldest first
+    dropped: int  # [-] frames left out for being older than the lag bound
+
+
+def rigid_mask(matrices: np.ndarray, tol: float = RIGID_TOLERANCE) -> np.ndarray:
+    """(n,) True where ``matrices`` (n, 4, 4) is a finite rigid transform (orthonormal rotation with
+    det +1 and bottom row (0, 0, 0, 1), each within ``tol``): :func:`~.transforms.is_rigid` for a batch."""
+    m = np.asarray(matrices, dtype=float)
+    R = m[:, :3, :3]
+    with np.errstate(invalid="ignore"):
+        orthonormal = np.abs(np.einsum("nki,nkj->nij", R, R) - _EYE3).max(axis=(1, 2)) <= tol
+        det = np.abs(np.linalg.det(R) - 1.0) <= tol
+        bottom = np.abs(m[:, 3] - _BOTTOM).max(axis=1) <= tol
+    return np.isfinite(m).all(axis=(1, 2)) & orthonormal & det & bottom
+
+
+def frame_matrices(positions: np.ndarray, quaternions: np.ndarray) -> np.ndarray:
+    """(n, 4, 4) transforms of ``positions`` (n, 3) [m] and ``quaternions`` (n, 4) (x, y, z, w; normalised
+    here); a row whose values are not finite or whose quaternion is zero is all-NaN (no sample)."""
+    p = np.asarray(positions, dtype=float).reshape(-1, 3)
+    q = np.asarray(quaternions, dtype=float).reshape(-1, 4)
+    n = np.sqrt((q * q).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        q = q / n[:, None]
+    x, y, z, w = q.T
+    out = np.zeros((len(p), 4, 4))
+    out[:, 0, 0] = 1 - 2 * (y * y + z * z)
+    out[:, 0, 1] = 2 * (x * y - z * w)
+    out[:, 0, 2] = 2 * (x * z + y * w)
+    out[:, 1, 0] = 2 * (x * y + z * w)
+    out[:, 1, 1] = 1 - 2 * (x * x + z * z)
+    out[:, 1, 2] = 2 * (y * z - x * w)
+    out[:, 2, 0] = 2 * (x * z - y * w)
+    out[:, 2, 1] = 2 * (y * z + x * w)
+    out[:, 2, 2] = 1 - 2 * (x * x + y * y)
+    out[:, :3, 3] = p
+    out[:, 3, 3] = 1.0
+    bad = ~(np.isfinite(p).all(axis=1) & np.isfinite(q).all(axis=1) & (n >= 1e-9))
+    out[bad] = np.nan
+    return out
+
+
+def frame_poses(matrices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Inverse of :func:`frame_matrices`: (n, 4, 4) rigid transforms -> positions (n, 3) [m] and unit
+    quaternions (n, 4) (x, y, z, w, with w >= 0); a row with a non-finite value gives all-NaN rows."""
+    m = np.asarray(matrices, dtype=float).reshape(-1, 4, 4)
+    finite = np.isfinite(m).all(axis=(1, 2)).tolist()
+    quat = np.full((len(m), 4), np.nan)
+    for i, ok in enumerate(finite):
+        if ok:
+            quat[i] = pin.Quaternion(m[i, :3, :3]).coeffs()  # (x, y, z, w)
+    quat /= np.sqrt((quat * quat).sum(axis=1))[:, None]  # a rotation within the rigid tolerance
+    quat[quat[:, 3] < 0] *= -1.0
+    position = m[:, :3, 3].copy()
+    position[~np.asarray(finite, dtype=bool)] = np.nan
+    return position, quat
+
+
+def group_frames(samples: Sequence[TrackerSample]) -> list[TrackerFrame]:
+    """Consecutive samples with the same stamp -> one frame each, in input order (sources return samples
+    oldest first and every tracker of one capture with the same stamp)."""
+    frames: list[TrackerFrame] = []
+    run: list[TrackerSample] = []
+    for sample in samples:
+        if run and sample.stamp != run[0].stamp:
+            frames.append(TrackerFrame(run[0].stamp, tuple(run)))
+            run = []
+        run.append(sample)
+    if run:
+        frames.append(TrackerFrame(run[0].stamp, tuple(run)))
+    return frames
+
+
+def drop_late_frames(frames: Sequence[TrackerFrame], now: float, max_lag: float) -> LateFrames:
+    """The frames to publish at ``now`` [s]: those at most ``max_lag`` [s] old, and always the newest one.
+
+    A tick that ran late finds a backlog of frames (sources produce samples by time); publishing all of it
+    would make the lag of the stream unbounded. The newest frame (largest stamp) is never dropped, so a
+    stalled source still delivers what it has.
+    """
+    if not frames:
+        return LateFrames([], 0)
+    newest = max(range(len(frames)), key=lambda i: frames[i].stamp)
+    kept = [f for i, f in enumerate(frames) if i == newest or now - f.stamp <= max_lag]
+    return LateFrames(kept, len(frames) - len(kept))
 
 
 class TrackerSet:
@@ -106,13 +214,16 @@ class TrackerSet:
         non-finite stamp or a stamp older than the stored one (counted in
         :attr:`rejected`).
         """
-        role = self._role_of.get(sample.serial)
-        if role is None:
-            self.unknown_serials[sample.serial] += 1
-            return None
         matrix = np.asarray(sample.matrix, dtype=float)
-        stamp = float(sample.stamp)
-        if not np.isfinite(stamp) or not is_rigid(matrix, RIGID_TOLERANCE) or stamp < self._stamp[role]:
+        return self._store(sample.serial, float(sample.stamp), matrix, is_rigid(matrix, RIGID_TOLERANCE))
+
+    def _store(self, serial: str, stamp: float, matrix: np.ndarray, rigid: bool) -> str | None:
+        """:meth:`update` once the rigidity of ``matrix`` is known."""
+        role = self._role_of.get(serial)
+        if role is None:
+            self.unknown_serials[serial] += 1
+            return None
+        if not rigid or not np.isfinite(stamp) or stamp < self._stamp[role]:
             self.rejected += 1
             return None
         self._pose[role] = matrix.copy()
@@ -120,6 +231,22 @@ class TrackerSet:
         self._fresh_flag[role] = True
         self.updates[role] += 1
         return role
+
+    def update_frame(self, frame: TrackerFrame) -> np.ndarray:
+        """:meth:`update` with every sample of ``frame``; returns its (5, 4, 4) matrices in :data:`ROLES`
+        order, all-NaN for a role without a sample stored from this frame (absent, unknown or rejected)."""
+        out = np.full((len(ROLES), 4, 4), np.nan)
+        samples = frame.samples
+        matrices = [np.asarray(s.matrix, dtype=float) for s in samples]
+        if all(m.shape == (4, 4) for m in matrices):  # one batched rigidity check for the frame
+            rigid = rigid_mask(np.stack(matrices)).tolist() if matrices else []
+        else:
+            rigid = [is_rigid(m, RIGID_TOLERANCE) for m in matrices]
+        for sample, matrix, ok in zip(samples, matrices, rigid):
+            role = self._store(sample.serial, float(sample.stamp), matrix, ok)
+            if role is not None:
+                out[_ROLE_INDEX[role]] = self._pose[role]
+        return out
 
     def fresh(self, role: str, now: float) -> bool:
         """True if ``role`` was updated within the timeout before ``now`` [s]."""
@@ -161,3 +288,48 @@ class TrackerSet:
         T_chest_world = invert(self._pose["chest"])
         elbow = T_chest_world @ self._pose[elbow_role] if self.fresh(elbow_role, now) else None
         return RelativePoses(T_chest_world @ self._pose[wrist_role], elbow, self._stamp[wrist_role])
+
+
+class ChestRelativeArms:
+    """Wrist-in-chest and elbow-in-chest poses from tracker frames (the consumer side of the
+    ``<topic_prefix>/trackers`` PoseArray contract).
+
+    Each frame's finite matrices update a :class:`TrackerSet` keyed by role; then each side with a wrist
+    pose newer than the last one returned gets its chest-relative poses, judged fresh at the frame's own
+    stamp (a frame that waited in a queue is as fresh as when it was captured). Counters: :attr:`frames`,
+    :attr:`malformed` (frames without exactly one matrix per role or with a non-finite stamp) and the
+    tracker set's ``rejected`` (non-rigid or out-of-order poses).
+    """
+
+    def __init__(self, timeout: float) -> None:
+        """
+        Args:
+            timeout: a tracker older than this [s] at a frame's stamp is stale there (no relative pose for
+                a stale chest or wrist; no elbow for a stale elbow).
+        """
+        self.trackers = TrackerSet({r: r for r in ROLES}, timeout)
+        self._last_wrist = {s: float("nan") for s in SIDES}
+        self.frames = 0  # [-] frames accepted
+        self.malformed = 0  # [-] frames refused as a whole
+
+    def update(self, stamp: float, matrices: np.ndarray) -> list[tuple[str, RelativePoses]]:
+        """Take one frame: ``matrices`` (5, 4, 4) in :data:`ROLES` order (a row with a non-finite value:
+        no sample of that role), captured at ``stamp`` [s]. Returns (side, poses) for every side whose wrist
+        is newer than the last one returned and whose chest and wrist are fresh at ``stamp``."""
+        matrices = np.asarray(matrices, dtype=float)
+        if matrices.shape != (len(ROLES), 4, 4) or not np.isfinite(stamp):
+            self.malformed += 1
+            return []
+        self.frames += 1
+        finite = np.isfinite(matrices).all(axis=(1, 2))
+        rigid = rigid_mask(matrices).tolist()
+        for i, role in enumerate(ROLES):
+            if finite[i]:
+                self.trackers._store(role, float(stamp), matrices[i], rigid[i])
+        out = []
+        for side in SIDES:
+            rel = self.trackers.relative(side, stamp)
+            if rel is not None and rel.stamp != self._last_wrist[side]:
+                self._last_wrist[side] = rel.stamp
+                out.append((side, rel))
+        return out

@@ -1,21 +1,27 @@
-"""arm_ik node: operator wrist poses -> dual-arm IK -> Ruckig -> /arms/command at 200 Hz.
+"""arm_ik node: operator tracker frames -> dual-arm IK -> Ruckig -> /arms/command at 200 Hz.
 
-Subscribes to the wrist-in-chest and upper-arm (elbow) poses of the tracker
-node, maps them into the torso frame with the operator calibration, solves
-both 7-DoF arms (``core.arm_ik``) and smooths with Ruckig
-(``core.motion``); all of it in ``core.arm_teleop.ArmTeleop``. A timer at
-``rate_hz`` publishes the command every cycle, always from the newest target.
+Drains the tracker node's frames at every control cycle, computes the wrist-in-chest and upper-arm
+(elbow) poses, maps them into the torso frame with the operator calibration, solves both 7-DoF arms
+(``core.arm_ik``) and smooths with Ruckig (``core.motion``): ``core.arm_teleop.ArmTeleop``. The session
+rules (start gating, clutch pedal and deadman, auto-calibration on a still posture, auto-engage) are
+``core.arm_session.ArmSession``; this node only converts messages and calls it. A loop at ``rate_hz``
+(its own thread, ``TeleopNode.create_loop``) publishes one command per cycle, always from the newest
+target; each command is stamped with the cycle's time (node clock) and is the Ruckig trajectory advanced
+by the time measured since the previous command (the nominal cycle at the first).
 
 Topics:
-    in:  /operator/wrist_in_chest/{left,right}  geometry_msgs/PoseStamped
-         /operator/elbow_in_chest/{left,right}  geometry_msgs/PoseStamped
-         /operator/clutch                       std_msgs/Bool (pedal: true engages, false disengages)
-         /joint_states                          sensor_msgs/JointState (start_from: measured)
+    in:  <operator_prefix>/trackers  geometry_msgs/PoseArray, one per tracker frame: header.stamp = capture
+                                     time, poses = chest, left_elbow, right_elbow, left_wrist, right_wrist
+                                     (``ROLES`` order), all-NaN for a role without a sample (polled)
+         <operator_prefix>/clutch    std_msgs/Bool (pedal: true engages, false disengages)
+         /joint_states               sensor_msgs/JointState (start_from: measured; until the start)
     out: /arms/command   sensor_msgs/JointState, 14 arm joints, position + velocity, reliable
          ~/engaged       std_msgs/Bool, transient local (latched)
 Services:
     ~/calibrate   std_srvs/Trigger   capture the calibration (operator in the home posture), save it
     ~/set_clutch  std_srvs/SetBool   engage (true) / disengage (false)
+Diagnostics (besides the node's meters): ``cycles`` / ``stale_cycles`` (control cycles, and those in which
+an engaged side was stale), per side ``outliers``, ``ik_reseeds``, ``unreachable_count``, ``stale_events``.
 """
 
 from __future__ import annotations
@@ -26,22 +32,23 @@ from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import PoseArray
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool
 from std_srvs.srv import SetBool, Trigger
 
 from ..core.arm_ik import IKSettings
+from ..core.arm_session import ArmSession, SessionSettings
 from ..core.arm_teleop import DEFAULT_HOME, ArmTeleop, ArmTeleopSettings
-from ..core.calibration import SIDES, Calibration
-from ..core.joint_state import JointStateBuffer
+from ..core.calibration import Calibration
 from ..core.params import FLOAT_LIST, Param, ParamSchema
 from ..core.robot_model import GROUPS, N_ARM, JointLimits
+from ..core.trackers import frame_matrices
 from ..errors import ParameterError, RynnTeleopError
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
-from .conversions import pose_to_matrix, stamp_to_seconds
+from .conversions import stamp_to_seconds
 
 # Defaults: half of the vendor's per-joint limits (hardware-facts: 180 deg/s; 450, 450,
 # 900 x 5 deg/s^2) and half of the configured arm jerk (urdf/robot.yaml, 60 rad/s^3).
@@ -51,7 +58,7 @@ DEFAULT_JERK = [30.0] * N_ARM
 
 # 100: half a second of history for a subscriber that falls behind (the recorder on a loaded machine)
 COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-POSE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)  # newest wins; 50 = 0.25 s of 200 Hz
+POSE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)  # drained per cycle; 50 = 0.4 s of 120 Hz
 LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
@@ -80,6 +87,10 @@ class ArmIKNode(TeleopNode):
                   min=1e-4, max=0.5),
             Param("unreachable_orientation_rad", float, 0.035, "IK orientation error flagged as unreachable",
                   "rad", min=1e-3, max=3.2),
+            Param("outlier_speed_m_s", float, 3.0,
+                  "a wrist pose that moved faster than this from the side's last accepted one (distance / stamp "
+                  "difference, plus 2 cm of noise) is an outlier: not followed, counted; the side re-anchors "
+                  "after stale_timeout_s without an accepted pose", "m/s", min=0.1, max=50.0),
             Param("ik.position_tolerance", float, 3e-4, "IK convergence tolerance, position", "m", min=1e-6, max=0.01),
             Param("ik.orientation_tolerance", float, 2e-3, "IK convergence tolerance, orientation", "rad",
                   min=1e-5, max=0.1),
@@ -92,9 +103,21 @@ class ArmIKNode(TeleopNode):
             Param("calibration_file", str, "~/.ros/rynn_teleop/arm_calibration.yaml",
                   "operator calibration, loaded at start if present, written by ~/calibrate"),
             Param("auto_calibrate", bool, False,
-                  "capture the calibration auto_calibrate_delay_s after both wrists first appear (synthetic "
-                  "operator only: it holds the calibration posture at start); not saved to calibration_file"),
+                  "capture the calibration auto_calibrate_delay_s after both wrists first appear, once the "
+                  "operator holds still (synthetic operator only: it holds the calibration posture at start); "
+                  "not saved to calibration_file"),
             Param("auto_calibrate_delay_s", float, 1.0, "delay of auto_calibrate", "s", min=0.0, max=60.0),
+            Param("auto_calibrate_retry_s", float, 0.5, "time between failed auto_calibrate attempts", "s",
+                  min=0.05, max=10.0),
+            Param("auto_calibrate_still_window_s", float, 0.5,
+                  "auto_calibrate waits until both wrist and both upper-arm trackers have been still this long",
+                  "s", min=0.1, max=5.0),
+            Param("auto_calibrate_still_position_m", float, 0.01,
+                  "still: every tracker within this distance of its mean position over the window", "m",
+                  min=0.001, max=0.1),
+            Param("auto_calibrate_still_rotation_rad", float, 0.05,
+                  "still: every tracker within this rotation of its newest orientation over the window", "rad",
+                  min=0.005, max=0.5),
             Param("auto_engage", bool, False, "engage the clutch as soon as a calibration exists"),
             Param("clutch_topic_timeout_s", float, 0.0,
                   "deadman pedal: when > 0, an engagement made on <operator_prefix>/clutch ends unless a true "
@@ -132,6 +155,7 @@ class ArmIKNode(TeleopNode):
                 rate_hz=p["rate_hz"], stale_timeout=p["stale_timeout_s"],
                 unreachable_position=p["unreachable_position_m"],
                 unreachable_orientation=p["unreachable_orientation_rad"], target_margin=p["target_margin"],
+                outlier_speed=p["outlier_speed_m_s"],
             ),
             ik_settings=IKSettings(
                 position_tolerance=p["ik.position_tolerance"], orientation_tolerance=p["ik.orientation_tolerance"],
@@ -139,6 +163,13 @@ class ArmIKNode(TeleopNode):
                 limit_zone=p["ik.limit_zone"],
             ),
         )
+        self.session = ArmSession(self.ctl, SessionSettings(
+            start_from=p["start_from"], start_tolerance=p["start_tolerance"],
+            clutch_topic_timeout=p["clutch_topic_timeout_s"], auto_calibrate=p["auto_calibrate"],
+            auto_calibrate_delay=p["auto_calibrate_delay_s"], auto_calibrate_retry=p["auto_calibrate_retry_s"],
+            auto_engage=p["auto_engage"], still_window=p["auto_calibrate_still_window_s"],
+            still_position=p["auto_calibrate_still_position_m"], still_rotation=p["auto_calibrate_still_rotation_rad"],
+        ))
         self.calibration_path = Path(p["calibration_file"]).expanduser()
         if self.calibration_path.exists():
             self.ctl.calibration = Calibration.load(self.calibration_path)  # a broken file refuses to start
@@ -148,37 +179,24 @@ class ArmIKNode(TeleopNode):
                 f"no calibration at {self.calibration_path}: call ~/calibrate with the operator in the home posture"
             )
         self.names = list(self.ctl.joint_names)
-        self._arm_idx = np.r_[GROUPS.left_arm, GROUPS.right_arm]
-        self._measured = JointStateBuffer(self.robot.neutral())
-        self._started = p["start_from"] == "home"
-        self._elbows: dict[str, tuple[np.ndarray, float]] = {}
-        self._first_seen: float | None = None
         self._ik_times: deque[float] = deque(maxlen=2000)
-        self._auto_calibrated = False
-        self._next_auto_calibration = 0.0
 
         prefix = p["operator_prefix"].rstrip("/")
-        # operator poses are drained at each control tick, oldest first (elbows before wrists, as a wrist pose
-        # pairs with the newest elbow): no executor wake-up per pose
-        self._pose_subs = [
-            (self.create_polled_subscription(PoseStamped, f"{prefix}/{kind}_in_chest/{side}", POSE_QOS),
-             handler, side)
-            for kind, handler in (("elbow", self._on_elbow), ("wrist", self._on_wrist)) for side in SIDES
-        ]
+        # tracker frames are drained at each control cycle, oldest first: no executor wake-up per frame
+        self._frames_sub = self.create_polled_subscription(PoseArray, f"{prefix}/trackers", POSE_QOS)
         # best effort: accepts reliable and best-effort pedal publishers alike
         self.create_subscription(Bool, f"{prefix}/clutch", self._on_clutch, qos_profile_sensor_data)
-        self._clutch_topic_stamp: float | None = None  # last true on the clutch topic while it holds the clutch
-        self._start_error = ""
         self._joint_states_sub = None  # measured positions are needed only until the first command
-        if not self._started:
+        if self.session.needs_joint_states:
             self._joint_states_sub = self.create_polled_subscription(JointState, p["joint_states_topic"], POSE_QOS)
         self._pub = self.create_publisher(JointState, p["command_topic"], COMMAND_QOS)
         self._engaged_pub = self.create_publisher(Bool, "~/engaged", LATCHED_QOS)
+        self._engaged = False
         self._engaged_pub.publish(Bool(data=False))
         self.create_service(Trigger, "~/calibrate", self._srv_calibrate)
         self.create_service(SetBool, "~/set_clutch", self._srv_clutch)
         self._msg = JointState(name=self.names)
-        self._timer = self.create_timer(1.0 / p["rate_hz"], self._tick)
+        self._loop = self.create_loop(p["rate_hz"], self._tick, "control")
 
     # ------------------------------------------------------------------ setup
     def _motion_limits(self, p) -> JointLimits:
@@ -199,134 +217,59 @@ class ArmIKNode(TeleopNode):
                            chosen["max_jerk"])
 
     # ------------------------------------------------------------------ callbacks
-    def _on_wrist(self, side: str, msg: PoseStamped) -> None:
-        stamp = stamp_to_seconds(msg.header.stamp)
-        elbow = None
-        if side in self._elbows:
-            point, elbow_stamp = self._elbows[side]
-            if abs(stamp - elbow_stamp) <= self.params["stale_timeout_s"]:
-                elbow = point
-        if self.ctl.set_operator(side, pose_to_matrix(msg.pose), elbow, stamp) and self._first_seen is None:
-            if all(self.ctl.operator(s) is not None for s in SIDES):
-                self._first_seen = self.now_s()
-
-    def _on_elbow(self, side: str, msg: PoseStamped) -> None:
-        p = msg.pose.position
-        point = np.array([p.x, p.y, p.z])
-        if np.all(np.isfinite(point)):
-            self._elbows[side] = (point, stamp_to_seconds(msg.header.stamp))
-
-    def _on_joint_states(self, msg: JointState) -> None:
-        self._measured.update(msg.name, msg.position, stamp_to_seconds(msg.header.stamp))
+    def _report(self) -> None:
+        """Log the session's notices and publish ~/engaged when it changed."""
+        log = self.get_logger()
+        for notice in self.session.take_notices():  # one call site per severity (rclpy requires it)
+            if notice.level == "info":
+                log.info(notice.text)
+            elif notice.level == "warning":
+                log.warning(notice.text)
+            else:
+                log.error(notice.text)
+        if self.session.engaged != self._engaged:
+            self._engaged = self.session.engaged
+            self._engaged_pub.publish(Bool(data=self._engaged))
 
     def _on_clutch(self, msg: Bool) -> None:
-        if msg.data:
-            if not self.ctl.clutch.engaged:
-                self._set_clutch(True)
-            if self.ctl.clutch.engaged:
-                self._clutch_topic_stamp = self.now_s()
-        else:
-            self._clutch_topic_stamp = None
-            self._set_clutch(False)
-
-    def _set_clutch(self, engage: bool) -> tuple[bool, str]:
-        was = self.ctl.clutch.engaged
-        ok, message = self.ctl.engage() if engage else self.ctl.disengage()
-        if self.ctl.clutch.engaged != was:
-            self.get_logger().info(message)
-            self._engaged_pub.publish(Bool(data=self.ctl.clutch.engaged))
-        elif not ok:
-            self.get_logger().warning(f"clutch: {message}")
-        return ok, message
+        self.session.clutch_topic(bool(msg.data), self.now_s())
+        self._report()
 
     def _srv_clutch(self, request: SetBool.Request, response: SetBool.Response) -> SetBool.Response:
-        self._clutch_topic_stamp = None  # the service takes over from a deadman pedal
-        response.success, response.message = self._set_clutch(bool(request.data))
+        response.success, response.message = self.session.set_clutch(bool(request.data))
+        self._report()
         return response
-
-    def _calibrate(self, save: bool) -> str:
-        """Capture, save (if asked; a failed save leaves the old calibration in use), apply."""
-        cal = self.ctl.capture_calibration(self.now_s())
-        where = f"; saved to {cal.save(self.calibration_path)}" if save else " (not saved)"
-        self.ctl.set_calibration(cal)
-        self._clutch_topic_stamp = None
-        self._engaged_pub.publish(Bool(data=False))
-        return f"calibrated: arm-length scale {cal.scale:.3f}, fit residual {cal.fit_residual * 100:.1f} cm{where}"
 
     def _srv_calibrate(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         try:
-            response.message = self._calibrate(save=True)
+            response.message = self.session.calibrate(self.now_s(), self.calibration_path)
             response.success = True
             self.get_logger().info(response.message)
         except RynnTeleopError as exc:
             response.success, response.message = False, str(exc)
             self.get_logger().error(f"calibration failed: {exc}")
+        self._report()
         return response
 
     # ------------------------------------------------------------------ control cycle
-    def _start_if_ready(self, now: float) -> bool:
-        if self._started:
-            return True
-        for taken in self.take_all(self._joint_states_sub):
-            self._on_joint_states(taken.message)
-        fresh = self._measured.fresh(now, 0.5)[self._arm_idx]
-        if not fresh.all():
-            return False
-        measured = self._measured.position[self._arm_idx]
-        lim = self.ctl.follower.limits
-        excess = np.maximum(lim.lower - measured, measured - lim.upper)  # > 0: outside [rad]
-        tol = self.params["start_tolerance"]
-        if np.any(excess > tol):
-            j = int(np.argmax(excess))
-            message = (
-                f"measured {self.names[j]} = {measured[j]:.4f} rad is {excess[j]:.4f} rad outside its limits "
-                f"[{lim.lower[j]:.4f}, {lim.upper[j]:.4f}]; not commanding until it is back in range"
-            )
-            if message != self._start_error:
-                self.get_logger().error(message)
-            self._start_error = message
-            return False
-        if np.any(excess > 0):
-            clipped = [f"{self.names[j]} by {excess[j]:.4f} rad" for j in np.nonzero(excess > 0)[0]]
-            self.get_logger().warning(f"measured positions clipped into the limits: {', '.join(clipped)}")
-        self._start_error = ""
-        self.ctl.reset(measured)
-        self._started = True
-        self.destroy_subscription(self._joint_states_sub)  # from here on the commands are the reference
-        self._joint_states_sub = None
-        self.get_logger().info("starting from the measured arm positions")
-        return True
-
-    def _automation(self, now: float) -> None:
-        p = self.params
-        if p["auto_calibrate"] and not self._auto_calibrated and self._first_seen is not None:
-            if now - self._first_seen >= p["auto_calibrate_delay_s"] and now >= self._next_auto_calibration:
-                try:
-                    self.get_logger().info(self._calibrate(save=False))
-                    self._auto_calibrated = True
-                except RynnTeleopError as exc:  # e.g. poses not fresh yet on a loaded machine: retry
-                    self._next_auto_calibration = now + 0.5
-                    self.get_logger().warning(f"auto calibration failed (retrying): {exc}",
-                                              throttle_duration_sec=2.0)
-        timeout = p["clutch_topic_timeout_s"]
-        if timeout > 0 and self._clutch_topic_stamp is not None and now - self._clutch_topic_stamp > timeout:
-            self._clutch_topic_stamp = None
-            self.get_logger().warning(f"clutch pedal silent for {timeout} s: disengaging")
-            self._set_clutch(False)
-        if p["auto_engage"] and not self.ctl.clutch.engaged and not self.ctl.calibration.is_default:
-            if self.ctl.clutch.engagements == 0:  # once: a later disengage is the operator's choice
-                self._set_clutch(True)
-
     def _tick(self) -> None:
         now_time = self.get_clock().now()
         now = now_time.nanoseconds * 1e-9
-        for sub, handler, side in self._pose_subs:
-            for taken in self.take_all(sub):
-                handler(side, taken.message)
-        if not self._start_if_ready(now):
+        session = self.session
+        for taken in self.take_all(self._frames_sub):
+            msg = taken.message
+            session.add_frame(stamp_to_seconds(msg.header.stamp), frame_matrices(*frame_arrays(msg)))
+        if self._joint_states_sub is not None:
+            for taken in self.take_all(self._joint_states_sub):
+                msg = taken.message
+                session.add_joint_states(msg.name, msg.position, stamp_to_seconds(msg.header.stamp))
+        command = session.step(now)
+        if session.started and self._joint_states_sub is not None:
+            self.destroy_subscription(self._joint_states_sub)  # from here on the commands are the reference
+            self._joint_states_sub = None
+        self._report()
+        if command is None:
             return
-        self._automation(now)
-        command = self.ctl.step(now)
         msg = self._msg
         msg.header.stamp = now_time.to_msg()
         msg.position = command.state.position.tolist()
@@ -339,41 +282,26 @@ class ArmIKNode(TeleopNode):
 
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_values(self):
-        values = {
-            "engaged": self.ctl.clutch.engaged,
-            "calibrated": not self.ctl.calibration.is_default,
-            "started": self._started,
-            "ruckig_errors": self.ctl.follower.errors,
-        }
+        values = self.session.diagnostic_values()
         if self._ik_times:
             t = np.fromiter(self._ik_times, float)
             values["ik_time_p50_ms"] = f"{1e3 * np.percentile(t, 50):.3f}"
             values["ik_time_p99_ms"] = f"{1e3 * np.percentile(t, 99):.3f}"
-        for side, st in self.ctl.sides.items():
-            values[f"{side}.active"] = st.active
-            values[f"{side}.stale"] = st.stale
-            values[f"{side}.unreachable"] = st.unreachable
-            values[f"{side}.rejected"] = st.rejected
-            values[f"{side}.elbow_rejected"] = st.elbow_rejected
-            values[f"{side}.unreachable_count"] = st.unreachable_count
-            values[f"{side}.stale_events"] = st.stale_events
         return values
 
     def diagnostic_level(self):
-        if self._start_error:
-            return DiagnosticStatus.ERROR, self._start_error
-        if not self._started:
-            return DiagnosticStatus.WARN, f"waiting for {self.params['joint_states_topic']}"
-        if self.ctl.follower.errors:
-            return DiagnosticStatus.ERROR, "Ruckig errors"
-        flags = [f"{s} unreachable" for s, st in self.ctl.sides.items() if st.unreachable]
-        if self.ctl.clutch.engaged:
-            flags += [f"{s} stale" for s, st in self.ctl.sides.items() if st.stale]
-        if flags:
-            return DiagnosticStatus.WARN, ", ".join(flags)
-        if self.ctl.calibration.is_default:
-            return DiagnosticStatus.WARN, "not calibrated"
-        return DiagnosticStatus.OK, "engaged" if self.ctl.clutch.engaged else "disengaged (holding)"
+        status = self.session.status(self.params["joint_states_topic"])
+        level = {"ok": DiagnosticStatus.OK, "warning": DiagnosticStatus.WARN}.get(status.level, DiagnosticStatus.ERROR)
+        return level, status.message
+
+
+def frame_arrays(msg: PoseArray) -> tuple[np.ndarray, np.ndarray]:
+    """A tracker frame's poses -> positions (n, 3) [m] and quaternions (n, 4) (x, y, z, w)."""
+    poses = msg.poses
+    positions = np.array([(p.position.x, p.position.y, p.position.z) for p in poses]).reshape(-1, 3)
+    quaternions = np.array([(p.orientation.x, p.orientation.y, p.orientation.z, p.orientation.w)
+                            for p in poses]).reshape(-1, 4)
+    return positions, quaternions
 
 
 def main(args=None) -> int:

@@ -30,8 +30,8 @@ from ..core.safety import SafetyController
 from ..hardware.base import JointBackend
 from .base import TeleopNode
 
-# 100: half a second of history for a subscriber that falls behind (the recorder on a loaded machine)
-COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+# 200: a second of history at 200 Hz for a subscriber that falls behind (the recorder on a loaded machine)
+COMMAND_QOS = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
 
 
 def safety_params(rate_hz: float, timeout: float) -> list[Param]:

@@ -27,6 +27,8 @@ An unwritable or full output directory fails the episode with a clear error
 
 from __future__ import annotations
 
+import math
+
 import importlib
 from pathlib import Path
 
@@ -64,6 +66,7 @@ DEFAULT_GAP_RATES = {  # topic several publishers share -> its fastest publisher
     "/hands/command": 90.0,  # one message per hand and glove frame: left 90 Hz + right 90 Hz
 }
 ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
+QUEUE_S = 1.0  # [s] of messages a recorded topic's subscription queue holds
 
 
 class RecorderNode(TeleopNode):
@@ -149,7 +152,7 @@ class RecorderNode(TeleopNode):
                 self.get_logger().error(f"{topic}: type {type_name} cannot be imported; not recorded",
                                         throttle_duration_sec=30.0)
                 continue
-            qos, offered = _subscription_qos(infos)
+            qos, offered = _subscription_qos(infos, self.topics.get(topic))
             self._qos[topic] = offered
             self._types[topic] = type_name
             latched = qos.durability == DurabilityPolicy.TRANSIENT_LOCAL
@@ -310,15 +313,18 @@ def _message_class(type_name: str):
     return getattr(importlib.import_module(f"{package}.msg"), name)
 
 
-def _subscription_qos(infos) -> tuple[QoSProfile, list[TopicQos]]:
-    """A QoS matching every publisher (best effort if any is; transient local only if all are), and theirs."""
+def _subscription_qos(infos, rate_hz: float | None = None) -> tuple[QoSProfile, list[TopicQos]]:
+    """A QoS matching every publisher (best effort if any is; transient local only if all are), and theirs.
+
+    Its queue holds ``QUEUE_S`` of messages at ``rate_hz`` [Hz] (at least 100): what arrives while the
+    recorder cannot drain (a starved process) waits there instead of being overwritten."""
     offered = [TopicQos("best_effort" if i.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT else "reliable",
                         "transient_local" if i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
                         else "volatile", int(i.qos_profile.depth) or 10) for i in infos]
     best_effort = any(q.reliability == "best_effort" for q in offered)
     transient = bool(offered) and all(q.durability == "transient_local" for q in offered)
     qos = QoSProfile(
-        history=HistoryPolicy.KEEP_LAST, depth=100,
+        history=HistoryPolicy.KEEP_LAST, depth=max(100, math.ceil((rate_hz or 0.0) * QUEUE_S)),
         reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE,
         durability=DurabilityPolicy.TRANSIENT_LOCAL if transient else DurabilityPolicy.VOLATILE,
     )

@@ -1,15 +1,22 @@
-"""tracker node: five Vive trackers -> tracker poses and arm poses in the chest frame.
+"""tracker node: five Vive trackers -> one pose frame per capture.
 
 Polls a tracker source (``sources.trackers``: ``openvr`` = SteamVR,
 ``replay`` = a rosbag2 of a recorded session, ``synthetic`` = a procedural
-operator) at ``rate_hz``, maps serials to roles (``serials.*``), drops stale
-trackers (``dropout_timeout_s``) and publishes, stamped with each sample's
-capture time:
+operator) at ``rate_hz`` on its own loop thread, maps serials to roles
+(``serials.*``), reports stale trackers (``dropout_timeout_s``) and publishes
+every sampled frame (the samples of one capture time) as one message:
 
 Topics:
-    /operator/trackers/<role>              geometry_msgs/PoseStamped, tracking world frame
-    /operator/wrist_in_chest/{left,right}  geometry_msgs/PoseStamped, frame ``chest_frame``
-    /operator/elbow_in_chest/{left,right}  geometry_msgs/PoseStamped (upper-arm tracker), frame ``chest_frame``
+    <topic_prefix>/trackers  geometry_msgs/PoseArray, one per sampled frame (default /operator/trackers):
+        header.stamp    the frame's capture time
+        header.frame_id the tracking world frame (``world_frame``, or the source's own)
+        poses           the five roles in ``ROLES`` order: chest, left_elbow, right_elbow, left_wrist,
+                        right_wrist; a role without an accepted sample in that frame has a pose whose
+                        position and orientation are all NaN
+
+Bounded lag: frames older than ``max_lag_s`` when a (late) tick publishes them are dropped, counted
+(diagnostics ``late_dropped``) and logged; the newest frame is never dropped (``core.trackers``).
+The chest-relative arm poses are computed by the consumer (arm_ik, ``core.trackers.ChestRelativeArms``).
 
 A configured serial that does not show up within ``discovery_timeout_s``
 stops the node with a message listing the serials that were seen.
@@ -19,17 +26,16 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from geometry_msgs.msg import PoseStamped
+from geometry_msgs.msg import Pose, PoseArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
-from rclpy.time import Time
 
 from ..core.params import STR_LIST, Param, ParamSchema
-from ..core.trackers import TrackerSet
+from ..core.trackers import TrackerSet, drop_late_frames, frame_poses, group_frames
 from ..errors import ConfigurationError, ParameterError
-from ..sources.trackers import ROLES, SIDES, make_tracker_source
+from ..sources.trackers import ROLES, make_tracker_source
 from .base import TeleopNode, run_single
-from .conversions import matrix_to_pose
 
 # Serials of the five trackers; the synthetic source impersonates these.
 DEFAULT_SERIALS = {
@@ -40,7 +46,8 @@ DEFAULT_SERIALS = {
     "right_wrist": "LHR-00000005",
 }
 
-POSE_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # 100: ~0.8 s for a subscriber that falls behind
+# 100: ~0.8 s of frames for a subscriber that falls behind
+FRAME_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class TrackerNode(TeleopNode):
@@ -54,12 +61,13 @@ class TrackerNode(TeleopNode):
                   min=0.005, max=5.0),
             Param("discovery_timeout_s", float, 5.0, "time allowed at start for every configured serial to appear",
                   "s", min=0.0, max=60.0),
+            Param("max_lag_s", float, 0.05, "a frame older than this when a late tick would publish it is dropped "
+                  "(counted, logged); the newest frame is always published", "s", min=0.005, max=1.0),
             *(Param(f"serials.{role}", str, DEFAULT_SERIALS[role], f"serial of the {role.replace('_', ' ')} tracker")
               for role in ROLES),
-            Param("topic_prefix", str, "/operator", "prefix of every published topic"),
+            Param("topic_prefix", str, "/operator", "prefix of the published topic <topic_prefix>/trackers"),
             Param("world_frame", str, "", "frame id of tracker poses; empty = the source's own "
                   "(vive_world, synthetic_world, or the recorded one)"),
-            Param("chest_frame", str, "operator_chest", "frame id of the wrist/elbow-in-chest poses"),
             Param("synthetic.seed", int, 0, "random seed of the synthetic operator", min=0, max=2**31 - 1),
             Param("synthetic.position_noise", float, 0.0005, "tracker position noise (std)", "m", min=0.0, max=0.05),
             Param("synthetic.rotation_noise", float, 0.003, "tracker rotation noise (std)", "rad", min=0.0, max=0.2),
@@ -93,18 +101,15 @@ class TrackerNode(TeleopNode):
         self.source.start(self.now_s())
         self._discover(p["discovery_timeout_s"])
         self.world_frame = p["world_frame"] or self.source.world_frame
-        prefix = p["topic_prefix"].rstrip("/")
-        self._pose_pubs = {r: self.create_publisher(PoseStamped, f"{prefix}/trackers/{r}", POSE_QOS) for r in ROLES}
-        self._wrist_pubs = {
-            s: self.create_publisher(PoseStamped, f"{prefix}/wrist_in_chest/{s}", POSE_QOS) for s in SIDES
-        }
-        self._elbow_pubs = {
-            s: self.create_publisher(PoseStamped, f"{prefix}/elbow_in_chest/{s}", POSE_QOS) for s in SIDES
-        }
-        self._last_relative = {s: float("nan") for s in SIDES}
+        self.topic = f"{p['topic_prefix'].rstrip('/')}/trackers"
+        self._pub = self.create_publisher(PoseArray, self.topic, FRAME_QOS)
+        self._msg = PoseArray(poses=[Pose() for _ in ROLES])  # filled in place for every frame
+        self._msg.header.frame_id = self.world_frame
+        self.frames_published = 0
+        self.late_dropped = 0  # frames dropped for being older than max_lag_s at their tick
         self._stale: set[str] = set()
         self._finished_logged = False
-        self._timer = self.create_timer(1.0 / p["rate_hz"], self._tick)
+        self._loop = self.create_loop(p["rate_hz"], self._tick, "trackers")
         self.get_logger().info(
             f"{p['source']} trackers, {len(ROLES)} roles, world frame {self.world_frame!r}, {p['rate_hz']:.0f} Hz"
         )
@@ -120,7 +125,7 @@ class TrackerNode(TeleopNode):
             )
         elif kind == "replay":
             kwargs = dict(
-                path=p["replay.path"], serials=serials, topic_prefix=f"{p['topic_prefix'].rstrip('/')}/trackers",
+                path=p["replay.path"], serials=serials, topic=f"{p['topic_prefix'].rstrip('/')}/trackers",
                 rate_scale=p["replay.rate_scale"], loop=p["replay.loop"],
             )
         else:
@@ -160,22 +165,16 @@ class TrackerNode(TeleopNode):
 
     def _tick(self) -> None:
         now = self.now_s()
-        published = 0
         samples, self._pending = self._pending + self.source.read(now), []
-        for i, sample in enumerate(samples):
-            role = self.trackers.update(sample)
-            if role is not None:
-                msg = PoseStamped()
-                msg.header.stamp = Time(nanoseconds=int(round(sample.stamp * 1e9))).to_msg()
-                msg.header.frame_id = self.world_frame
-                matrix_to_pose(sample.matrix, msg.pose)
-                self._pose_pubs[role].publish(msg)
-                self.meter(f"tracker.{role}").tick(now, now - sample.stamp)
-                published += 1
-            # relative poses once per sampled frame (all trackers of one stamp), even when a late tick
-            # collects several frames: every wrist sample gets its wrist-in-chest pose
-            if published and (i + 1 == len(samples) or samples[i + 1].stamp != sample.stamp):
-                self._publish_relative(now, sample.stamp)
+        frames, dropped = drop_late_frames(group_frames(samples), now, self.params["max_lag_s"])
+        if dropped:
+            self.late_dropped += dropped
+            self.get_logger().warning(
+                f"dropped {dropped} tracker frame(s) older than max_lag_s = {self.params['max_lag_s']} s "
+                f"(a late tick; {self.late_dropped} in all)", throttle_duration_sec=5.0)
+        for frame in frames:
+            self._publish(frame.stamp, self.trackers.update_frame(frame))
+            self.meter("frames").tick(now, now - frame.stamp)
         stale = self.trackers.stale(now)
         for role in stale - self._stale:
             self.get_logger().warning(f"tracker {role} ({self.trackers.serials[role]}) is stale")
@@ -186,35 +185,23 @@ class TrackerNode(TeleopNode):
             self._finished_logged = True
             self.get_logger().info("replay finished")
 
-    def _publish_relative(self, now: float, frame_stamp: float) -> None:
-        """Wrist/elbow-in-chest poses of the frame sampled at ``frame_stamp`` [s] (``now``: for the latency meter).
-
-        Freshness is judged at the frame's own time: a frame that waited in a late tick's backlog is as
-        fresh as when it was sampled (dropouts are frames that never came, reported by the stale check).
-        """
-        for side in SIDES:
-            rel = self.trackers.relative(side, frame_stamp)
-            if rel is None or rel.stamp == self._last_relative[side]:
-                continue
-            self._last_relative[side] = rel.stamp
-            stamp = Time(nanoseconds=int(round(rel.stamp * 1e9))).to_msg()
-            msg = PoseStamped()
-            msg.header.stamp = stamp
-            msg.header.frame_id = self.params["chest_frame"]
-            matrix_to_pose(rel.wrist, msg.pose)
-            self._wrist_pubs[side].publish(msg)
-            self.meter(f"wrist_in_chest.{side}").tick(now, now - rel.stamp)
-            if rel.elbow is not None:
-                emsg = PoseStamped()
-                emsg.header.stamp = stamp
-                emsg.header.frame_id = self.params["chest_frame"]
-                matrix_to_pose(rel.elbow, emsg.pose)
-                self._elbow_pubs[side].publish(emsg)
+    def _publish(self, stamp: float, matrices: np.ndarray) -> None:
+        """One frame: (5, 4, 4) world poses in ROLES order (all-NaN: no sample), captured at ``stamp`` [s]."""
+        msg = self._msg
+        ns = int(round(stamp * 1e9))
+        msg.header.stamp.sec, msg.header.stamp.nanosec = ns // 1_000_000_000, ns % 1_000_000_000
+        positions, quaternions = frame_poses(matrices)
+        for pose, (px, py, pz), (x, y, z, w) in zip(msg.poses, positions.tolist(), quaternions.tolist()):
+            p, q = pose.position, pose.orientation
+            p.x, p.y, p.z = px, py, pz
+            q.x, q.y, q.z, q.w = x, y, z, w
+        self._pub.publish(msg)
+        self.frames_published += 1
 
     def diagnostic_values(self):
         t = self.trackers
         values = {"source": self.params["source"], "stale": ",".join(sorted(self._stale)) or "none",
-                  "rejected": t.rejected}
+                  "rejected": t.rejected, "frames": self.frames_published, "late_dropped": self.late_dropped}
         for role in ROLES:
             values[f"{role}.serial"] = t.serials[role]
             values[f"{role}.updates"] = t.updates[role]

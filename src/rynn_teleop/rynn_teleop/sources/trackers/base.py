@@ -21,7 +21,9 @@ import numpy as np
 from ..base import PolledSource
 
 ROLES: tuple[str, ...] = ("chest", "left_elbow", "right_elbow", "left_wrist", "right_wrist")
-"""Where the five trackers are worn. ``*_elbow`` trackers sit on the upper arm."""
+"""Where the five trackers are worn (``*_elbow`` trackers sit on the upper arm), in the one order used
+everywhere: the poses of a ``<topic_prefix>/trackers`` ``geometry_msgs/PoseArray`` frame (tracker node),
+its replay and its consumers (arm_ik), and the rows of a frame's (5, 4, 4) matrices (``core.trackers``)."""
 
 SIDES: tuple[str, ...] = ("left", "right")
 

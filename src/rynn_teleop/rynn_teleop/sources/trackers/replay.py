@@ -1,16 +1,21 @@
 """Replay a recorded operator session from a rosbag2 (ROS-free, via ``rosbags``).
 
-The bag (MCAP or sqlite3 storage) holds one ``geometry_msgs/msg/PoseStamped``
-topic per role, ``<topic_prefix>/<role>``, as recorded by this stack. Samples
-are timed by their header stamps (the bag's receive time when a header stamp
-is zero) and played back on the caller's clock.
+The bag (MCAP or sqlite3 storage) holds the tracker node's frames as recorded by this stack: one
+``geometry_msgs/msg/PoseArray`` per sampled frame on ``topic`` (default ``/operator/trackers``), header
+stamp = the frame's capture time, header frame id = the tracking world, ``poses`` = the five roles in
+:data:`~.base.ROLES` order, a role without a sample in that frame all-NaN. Recordings of the older
+layout, one ``geometry_msgs/msg/PoseStamped`` topic per role (``<topic>/<role>``), replay too when the
+bag has no PoseArray on ``topic``. Samples are timed by their header stamps (the bag's receive time when
+a header stamp is zero) and played back on the caller's clock; the samples of one recorded frame keep
+one stamp.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -21,7 +26,22 @@ from .base import ROLES, TrackerSample, TrackerSource
 
 _LOG = logging.getLogger(__name__)
 
+POSE_ARRAY = "geometry_msgs/msg/PoseArray"
 POSE_STAMPED = "geometry_msgs/msg/PoseStamped"
+
+Row = tuple[float, int, str, np.ndarray]  # recorded stamp [s], role index, role, (4, 4) pose
+
+
+def _stamp(msg: Any, log_ns: int) -> float:
+    """Header stamp [s] of a recorded message, the bag's receive time when the header stamp is zero."""
+    stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
+    return 1e-9 * log_ns if stamp == 0.0 else stamp
+
+
+def _absent(pose: Any) -> bool:
+    """True for the all-NaN pose of a role without a sample in its frame."""
+    p, q = pose.position, pose.orientation
+    return all(math.isnan(v) for v in (p.x, p.y, p.z, q.x, q.y, q.z, q.w))
 
 
 class ReplaySource(ReplayTiming, TrackerSource):
@@ -41,7 +61,7 @@ class ReplaySource(ReplayTiming, TrackerSource):
         self,
         path: str | Path,
         serials: Mapping[str, str],
-        topic_prefix: str = "/operator/trackers",
+        topic: str = "/operator/trackers",
         rate_scale: float = 1.0,
         loop: bool = False,
     ) -> None:
@@ -50,7 +70,7 @@ class ReplaySource(ReplayTiming, TrackerSource):
             path: rosbag2 directory (the folder holding ``metadata.yaml``); a file
                 inside it (``metadata.yaml``, ``*.mcap``, ``*.db3``) is accepted too.
             serials: role -> serial for each role to replay (each must be in the bag).
-            topic_prefix: the recorded topics are ``<topic_prefix>/<role>``.
+            topic: the recorded PoseArray topic (older recordings: ``<topic>/<role>`` PoseStamped topics).
             rate_scale: playback speed [-] (2 = twice as fast).
             loop: start over at the end instead of finishing.
 
@@ -75,10 +95,10 @@ class ReplaySource(ReplayTiming, TrackerSource):
             raise ConfigurationError(f"replay tracker source: rate_scale must be > 0, got {rate_scale}")
         self.path = Path(path)
         self.serials = {r: str(serials[r]) for r in ROLES if r in serials}
-        self.topic_prefix = "/" + topic_prefix.strip("/")
+        self.topic = "/" + topic.strip("/")
         self.rate_scale = float(rate_scale)
         self.loop = bool(loop)
-        self.skipped = 0  # recorded messages dropped for a NaN or zero-quaternion pose
+        self.skipped = 0  # recorded poses dropped: partly NaN, a zero quaternion, or a frame of the wrong size
         self._playback: Playback | None = None  # recorded -> playback times (after start)
         self._rel: np.ndarray = np.empty(0)  # recorded stamp - first recorded stamp [s], sorted
         self._roles: list[str] = []
@@ -89,58 +109,90 @@ class ReplaySource(ReplayTiming, TrackerSource):
     def _bag_dir(self) -> Path:
         return bag_directory(self.path, "replay tracker source")
 
-    def _load(self, bag: Path) -> list[tuple[float, int, str, np.ndarray]]:
-        """(recorded stamp [s], role index, role, (4, 4)) of every replayed message."""
+    def _load(self, bag: Path) -> list[Row]:
+        """Every replayed sample of the bag, sorted by (stamp, role index)."""
         reader = open_bag(bag, "replay tracker source")
         try:
             topics = {c.topic: c.msgtype for c in reader.connections}
-            recorded = {
-                topic[len(self.topic_prefix) + 1 :]: topic
-                for topic, msgtype in topics.items()
-                if topic.startswith(self.topic_prefix + "/") and msgtype == POSE_STAMPED
-            }
-            shown = ", ".join(f"{t} [{m}]" for t, m in sorted(topics.items())) or "none"
-            if not recorded:
-                raise ConfigurationError(
-                    f"replay tracker source: {str(bag)!r} has no {POSE_STAMPED} topic under "
-                    f"{self.topic_prefix}/; its topics: {shown}"
-                )
-            missing = [r for r in self.serials if r not in recorded]
-            if missing:
-                raise ConfigurationError(
-                    f"replay tracker source: {str(bag)!r} has no recording of role(s) {', '.join(missing)}; "
-                    f"recorded roles: {', '.join(sorted(recorded))}"
-                )
-            wanted = {recorded[r]: r for r in self.serials}
-            connections = [c for c in reader.connections if c.topic in wanted]
-            frames: dict[str, str] = {}
-            rows: list[tuple[float, int, str, np.ndarray]] = []
-            for conn, log_ns, raw in reader.messages(connections=connections):
-                role = wanted[conn.topic]
-                msg = reader.deserialize(raw, conn.msgtype)
-                stamp = msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec
-                if stamp == 0.0:
-                    stamp = 1e-9 * log_ns
-                p, q = msg.pose.position, msg.pose.orientation
-                try:
-                    T = pose_to_matrix((p.x, p.y, p.z), (q.x, q.y, q.z, q.w))
-                except ValueError:
-                    self.skipped += 1
-                    continue
-                frames.setdefault(role, msg.header.frame_id)
-                rows.append((stamp, ROLES.index(role), role, T))
+            frames: dict[str, str] = {}  # role -> frame_id of its first sample
+            if topics.get(self.topic) == POSE_ARRAY:
+                rows = self._load_frames(reader, frames)
+            else:
+                rows = self._load_per_role(reader, topics, frames, bag)
         finally:
             reader.close()
-        if not rows:
+        recorded = sorted({row[2] for row in rows}, key=ROLES.index)
+        missing = [r for r in self.serials if r not in recorded]
+        if missing:
             raise ConfigurationError(
-                f"replay tracker source: {str(bag)!r} has no usable message for role(s) {', '.join(self.serials)}"
+                f"replay tracker source: {str(bag)!r} has no recording of role(s) {', '.join(missing)}; "
+                f"recorded roles: {', '.join(recorded) or 'none'}"
             )
         if self.skipped:
             _LOG.warning("replay: skipped %d recorded pose(s) with NaN or a zero quaternion", self.skipped)
-        first_role = "chest" if "chest" in frames else min(frames, key=ROLES.index)
-        self.world_frame = frames[first_role] or self.world_frame
+        rows = [row for row in rows if row[2] in self.serials]
+        first_role = "chest" if "chest" in self.serials else min(self.serials, key=ROLES.index)
+        self.world_frame = frames.get(first_role) or self.world_frame
         rows.sort(key=lambda row: (row[0], row[1]))
         return rows
+
+    def _load_frames(self, reader: Any, frames: dict[str, str]) -> list[Row]:
+        """Rows of the PoseArray frames on :attr:`topic`."""
+        rows: list[Row] = []
+        connections = [c for c in reader.connections if c.topic == self.topic]
+        for conn, log_ns, raw in reader.messages(connections=connections):
+            msg = reader.deserialize(raw, conn.msgtype)
+            if len(msg.poses) != len(ROLES):
+                self.skipped += len(msg.poses)
+                continue
+            stamp = _stamp(msg, log_ns)
+            for i, (role, pose) in enumerate(zip(ROLES, msg.poses)):
+                if role not in self.serials or _absent(pose):
+                    continue
+                row = self._row(stamp, role, pose)
+                if row is not None:
+                    frames.setdefault(role, msg.header.frame_id)
+                    rows.append(row)
+        return rows
+
+    def _load_per_role(self, reader: Any, topics: dict[str, str], frames: dict[str, str], bag: Path) -> list[Row]:
+        """Rows of the older per-role PoseStamped topics ``<topic>/<role>``."""
+        recorded = {
+            topic[len(self.topic) + 1 :]: topic
+            for topic, msgtype in topics.items()
+            if topic.startswith(self.topic + "/") and msgtype == POSE_STAMPED and topic[len(self.topic) + 1 :] in ROLES
+        }
+        if not recorded:
+            shown = ", ".join(f"{t} [{m}]" for t, m in sorted(topics.items())) or "none"
+            raise ConfigurationError(
+                f"replay tracker source: {str(bag)!r} has no {POSE_ARRAY} topic {self.topic} (nor per-role "
+                f"{POSE_STAMPED} topics {self.topic}/<role>); its topics: {shown}"
+            )
+        wanted = {recorded[r]: r for r in self.serials if r in recorded}
+        rows: list[Row] = []
+        connections = [c for c in reader.connections if c.topic in wanted]
+        for conn, log_ns, raw in reader.messages(connections=connections):
+            role = wanted[conn.topic]
+            msg = reader.deserialize(raw, conn.msgtype)
+            row = self._row(_stamp(msg, log_ns), role, msg.pose)
+            if row is not None:
+                frames.setdefault(role, msg.header.frame_id)
+                rows.append(row)
+        if not rows and wanted:
+            raise ConfigurationError(
+                f"replay tracker source: {str(bag)!r} has no usable message for role(s) {', '.join(self.serials)}"
+            )
+        return rows
+
+    def _row(self, stamp: float, role: str, pose: Any) -> Row | None:
+        """One sample, or None (counted in :attr:`skipped`) for a pose that is not a valid rigid pose."""
+        p, q = pose.position, pose.orientation
+        try:
+            T = pose_to_matrix((p.x, p.y, p.z), (q.x, q.y, q.z, q.w))
+        except ValueError:
+            self.skipped += 1
+            return None
+        return stamp, ROLES.index(role), role, T
 
     def start(self, now: float) -> None:
         """Open and load the bag, and map its first sample to ``now`` [s].

@@ -27,6 +27,7 @@ elbow hanging below the shoulder-wrist line, slightly outward.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import math
 from typing import Mapping, Sequence
@@ -83,14 +84,52 @@ _SCRIPT = {
 }
 
 
-def _rotvec_matrix(rv: np.ndarray) -> np.ndarray:
-    """(3, 3) rotation of a rotation vector [rad] (Rodrigues; fast for one vector)."""
-    angle = float(np.linalg.norm(rv))
+# The motion is evaluated in plain Python floats: for 3-vectors and 3x3 rotations that is several times
+# cheaper than numpy's per-call overhead. A rotation is a tuple of three row tuples, a position a 3-tuple.
+Vec = tuple[float, float, float]
+Rot = tuple[Vec, Vec, Vec]
+_IDENTITY: Rot = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0))
+
+
+def _rotvec_rot(x: float, y: float, z: float) -> Rot:
+    """Rotation of the rotation vector (x, y, z) [rad] (Rodrigues)."""
+    angle = math.sqrt(x * x + y * y + z * z)
     if angle < 1e-12:
-        return np.eye(3)
-    k = rv / angle
-    K = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
-    return np.eye(3) + math.sin(angle) * K + (1.0 - math.cos(angle)) * (K @ K)
+        return _IDENTITY
+    x, y, z = x / angle, y / angle, z / angle
+    s, c = math.sin(angle), math.cos(angle)
+    C = 1.0 - c
+    return (
+        (c + x * x * C, x * y * C - z * s, x * z * C + y * s),
+        (y * x * C + z * s, c + y * y * C, y * z * C - x * s),
+        (z * x * C - y * s, z * y * C + x * s, c + z * z * C),
+    )
+
+
+def _rot_mul(a: Rot, b: Rot) -> Rot:
+    """The product a @ b of two rotations."""
+    (a00, a01, a02), (a10, a11, a12), (a20, a21, a22) = a
+    (b00, b01, b02), (b10, b11, b12), (b20, b21, b22) = b
+    return (
+        (a00 * b00 + a01 * b10 + a02 * b20, a00 * b01 + a01 * b11 + a02 * b21, a00 * b02 + a01 * b12 + a02 * b22),
+        (a10 * b00 + a11 * b10 + a12 * b20, a10 * b01 + a11 * b11 + a12 * b21, a10 * b02 + a11 * b12 + a12 * b22),
+        (a20 * b00 + a21 * b10 + a22 * b20, a20 * b01 + a21 * b11 + a22 * b21, a20 * b02 + a21 * b12 + a22 * b22),
+    )
+
+
+def _rot_apply(a: Rot, v: Vec) -> Vec:
+    """a @ v."""
+    x, y, z = v
+    (a00, a01, a02), (a10, a11, a12), (a20, a21, a22) = a
+    return (a00 * x + a01 * y + a02 * z, a10 * x + a11 * y + a12 * z, a20 * x + a21 * y + a22 * z)
+
+
+def _matrix(R: Rot, p: Vec) -> np.ndarray:
+    """(4, 4) numpy transform of a rotation and a position [m]."""
+    (r00, r01, r02), (r10, r11, r12), (r20, r21, r22) = R
+    return np.array(
+        ((r00, r01, r02, p[0]), (r10, r11, r12, p[1]), (r20, r21, r22, p[2]), (0.0, 0.0, 0.0, 1.0))
+    )
 
 
 def _min_jerk(tau: float) -> float:
@@ -98,22 +137,38 @@ def _min_jerk(tau: float) -> float:
     return tau**3 * (10.0 - 15.0 * tau + 6.0 * tau * tau)
 
 
-def _unit(v: np.ndarray) -> np.ndarray:
-    return v / np.linalg.norm(v)
+def _unit(v: Vec) -> Vec:
+    n = math.sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2])
+    return (v[0] / n, v[1] / n, v[2] / n)
 
 
-def _elbow_position(shoulder: np.ndarray, wrist: np.ndarray, outward: np.ndarray) -> np.ndarray:
+def _dot(a: Vec, b: Vec) -> float:
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+def _elbow_position(shoulder: Vec, wrist: Vec, outward: Vec) -> Vec:
     """Elbow [m] of the two-link arm, hanging below the shoulder-wrist line, slightly outward."""
-    d_vec = wrist - shoulder
-    d = float(np.clip(np.linalg.norm(d_vec), abs(UPPER_ARM - FOREARM) + 1e-6, UPPER_ARM + FOREARM - 1e-6))
-    u = _unit(d_vec)
+    d_vec = (wrist[0] - shoulder[0], wrist[1] - shoulder[1], wrist[2] - shoulder[2])
+    norm = math.sqrt(_dot(d_vec, d_vec))
+    d = min(max(norm, abs(UPPER_ARM - FOREARM) + 1e-6), UPPER_ARM + FOREARM - 1e-6)
+    u = (d_vec[0] / norm, d_vec[1] / norm, d_vec[2] / norm)
     along = (UPPER_ARM**2 - FOREARM**2 + d * d) / (2.0 * d)  # shoulder -> elbow projection on u
     radius = math.sqrt(max(UPPER_ARM**2 - along**2, 0.0))
-    swivel = np.array([0.0, 0.0, -1.0]) + ELBOW_OUTWARD_BIAS * outward
-    n = swivel - float(swivel @ u) * u
-    if np.linalg.norm(n) < 1e-9:  # wrist straight below the shoulder: swing outward
-        n = outward - float(outward @ u) * u
-    return shoulder + along * u + radius * _unit(n)
+    swivel = (ELBOW_OUTWARD_BIAS * outward[0], ELBOW_OUTWARD_BIAS * outward[1], -1.0 + ELBOW_OUTWARD_BIAS * outward[2])
+    k = _dot(swivel, u)
+    n = (swivel[0] - k * u[0], swivel[1] - k * u[1], swivel[2] - k * u[2])
+    if math.sqrt(_dot(n, n)) < 1e-9:  # wrist straight below the shoulder: swing outward
+        k = _dot(outward, u)
+        n = (outward[0] - k * u[0], outward[1] - k * u[1], outward[2] - k * u[2])
+    n = _unit(n)
+    return tuple(shoulder[i] + along * u[i] + radius * n[i] for i in range(3))  # type: ignore[return-value]
+
+
+_CHEST_MOUNT_ROT: Rot = tuple(tuple(float(v) for v in row) for row in CHEST_MOUNT[:3, :3])  # type: ignore[assignment]
+_SHOULDER: dict[str, Vec] = {
+    side: tuple(float(v) for v in p) for side, p in SHOULDER_OFFSET.items()  # type: ignore[misc]
+}
+_OUTWARD: dict[str, Vec] = {"left": (0.0, 1.0, 0.0), "right": (0.0, -1.0, 0.0)}
 
 
 class SyntheticOperator(TrackerSource):
@@ -191,66 +246,83 @@ class SyntheticOperator(TrackerSource):
         self.dropouts = tuple((str(r), float(t0), float(t1)) for r, t0, t1 in dropouts)
         self._script = {
             side: (
-                np.array([w[0] for w in _SCRIPT[side]]),
-                np.array([w[1] for w in _SCRIPT[side]]),
-                np.array([w[2] for w in _SCRIPT[side]]),
+                [float(w[0]) for w in _SCRIPT[side]],
+                [tuple(float(v) for v in w[1]) for w in _SCRIPT[side]],
+                [tuple(float(v) for v in w[2]) for w in _SCRIPT[side]],
             )
             for side in SIDES
         }
+        self._dropouts_by_role = {r: [(t0, t1) for rr, t0, t1 in self.dropouts if rr == r] for r in ROLES}
+        self._serial_list = [self.serials[r] for r in ROLES]
         self._t_start: float | None = None
         self._next_k = 0
         self._rng: np.random.Generator | None = None
         self._closed = False
 
     # ---------------------------------------------------------------- motion
-    def body_pose_at(self, t: float) -> np.ndarray:
-        """(4, 4) world pose of the operator's body frame at ``t`` [s since start] (no noise)."""
+    def _body_at(self, t: float) -> tuple[Rot, Vec]:
+        """Rotation and position [m] of the body frame in the world at ``t`` [s since start]."""
         w = 2.0 * math.pi
         position = (
             0.006 * math.sin(w * t / 7.3),
             0.005 * math.sin(w * t / 5.1 + 0.4),
             CHEST_HEIGHT + 0.008 * math.sin(w * t / 4.0),  # breathing
         )
-        rv = np.array(
-            [0.020 * math.sin(w * t / 6.1), 0.030 * math.sin(w * t / 4.0 + 1.0), 0.035 * math.sin(w * t / 9.7)]
+        R = _rotvec_rot(
+            0.020 * math.sin(w * t / 6.1), 0.030 * math.sin(w * t / 4.0 + 1.0), 0.035 * math.sin(w * t / 9.7)
         )  # up to about 2 deg
-        return make_transform(position, _rotvec_matrix(rv))
+        return R, position
 
-    def _wrist_in_body(self, side: str, t: float) -> np.ndarray:
-        """(4, 4) wrist frame in body axes at ``t`` [s since start] (no noise)."""
+    def body_pose_at(self, t: float) -> np.ndarray:
+        """(4, 4) world pose of the operator's body frame at ``t`` [s since start] (no noise)."""
+        return _matrix(*self._body_at(t))
+
+    def _wrist_in_body(self, side: str, t: float) -> tuple[Rot, Vec]:
+        """Wrist frame (rotation, position [m]) in body axes at ``t`` [s since start] (no noise)."""
         fractions, offsets, rotvecs = self._script[side]
         task_t = t - self.hold_s - (self.phase_shift_s if side == "right" else 0.0)
         if task_t <= 0.0:
             offset, rv = offsets[0], rotvecs[0]
         else:
             phase = (task_t % self.cycle_s) / self.cycle_s
-            i = int(np.searchsorted(fractions, phase, side="right")) - 1
+            i = bisect.bisect_right(fractions, phase) - 1
             i = min(max(i, 0), len(fractions) - 2)
             s = _min_jerk((phase - fractions[i]) / (fractions[i + 1] - fractions[i]))
-            offset = offsets[i] + s * (offsets[i + 1] - offsets[i])
-            rv = rotvecs[i] + s * (rotvecs[i + 1] - rotvecs[i])
-        return make_transform(SHOULDER_OFFSET[side] + offset, _rotvec_matrix(rv))
+            o0, o1, r0, r1 = offsets[i], offsets[i + 1], rotvecs[i], rotvecs[i + 1]
+            offset = tuple(o0[j] + s * (o1[j] - o0[j]) for j in range(3))
+            rv = tuple(r0[j] + s * (r1[j] - r0[j]) for j in range(3))
+        shoulder = _SHOULDER[side]
+        return _rotvec_rot(*rv), (shoulder[0] + offset[0], shoulder[1] + offset[1], shoulder[2] + offset[2])
 
-    def _elbow_tracker_in_body(self, side: str, wrist: np.ndarray) -> np.ndarray:
-        """(4, 4) upper-arm tracker in body axes for a wrist position [m] (body axes)."""
-        shoulder = SHOULDER_OFFSET[side]
-        outward = np.array([0.0, 1.0 if side == "left" else -1.0, 0.0])
+    def _elbow_tracker_in_body(self, side: str, wrist: Vec) -> tuple[Rot, Vec]:
+        """Upper-arm tracker (rotation, position [m]) in body axes for a wrist position [m] (body axes)."""
+        shoulder, outward = _SHOULDER[side], _OUTWARD[side]
         elbow = _elbow_position(shoulder, wrist, outward)
-        x = _unit(elbow - shoulder)
-        z = _unit(outward - float(outward @ x) * x)
-        y = np.cross(z, x)
-        position = shoulder + 0.5 * UPPER_ARM * x + ELBOW_TRACKER_OFFSET * z
-        return make_transform(position, np.column_stack([x, y, z]))
+        x = _unit((elbow[0] - shoulder[0], elbow[1] - shoulder[1], elbow[2] - shoulder[2]))
+        k = _dot(outward, x)
+        z = _unit((outward[0] - k * x[0], outward[1] - k * x[1], outward[2] - k * x[2]))
+        y = (z[1] * x[2] - z[2] * x[1], z[2] * x[0] - z[0] * x[2], z[0] * x[1] - z[1] * x[0])
+        position = tuple(shoulder[i] + 0.5 * UPPER_ARM * x[i] + ELBOW_TRACKER_OFFSET * z[i] for i in range(3))
+        return ((x[0], y[0], z[0]), (x[1], y[1], z[1]), (x[2], y[2], z[2])), position  # type: ignore[return-value]
 
-    def pose_at(self, t: float) -> dict[str, np.ndarray]:
-        """Noise-free (4, 4) world poses of every role at ``t`` [s since start]."""
-        T_world_body = self.body_pose_at(t)
-        in_body = {"chest": CHEST_MOUNT}
+    def _poses(self, t: float) -> list[tuple[Rot, Vec]]:
+        """Noise-free world (rotation, position [m]) of every role at ``t`` [s since start], in ROLES order."""
+        R_body, p_body = self._body_at(t)
+        in_body: dict[str, tuple[Rot, Vec]] = {"chest": (_CHEST_MOUNT_ROT, (0.0, 0.0, 0.0))}
         for side in SIDES:
             wrist = self._wrist_in_body(side, t)
             in_body[f"{side}_wrist"] = wrist
-            in_body[f"{side}_elbow"] = self._elbow_tracker_in_body(side, wrist[:3, 3])
-        return {role: T_world_body @ in_body[role] for role in ROLES}
+            in_body[f"{side}_elbow"] = self._elbow_tracker_in_body(side, wrist[1])
+        out = []
+        for role in ROLES:
+            R, p = in_body[role]
+            q = _rot_apply(R_body, p)
+            out.append((_rot_mul(R_body, R), (q[0] + p_body[0], q[1] + p_body[1], q[2] + p_body[2])))
+        return out
+
+    def pose_at(self, t: float) -> dict[str, np.ndarray]:
+        """Noise-free (4, 4) world poses of every role at ``t`` [s since start]."""
+        return {role: _matrix(R, p) for role, (R, p) in zip(ROLES, self._poses(t))}
 
     def home_pose(self) -> dict[str, np.ndarray]:
         """Noise-free world poses of every role at t = 0 (the HOME posture)."""
@@ -269,7 +341,7 @@ class SyntheticOperator(TrackerSource):
         self._closed = False
 
     def _dropped(self, role: str, t: float) -> bool:
-        return any(r == role and t0 <= t < t1 for r, t0, t1 in self.dropouts)
+        return any(t0 <= t < t1 for t0, t1 in self._dropouts_by_role[role])
 
     def read(self, now: float) -> list[TrackerSample]:
         """Every grid sample with t_k <= ``now`` [s] not returned yet, oldest first."""
@@ -277,20 +349,26 @@ class SyntheticOperator(TrackerSource):
             raise RuntimeError("SyntheticOperator.read() called before start() or after close()")
         last_k = math.floor((now - self._t_start) * self.rate_hz + 1e-9)
         out: list[TrackerSample] = []
-        while self._next_k <= last_k:
-            k = self._next_k
-            self._next_k += 1
+        n = last_k - self._next_k + 1
+        if n <= 0:
+            return out
+        # drawn in grid order, also for dropped roles: one batch equals n draws of (5, 6)
+        noise = self._rng.standard_normal((n, len(ROLES), 6)).tolist()
+        pn, rn = self.position_noise, self.rotation_noise
+        for j in range(n):
+            k = self._next_k + j
             t = k / self.rate_hz
-            noise = self._rng.standard_normal((len(ROLES), 6))  # drawn even for dropped roles
-            poses = self.pose_at(t)
-            for i, role in enumerate(ROLES):
-                if self._dropped(role, t):
+            stamp = self._t_start + t
+            for i, (role, (R, p)) in enumerate(zip(ROLES, self._poses(t))):
+                if self._dropouts_by_role[role] and self._dropped(role, t):
                     continue
-                T = poses[role]
-                T[:3, 3] += self.position_noise * noise[i, :3]
-                T[:3, :3] = T[:3, :3] @ _rotvec_matrix(self.rotation_noise * noise[i, 3:])
-                out.append(TrackerSample(self.serials[role], self._t_start + t, T))
-                self._saw(self.serials[role])
+                e = noise[j][i]
+                p = (p[0] + pn * e[0], p[1] + pn * e[1], p[2] + pn * e[2])
+                R = _rot_mul(R, _rotvec_rot(rn * e[3], rn * e[4], rn * e[5]))
+                out.append(TrackerSample(self._serial_list[i], stamp, _matrix(R, p)))
+        self._next_k = last_k + 1
+        for serial in {s.serial for s in out}:
+            self._saw(serial)
         return out
 
     def close(self) -> None:
