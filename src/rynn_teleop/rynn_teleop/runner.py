@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -93,6 +94,20 @@ def tune_allocator() -> bool:
     return bool(ok)
 
 
+#: [s] how long a Python thread may hold the GIL while another waits for it (CPython's default is 5 ms)
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
+def tune_threads() -> None:
+    """Let a node's threads take turns at the GIL every :data:`GIL_SWITCH_INTERVAL_S`.
+
+    A node process runs its executor thread beside loop threads (``TeleopNode.create_loop``): with CPython's
+    default 5 ms, a message callback (the feed switch forwarding a frame) waits up to 5 ms per GIL
+    acquisition while a loop thread computes (the synthetic camera drawing its next frame).
+    """
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
 def use_transport_profile() -> str:
     """Prepare this process for camera-sized messages; returns the Fast DDS profile in use.
 
@@ -103,6 +118,7 @@ def use_transport_profile() -> str:
     (:func:`tune_allocator`).
     """
     tune_allocator()
+    tune_threads()
     profile = os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE")
     if not profile:
         path = config_file("fastdds_profile.xml")

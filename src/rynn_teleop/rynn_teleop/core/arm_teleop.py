@@ -105,7 +105,7 @@ class ArmCommand(NamedTuple):
     """Output of one control cycle."""
 
     state: MotionState  # 14 arm joints, canonical order (left then right)
-    source_stamp: float  # [s] newest operator sample stamp used this cycle (NaN if none)
+    source_stamp: float  # [s] newest operator sample first solved this cycle (NaN if none): latency = stamp - this
     ik_time: float  # [s] wall time spent in IK this cycle
 
 
@@ -357,9 +357,9 @@ class ArmTeleop:
                 st.solved_stamp = sample.stamp
                 st.unreachable = self._unreachable(result)
                 st.unreachable_count += int(st.unreachable)
+                source_stamp = sample.stamp if np.isnan(source_stamp) else max(source_stamp, sample.stamp)
             goal[sl] = st.q_goal
             active[sl] = True
-            source_stamp = sample.stamp if np.isnan(source_stamp) else max(source_stamp, sample.stamp)
         self.cycles += 1
         if self.clutch.engaged and any(self.sides[s].stale for s in SIDES):
             self.stale_cycles += 1

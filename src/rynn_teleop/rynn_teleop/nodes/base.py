@@ -40,6 +40,9 @@ class Taken(NamedTuple):
     sequence: int | None  # the publisher's sequence number of this message (None when the RMW does not tell)
 
 
+_THIS_THREAD = threading.local()  # .loop: the ControlLoop running on this thread
+
+
 class ControlLoop:
     """A fixed-rate loop of one node on its own thread, off the executor (deadline sleeps, no wait set).
 
@@ -55,6 +58,7 @@ class ControlLoop:
         self.name = name
         self.callback = callback
         self.deadlines = Deadlines(period, time.monotonic() + period)
+        self.lateness = 0.0  # [s] how long after its due time the current (or last) tick started
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"{node.get_name()}:{name}", daemon=True)
         self._thread.start()
@@ -65,6 +69,7 @@ class ControlLoop:
         return self.deadlines.period
 
     def _run(self) -> None:
+        _THIS_THREAD.loop = self
         deadlines, stop, lock = self.deadlines, self._stop, self.node.lock
         while not stop.is_set():
             wait = deadlines.due - time.monotonic()
@@ -73,7 +78,7 @@ class ControlLoop:
             with lock:
                 if stop.is_set() or not self.node.context.ok():
                     break
-                deadlines.start_tick(time.monotonic())
+                self.lateness = deadlines.start_tick(time.monotonic())
                 try:
                     self.callback()
                 except Exception as exc:  # noqa: BLE001 - reported, the loop goes on
@@ -83,6 +88,11 @@ class ControlLoop:
                     self.node.get_logger().error(f"loop {self.name!r} raised: {exc!r}",
                                                  throttle_duration_sec=1.0)
             deadlines.finish_tick(time.monotonic())
+
+    def due_time(self, now: float) -> float:
+        """During a tick: when it was due [s], on the clock that reads ``now`` [s] at this tick (a source whose
+        sample grid starts here has one sample due at every tick, however late this tick started)."""
+        return now - max(self.lateness, 0.0)
 
     def cancel(self, timeout: float = 2.0) -> None:
         """Stop the loop and wait (at most ``timeout`` [s]) for a running tick to end. Idempotent."""
@@ -198,6 +208,13 @@ class TeleopNode(Node):
         loop = ControlLoop(self, 1.0 / rate_hz, callback, name)
         self.loops.append(loop)
         return loop
+
+    @staticmethod
+    def tick_due_time(now: float) -> float:
+        """Inside a loop tick (:meth:`create_loop`): when this tick was due [s], on the clock that reads ``now``
+        [s] (see :meth:`ControlLoop.due_time`). Outside a loop tick: ``now``."""
+        loop = getattr(_THIS_THREAD, "loop", None)
+        return now if loop is None else loop.due_time(now)
 
     def destroy_node(self) -> None:
         """Stop the loops (a running tick ends first), then destroy the node."""

@@ -108,7 +108,7 @@ class HeadCameraNode(TeleopNode):
         now = self.now_s()
         if self._align_on_first_tick:  # synthetic: put its frame grid on this timer's ticks
             self._align_on_first_tick = False
-            self.source.start(now - 0.001)  # frames due 1 ms before each tick: timer jitter never misses one
+            self.source.start(self.tick_due_time(now) - 0.001)  # frames due 1 ms before each tick: timer jitter never misses one
         try:
             frames = self.source.read(now)
         except Exception as exc:  # noqa: BLE001 - see above

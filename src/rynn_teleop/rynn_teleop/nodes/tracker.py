@@ -109,6 +109,7 @@ class TrackerNode(TeleopNode):
         self.late_dropped = 0  # frames dropped for being older than max_lag_s at their tick
         self._stale: set[str] = set()
         self._finished_logged = False
+        self._align_on_first_tick = p["source"] == "synthetic"
         self._loop = self.create_loop(p["rate_hz"], self._tick, "trackers")
         self.get_logger().info(
             f"{p['source']} trackers, {len(ROLES)} roles, world frame {self.world_frame!r}, {p['rate_hz']:.0f} Hz"
@@ -165,6 +166,10 @@ class TrackerNode(TeleopNode):
 
     def _tick(self) -> None:
         now = self.now_s()
+        if self._align_on_first_tick:  # synthetic: its sample grid on this loop's ticks, each sample due 1 ms early
+            self._align_on_first_tick = False
+            self._pending = []  # discovery samples of the timeline restarted here
+            self.source.start(self.tick_due_time(now) - 0.001)
         samples, self._pending = self._pending + self.source.read(now), []
         frames, dropped = drop_late_frames(group_frames(samples), now, self.params["max_lag_s"])
         if dropped:
