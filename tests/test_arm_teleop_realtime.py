@@ -108,6 +108,21 @@ def test_a_step_advances_the_trajectory_by_the_time_since_the_previous_one(robot
     np.testing.assert_array_equal(first.follower.state.position, twin.follower.state.position)
 
 
+def test_a_sample_s_latency_counts_at_the_command_that_first_solves_it(robot):
+    """``source_stamp``: the newest operator sample solved in that cycle; cycles that only go on towards an
+    already solved target report none (arm_ik's latency meter: sample -> the command that used it)."""
+    ctl, hands, elbows = make_controller(robot)
+    stamps = []
+    for k in range(12):  # 120 Hz samples into a 200 Hz loop: a new sample every 5/3 cycles
+        now = k * DT
+        sample = np.floor(now * 120.0) / 120.0
+        send(ctl, hands, elbows, sample, (0.01 * sample, 0.0, 0.0))
+        stamps.append(ctl.step(now + 0.001).source_stamp)
+    new = [s for s in stamps if not np.isnan(s)]
+    assert new == sorted(set(new)) and len(new) == len(set(np.floor(np.arange(12) * DT * 120.0)))
+    assert len(new) < len(stamps)  # some cycles solved nothing new
+
+
 # ------------------------------------------------------------------------------------------ outlier gate
 def test_a_single_glitch_is_not_followed_and_counted(robot):
     ctl, hands, elbows = make_controller(robot, outlier_speed=3.0)

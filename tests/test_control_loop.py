@@ -132,3 +132,28 @@ def test_entities_have_no_default_event_handlers(loop_node):
     sub = node.create_subscription(Bool, "/x", lambda m: None, 10)
     pub = node.create_publisher(Bool, "/x", 10)
     assert list(sub.event_handlers) == [] and list(pub.event_handlers) == []
+
+
+def test_a_tick_knows_when_it_was_due_however_late_it_started(loop_node):
+    """Synthetic sources start their sample grid at a tick's due time: a late first tick must not shift it."""
+    _, node = loop_node
+    period = 0.2
+    seen: list[tuple[float, float]] = []  # (due [s], now [s]) per tick, node clock
+    done = threading.Event()
+
+    def tick():
+        now = node.now_s()
+        seen.append((node.tick_due_time(now), now))
+        if len(seen) == 4:
+            done.set()
+
+    with node.lock:  # the first tick waits for the lock: it starts about 0.15 s after its due time
+        loop = node.create_loop(1.0 / period, tick, "due")
+        time.sleep(period + 0.15)
+    assert done.wait(10.0)
+    loop.cancel()
+    dues = [d for d, _ in seen]
+    assert seen[0][1] - dues[0] > 0.1  # the first tick did start late
+    for k, due in enumerate(dues):  # yet every due time is on the grid of the first (clock reads: 20 ms)
+        assert due == pytest.approx(dues[0] + k * period, abs=0.02)
+    assert TeleopNode.tick_due_time(12.5) == 12.5  # outside a loop tick: now
