@@ -9,7 +9,7 @@ physical camera (so the consumer stream's header stamps are capture times). Meas
 * ``cpu_cores`` per process group and ``cpu_cores_total`` (utime + stime from /proc over the episode, in
   cores: 1.0 = one core busy);
 * ``rates``: delivered Hz per topic (the episode's statistics), with ``rates_nominal``;
-* ``arm_latency_p99_ms`` (tracker sample -> the ``/arms/command`` that used it; ``arm_ik``'s own meter),
+* ``arm_latency_p99_ms`` (tracker sample -> the ``/arms/command`` that first solved it; ``arm_ik``'s own meter),
   ``hand_latency_p99_ms`` (glove frame -> ``/hands/command``; ``hand_retarget``'s meter): the largest p99
   of the 5 s windows the nodes report in ``/diagnostics`` during the episode;
   ``camera_latency_p99_ms``: capture stamp -> the middleware's receive time at the recorder, a consumer of

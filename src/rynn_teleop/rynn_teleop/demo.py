@@ -83,7 +83,8 @@ def demo_overrides(out: Path) -> dict:
     overrides = bringup.mode_overrides("digital", camera="generated", tracker_source="synthetic",
                                        glove_source="synthetic", world_model_backend="render")
     demo = {
-        "tracker": {"synthetic.hold_s": 3.0},  # time to calibrate on a loaded machine
+        # time to calibrate: a loaded machine may take a DDS announcement period (about 3 s) to connect arm_ik
+        "tracker": {"synthetic.hold_s": 5.0},
         "arm_ik": {
             "auto_calibrate": True, "auto_engage": True,  # starts from the sim arm driver's measured joints
             "calibration_file": str(out / "arm_calibration.yaml"),  # never the lab's own calibration
