@@ -1,7 +1,7 @@
 """The whole teleoperation stack, real or digital.
 
     ros2 launch rynn_teleop bringup.launch.py [mode:=digital|real] [camera:=generated|real]
-        [record:=false] [tracker_source:=synthetic] [glove_source:=synthetic]
+        [record:=false] [console:=false] [tracker_source:=synthetic] [glove_source:=synthetic]
         [world_model_backend:=render] [rviz:=false] [robot_state_publisher:=true]
 
 - mode:=digital (default): simulated arm and hand drivers, synthetic physical
@@ -16,6 +16,8 @@
   itself); a lab passes tracker_source:=openvr glove_source:=manus.
 - record:=true adds the recorder; episodes start and stop by its services
   (config/recorder.yaml: auto_start false, output_dir).
+- console:=true adds the operator console (a web page with the feeds, the
+  state and every operator control; config/console.yaml).
 
 The same nodes and backends as `rynn-teleop run --mode` (rynn_teleop.bringup;
 tests/test_launch.py keeps MODE_BACKENDS, SWITCH_SOURCE and DEFAULT_CAMERA
@@ -103,6 +105,11 @@ def generate_launch_description():
             DeclareLaunchArgument(
                 "record", default_value="false",
                 description="start the recorder (episodes start and stop by its services)",
+            ),
+            DeclareLaunchArgument(
+                "console", default_value="false",
+                description="start the operator console: a web page (config/console.yaml: host, port; default "
+                "http://127.0.0.1:8080/) with the camera feeds, state and every operator control",
             ),
             DeclareLaunchArgument(
                 "tracker_source", default_value="synthetic", choices=["synthetic", "replay", "openvr"],
@@ -202,6 +209,11 @@ def generate_launch_description():
             Node(
                 package=PKG, executable="recorder", parameters=[_config("recorder")],
                 condition=IfCondition(LaunchConfiguration("record")),
+                respawn=True, respawn_delay=2.0,
+            ),
+            Node(
+                package=PKG, executable="console", parameters=[_config("console")],
+                condition=IfCondition(LaunchConfiguration("console")),
                 respawn=True, respawn_delay=2.0,
             ),
         ]

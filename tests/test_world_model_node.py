@@ -87,7 +87,7 @@ class Operator:
         return n
 
 
-def test_commands_in_frames_out_at_the_rate_with_command_stamps(ros_domain_id):
+def test_commands_in_frames_out_one_per_tick_with_command_stamps(ros_domain_id):
     comp = Composition(["world_model"], overrides={"world_model": {**SMALL, "publish_condition": True}},
                        domain_id=ros_domain_id)
     try:
@@ -105,8 +105,7 @@ def test_commands_in_frames_out_at_the_rate_with_command_stamps(ros_domain_id):
         assert wait_for(lambda: len(op.infos) >= len(op.images) > 0, 2.0)
         with op.lock:
             images, infos, sent = list(op.images), list(op.infos), dict(op.sent)
-        rate = len(images) / span
-        assert 20.0 <= rate <= 33.0, rate  # 30 Hz profile (tolerant: a loaded 2-core CI machine)
+        assert len(images) <= 30.0 * span + 2  # at most one frame per 30 Hz tick (the rate is the bench's)
         img = images[-1]
         assert (img.encoding, img.width, img.height, img.step) == ("rgb8", 160, 120, 480)
         assert img.header.frame_id == "camera_color_optical_frame"

@@ -29,6 +29,7 @@ NODES = {
     "camera_switch": "rynn_teleop.nodes.camera_switch:main",
     "world_model": "rynn_teleop.nodes.world_model:main",
     "recorder": "rynn_teleop.nodes.recorder:main",
+    "console": "rynn_teleop.nodes.console:main",
 }
 
 
@@ -40,6 +41,7 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test", "tests"]),
+    package_data={PACKAGE: ["console/static/*"]},  # the operator console's page
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
         ("share/" + PACKAGE, ["package.xml"]),
@@ -49,7 +51,7 @@ setup(
     ],
     install_requires=["setuptools"],
     extras_require={"test": ["pytest", "hypothesis"]},
-    zip_safe=True,
+    zip_safe=False,  # the console page is read from the package folder
     maintainer="rynn_teleop developers",
     maintainer_email="rynn-teleop@example.com",
     description="Teleoperation of a bimanual dexterous robot, real and digital (world model).",

@@ -31,6 +31,7 @@ NODES: tuple[str, ...] = (
     "head_camera", "world_model", "camera_switch", "robot_markers",
 )
 RECORDER = "recorder"
+CONSOLE = "console"  # the operator's web page (``console``)
 #: nodes that talk to hardware: never respawned by a launch file (a device error must stay visible)
 HARDWARE_NODES = ("arm_driver", "hand_driver", "head_camera")
 
@@ -48,9 +49,9 @@ _BACKENDS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def mode_nodes(record: bool = False) -> tuple[str, ...]:
-    """The nodes a bringup starts (``record``: with the recorder)."""
-    return NODES + ((RECORDER,) if record else ())
+def mode_nodes(record: bool = False, console: bool = False) -> tuple[str, ...]:
+    """The nodes a bringup starts (``record``: with the recorder; ``console``: with the operator console)."""
+    return NODES + ((RECORDER,) if record else ()) + ((CONSOLE,) if console else ())
 
 
 def mode_overrides(

@@ -77,7 +77,7 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
                                                world_model_backend=args.world_model_backend)
         except ValueError as exc:
             raise RynnTeleopError(str(exc)) from None
-        nodes = nodes or list(bringup.mode_nodes(record=args.record))
+        nodes = nodes or list(bringup.mode_nodes(record=args.record, console=args.console))
     elif not nodes:
         raise RynnTeleopError("run: name the nodes to start, or give --mode digital|real")
     overrides = {n: v for n, v in overrides.items() if n in nodes}  # a subset of a mode keeps its backends
@@ -106,11 +106,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     # The demo is self-contained: keep DDS on this machine unless told otherwise.
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    from .demo import run_demo  # noqa: PLC0415
+    from .demo import run_demo, run_interactive  # noqa: PLC0415
 
-    out = run_demo(duration=args.duration, out_dir=args.out)
+    if args.interactive:
+        print(run_interactive(out_dir=args.out, port=args.port, duration=args.duration))
+        return 0
+    out = run_demo(duration=20.0 if args.duration is None else args.duration, out_dir=args.out)
     print(out)
     return 0
+
+
+def _cmd_call(args: argparse.Namespace) -> int:
+    from .nodes.operator import call_main  # noqa: PLC0415
+
+    return call_main(args.args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(digital: sim drivers, world model, generated feed; real: vendor backends)")
     p.add_argument("--camera", choices=("generated", "real"), help="initial feed (default: by mode)")
     p.add_argument("--record", action="store_true", help="with --mode: also start the recorder")
+    p.add_argument("--console", action="store_true", help="with --mode: also start the operator console "
+                   "(web page, default http://127.0.0.1:8080/)")
     p.add_argument("--tracker-source", choices=("synthetic", "replay", "openvr"), help="tracker input (default: YAML)")
     p.add_argument("--glove-source", choices=("synthetic", "replay", "skeleton", "manus"),
                    help="hand input (default: YAML)")
@@ -148,15 +159,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_episodes)
 
+    p = sub.add_parser("call", add_help=False, help="operate a running stack: calibrate|engage|disengage|estop|"
+                       "reset|feed ...|episode ...|status (see `rynn-teleop call --help`)")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_call)
+
     p = sub.add_parser("demo", help="the most complete end-to-end run that needs no hardware")
-    p.add_argument("--duration", type=float, default=20.0, help="seconds to run [s]")
+    p.add_argument("--duration", type=float, default=None,
+                   help="seconds of the episode (default 20); --interactive: of the run (default: until Ctrl-C)")
     p.add_argument("--out", default=None, help="output folder (default: a new folder under ./demo_runs)")
+    p.add_argument("--interactive", action="store_true", help="run the stack with the operator console until "
+                   "Ctrl-C (--duration: stop after S seconds); you record episodes from the page")
+    p.add_argument("--port", type=int, default=8080, help="--interactive: the console's port on 127.0.0.1")
     p.set_defaults(func=_cmd_demo)
     return parser
 
 
+#: subcommands with their own parsers: everything after the name is theirs (``--help`` included)
+DELEGATED = {"episodes": _cmd_episodes, "call": _cmd_call}
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in DELEGATED:
+        args = argparse.Namespace(command=argv[0], args=argv[1:], func=DELEGATED[argv[0]])
+    else:
+        args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except RynnTeleopError as exc:

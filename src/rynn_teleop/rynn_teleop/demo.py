@@ -181,6 +181,34 @@ def _wait(pred, timeout: float) -> bool:
     return False
 
 
+def run_interactive(out_dir: str | Path | None = None, port: int = 8080, duration: float | None = None) -> Path:
+    """The demo's stack with the operator console, until Ctrl-C (or ``duration`` [s]); returns the output folder.
+
+    Nothing is automatic but the synthetic operator's calibration and clutch: the operator records episodes
+    (into the output folder), toggles the feed and e-stops from the console page.
+    """
+    out = Path(out_dir) if out_dir else Path("demo_runs") / time.strftime("%Y%m%d-%H%M%S")
+    out.mkdir(parents=True, exist_ok=True)
+    use_transport_profile()
+    overrides = demo_overrides(out)
+    overrides[bringup.CONSOLE] = {"port": int(port)}
+    groups = (*DEMO_GROUPS, (bringup.CONSOLE,))
+    procs = [_spawn(group, overrides, out / f"{'+'.join(group)}.log") for group in groups]
+    try:
+        with Composition([]) as comp:
+            probe = _Probe(comp.context)
+            comp.add_node(probe)
+            if not _wait(lambda: "url" in probe.diagnostics.get(bringup.CONSOLE, {}), 60.0):
+                dead = ["+".join(g) for g, p in zip(groups, procs) if p.poll() is not None]
+                raise RynnTeleopError(f"demo: the console did not come up within 60 s (exited: {dead}); logs in {out}")
+            print(f"console: {probe.diagnostics[bringup.CONSOLE]['url']}  (episodes go to {out}; Ctrl-C stops)",
+                  flush=True)
+            comp.spin(duration)
+    finally:
+        stop_groups(procs)
+    return out
+
+
 def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     """Run the digital teleoperation demo with an episode of ``duration`` [s]; returns the episode directory."""
     out = Path(out_dir) if out_dir else Path("demo_runs") / time.strftime("%Y%m%d-%H%M%S")

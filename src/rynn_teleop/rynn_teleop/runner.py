@@ -19,6 +19,7 @@ from typing import Any, Iterable, Mapping
 
 import rclpy
 from rclpy.exceptions import InvalidHandle
+from rclpy.signals import SignalHandlerOptions
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -160,7 +161,9 @@ class Composition:
         params = [node_parameters(n, c.SCHEMA, config_dir, overrides.get(n)) for n, c in zip(names, classes)]
         use_transport_profile()
         self.context = rclpy.Context()
-        rclpy.init(context=self.context, domain_id=domain_id)
+        # Ctrl-C / SIGTERM reach the main thread as KeyboardInterrupt (Python's handlers; see spin()), not
+        # through rclpy's signal handler thread: a runner process once ignored a SIGINT with it
+        rclpy.init(context=self.context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
         self.nodes: list[Node] = []
         self._executors: list[SingleThreadedExecutor] = []
         self._threads: list[threading.Thread] = []

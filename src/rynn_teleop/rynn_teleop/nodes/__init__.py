@@ -23,6 +23,7 @@ REGISTRY: dict[str, str] = {
     "camera_switch": "rynn_teleop.nodes.camera_switch:CameraSwitchNode",
     "world_model": "rynn_teleop.nodes.world_model:WorldModelNode",
     "recorder": "rynn_teleop.nodes.recorder:RecorderNode",
+    "console": "rynn_teleop.nodes.console:ConsoleNode",
 }
 
 

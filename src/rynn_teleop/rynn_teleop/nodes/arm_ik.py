@@ -196,6 +196,7 @@ class ArmIKNode(TeleopNode):
         self.create_service(Trigger, "~/calibrate", self._srv_calibrate)
         self.create_service(SetBool, "~/set_clutch", self._srv_clutch)
         self._msg = JointState(name=self.names)
+        self.meter("command", nominal_hz=p["rate_hz"])
         self._loop = self.create_loop(p["rate_hz"], self._tick, "control")
 
     # ------------------------------------------------------------------ setup

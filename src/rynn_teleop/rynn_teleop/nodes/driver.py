@@ -84,6 +84,7 @@ class JointDriverNode(TeleopNode):
         self.create_service(Trigger, "~/estop", self._srv_estop)
         self.create_service(Trigger, "~/reset", self._srv_reset)
         self.last_reading = None
+        self.meter("joint_states", nominal_hz=p["rate_hz"])
         self._loop = self.create_loop(p["rate_hz"], self._tick, "control")
 
     # ------------------------------------------------------------------ commands

@@ -136,6 +136,9 @@ class HandRetargetNode(TeleopNode):
             self.source = make_hand_source(kind, **kwargs)
             self.source.start(self.now_s())
             self._align_on_first_poll = kind == "synthetic"
+            if kind == "synthetic":
+                for side in self.sides:
+                    self.meter(f"command.{side}", nominal_hz=p["rate_hz"])
             self._loop = self.create_loop(p["rate_hz"], self._poll, "poll")
         self.get_logger().info(f"{kind} hands {', '.join(self.sides)} -> {p['command_topic']}")
 

@@ -68,6 +68,7 @@ class HeadCameraNode(TeleopNode):
             kwargs = dict(width=prof.width, height=prof.height, fps=float(prof.fps), seed=p["synthetic.seed"],
                           depth=p["synthetic.depth"])
             period = 1.0 / prof.fps  # ticks on the frame grid: a frame is published right at its capture time
+            self.meter("color", nominal_hz=prof.fps)
         elif kind == "replay":
             if not p["replay.path"].strip():
                 raise ParameterError("replay.path", "source replay needs replay.path: a rosbag2 directory, a video "
@@ -77,6 +78,7 @@ class HeadCameraNode(TeleopNode):
         else:
             for key in ("realsense.color_profile", "realsense.depth_profile"):
                 _profile(p, key)  # a bad profile names its key before the device is touched
+            self.meter("color", nominal_hz=_profile(p, "realsense.color_profile").fps)
             kwargs = dict(serial=p["realsense.serial"], color_profile=p["realsense.color_profile"],
                           depth_profile=p["realsense.depth_profile"], enable_depth=p["realsense.enable_depth"],
                           align_depth=p["realsense.align_depth"])

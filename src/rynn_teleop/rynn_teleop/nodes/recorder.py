@@ -35,6 +35,7 @@ from pathlib import Path
 import yaml
 
 from diagnostic_msgs.msg import DiagnosticStatus
+from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from std_msgs.msg import String
@@ -42,7 +43,7 @@ from std_srvs.srv import Trigger
 
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..errors import ParameterError
-from ..recording import EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash, software_version
+from ..recording import OUTCOMES, EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash, software_version
 from ..recording.stats import SequenceGaps, parse_topic_rates
 from .base import TeleopNode, run_single
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
@@ -86,6 +87,8 @@ class RecorderNode(TeleopNode):
             Param("task", str, "", "task name stored with the next/current episode", dynamic=True),
             Param("operator", str, "", "operator stored with the next/current episode", dynamic=True),
             Param("notes", str, "", "free-text notes stored with the next/current episode", dynamic=True),
+            Param("outcome", str, "", "outcome label stored with the current episode at its stop ('': none)",
+                  choices=OUTCOMES, dynamic=True),
             Param("calibration_file", str, "", "operator calibration stored with each episode (arm_ik's file)"),
             Param("auto_start", bool, False, "start an episode as soon as the node runs"),
             Param("discovery_period_s", float, 0.5, "how often the graph is searched for configured topics", "s",
@@ -198,7 +201,8 @@ class RecorderNode(TeleopNode):
                 calibration = {"error": f"{path}: {exc}"}
         return EpisodeMetadata(
             task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
-            notes=self.get_parameter("notes").value, robot_description_hash=self._urdf_hash,
+            notes=self.get_parameter("notes").value, outcome=self.get_parameter("outcome").value,
+            robot_description_hash=self._urdf_hash,
             calibration=calibration, software_version=software_version(),
         )
 
@@ -218,9 +222,10 @@ class RecorderNode(TeleopNode):
     def stop_episode(self):
         """Stop and keep the current episode; its summary (raises RecordingError)."""
         self.recorder.describe(task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
-                               notes=self.get_parameter("notes").value)
+                               notes=self.get_parameter("notes").value, outcome=self.get_parameter("outcome").value)
         self._drain()  # what arrived before the stop is
         summary = self.recorder.stop()
+        self._clear_outcome()
         self.last_summary = summary
         for problem in summary.problems:
             self.get_logger().warning(f"{summary.path.name}: {problem}")
@@ -240,7 +245,17 @@ class RecorderNode(TeleopNode):
         return _answer(response, stop, self._fail if self.recorder.active else None)
 
     def _srv_discard_episode(self, request, response):
-        return _answer(response, lambda: f"discarded {self.recorder.discard()}")
+        def discard() -> str:
+            path = self.recorder.discard()
+            self._clear_outcome()
+            return f"discarded {path}"
+
+        return _answer(response, discard)
+
+    def _clear_outcome(self) -> None:
+        """An outcome labels one episode: the next starts unlabelled."""
+        if self.get_parameter("outcome").value:
+            self.set_parameters([Parameter("outcome", Parameter.Type.STRING, "")])
 
     def _on_writer_error(self, error: RecordingError) -> None:  # writer thread
         self._fail(str(error))
@@ -252,6 +267,7 @@ class RecorderNode(TeleopNode):
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_values(self):
         values = {"recording": self.recorder.active, "episode": str(self.recorder.current or ""),
+                  "output_dir": str(self.recorder.output_dir),
                   "topics_subscribed": f"{len(self._types)}/{len(self.topics)}",
                   "topics_flowing": f"{len(self.flowing())}/{sum(1 for r in self.topics.values() if r)}"}
         writer = self.recorder.writer
@@ -259,6 +275,11 @@ class RecorderNode(TeleopNode):
             values["queued_mb"] = f"{writer.queued_bytes / 1e6:.1f}"
             values["written_mb"] = f"{writer.written_bytes / 1e6:.1f}"
             values["dropped"] = sum(writer.dropped().values())
+        progress = self.recorder.progress(self.get_clock().now().nanoseconds)
+        if progress is not None:
+            values["episode_elapsed_s"] = f"{progress.elapsed_s:.1f}"
+            values["episode_messages"] = progress.messages
+            values["episode_problems"] = "; ".join(progress.problems)
         if self.failure:
             values["failure"] = self.failure
         return values

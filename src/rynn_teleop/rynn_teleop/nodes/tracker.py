@@ -110,6 +110,8 @@ class TrackerNode(TeleopNode):
         self._stale: set[str] = set()
         self._finished_logged = False
         self._align_on_first_tick = p["source"] == "synthetic"
+        if p["source"] != "replay":  # a replay runs at its recording's rate
+            self.meter("frames", nominal_hz=p["rate_hz"])
         self._loop = self.create_loop(p["rate_hz"], self._tick, "trackers")
         self.get_logger().info(
             f"{p['source']} trackers, {len(ROLES)} roles, world frame {self.world_frame!r}, {p['rate_hz']:.0f} Hz"

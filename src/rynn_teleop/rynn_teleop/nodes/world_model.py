@@ -131,8 +131,9 @@ class WorldModelNode(TeleopNode):
         self._reference = reference
         self._real = None  # newest real frame (Image) not yet offered to the generator
         self.frames = self.idle_ticks = self.overruns = self.generation_errors = self.bad_images = 0
-        for name in ("frames", "commands_in"):  # created before the generation thread can add them while
-            self.meter(name)  # diagnostics iterate the meters
+        # created before the generation thread can add them while diagnostics iterate the meters
+        self.meter("frames", nominal_hz=self.rate_hz)
+        self.meter("commands_in")
 
         ns = p["namespace"].rstrip("/")
         self._image_pub = self.create_publisher(Image, f"{ns}/color/image_raw", qos_profile_sensor_data)

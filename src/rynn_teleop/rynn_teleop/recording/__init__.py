@@ -13,7 +13,9 @@ check, joint plot, camera preview, and the ``rynn-teleop episodes`` command).
 """
 
 from .episodes import (
+    OUTCOMES,
     EpisodeMetadata,
+    EpisodeProgress,
     EpisodeRecorder,
     EpisodeSummary,
     description_hash,
@@ -28,7 +30,9 @@ from .writer import EpisodeWriter, TopicQos
 
 __all__ = [
     "GAP_FACTOR",
+    "OUTCOMES",
     "EpisodeMetadata",
+    "EpisodeProgress",
     "EpisodeRecorder",
     "EpisodeStats",
     "EpisodeSummary",

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rosbags.typesys.store import Typestore
 
@@ -72,6 +72,18 @@ def next_episode_dir(output_dir: str | Path) -> Path:
     return Path(output_dir) / f"{EPISODE_PREFIX}{n:04d}"
 
 
+OUTCOMES = ("", "success", "failure")  # an episode's outcome label ("": not labelled)
+
+
+class EpisodeProgress(NamedTuple):
+    """The episode being recorded, as far as it got (cheap: for a 1 Hz status)."""
+
+    name: str  # the episode directory's name
+    elapsed_s: float  # [s] since its start
+    messages: int  # messages written or queued
+    problems: list[str]  # so far: dropped messages per topic, configured topics not received after 2 s
+
+
 @dataclass
 class EpisodeMetadata:
     """What an episode is about; stored in ``episode.yaml`` and in ``metadata.yaml``'s custom data."""
@@ -79,6 +91,7 @@ class EpisodeMetadata:
     task: str = ""
     operator: str = ""
     notes: str = ""
+    outcome: str = ""  # the operator's label: "" (none), "success" or "failure" (OUTCOMES)
     camera_sources: list[str] = field(default_factory=list)  # e.g. ["physical"]; add more while recording
     robot_description_hash: str = ""  # see description_hash()
     calibration: dict[str, Any] = field(default_factory=dict)  # plain data (YAML/JSON-serialisable)
@@ -91,6 +104,7 @@ class EpisodeMetadata:
             "task": self.task,
             "operator": self.operator,
             "notes": self.notes,
+            "outcome": self.outcome,
             "camera_sources": list(self.camera_sources),
             "robot_description_hash": self.robot_description_hash,
             "calibration": dict(self.calibration),
@@ -247,6 +261,22 @@ class EpisodeRecorder:
             if self._writer is None:
                 raise RecordingError("no episode is being recorded")
             self._doc.update(fields)
+
+    def progress(self, now_ns: int | None = None) -> EpisodeProgress | None:
+        """The current episode's progress at ``now_ns`` [ns] (default: the clock), or None between episodes."""
+        with self._lock:
+            writer, doc = self._writer, self._doc
+            if writer is None:
+                return None
+            start_ns = doc["start_ns"]
+        now_ns = self._clock() if now_ns is None else int(now_ns)
+        elapsed = max(0.0, (now_ns - start_ns) * 1e-9)
+        counts = writer.counts()
+        problems = [f"{topic}: {n} dropped" for topic, n in sorted(writer.dropped().items()) if n]
+        if elapsed > 2.0:
+            problems += [f"{topic}: nothing received" for topic, rate in self.topics.items()
+                         if rate and not counts.get(topic)]
+        return EpisodeProgress(writer.bag_dir.name, elapsed, sum(counts.values()), problems)
 
     def add_camera_source(self, source: str) -> None:
         """Note that the current episode used camera ``source`` (e.g. after a feed switch)."""

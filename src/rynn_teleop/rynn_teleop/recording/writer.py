@@ -212,6 +212,12 @@ class EpisodeWriter:
             types = dict(self._types)
         return {t: (types[t], np.asarray(self._times.get(t, ()), dtype=np.int64)) for t in sorted(types)}
 
+    def counts(self) -> dict[str, int]:
+        """Topic -> messages written so far (a snapshot; cheap)."""
+        with self._cond:
+            topics = list(self._types)
+        return {t: len(self._times.get(t, ())) for t in topics}
+
     def stamps(self) -> dict[str, np.ndarray]:
         """Topic -> header stamps [ns] of the messages written, in the order of :meth:`received`'s times.
 

@@ -1,0 +1,374 @@
+"""The operator console's web server (aiohttp; ROS-free): one page, live video, state, controls.
+
+The console node (``nodes/console.py``) owns the ROS side and hands this server three things: a
+:class:`FrameHub` it fills with the newest image of each stream, a ``snapshot()`` of the session state
+(plain data) and ``perform(action, fields)`` that runs an operator action (blocking; called on a worker
+thread). The server runs its own asyncio loop on its own thread, so browsers never block the node:
+
+* ``GET /`` the page (static files shipped in ``console/static``, no CDN);
+* ``GET /api/state`` the session state as JSON; ``POST /api/action`` ``{"action": "...", "fields":
+  {...}}`` runs an action: 200 done, 409 refused by the stack, 503 a node is missing, 400 a malformed
+  request (nothing is done);
+* ``GET /ws`` a WebSocket: the page says which streams it shows (``{"type": "subscribe", "streams":
+  [...]}``) and gets each stream's newest frame as a binary message whenever a new one exists and its
+  previous one was sent (a slow browser skips frames; the ROS side never waits), the state as JSON
+  twice a second, and reports each frame's decode (``{"type": "decoded", ...}``) so the node can
+  measure ROS message -> decoded frame latency.
+
+Binary frame message: 4-byte big-endian header length, a JSON header (``stream``, ``seq``,
+``stamp_ns``: the image's header stamp, ``received_ms``: when the node received it, Unix time [ms],
+``rate_hz``: the stream's rate), then a JPEG.
+
+Access: every request but the shipped static files needs the token when one is set (``X-Rynn-Token``
+header or ``token`` query parameter); a server bound to an address other than loopback always has one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import struct
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+from aiohttp import WSMsgType, web
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+STREAMS = ("consumer", "physical", "generated")
+#: [px] width of each stream's JPEG (height keeps the aspect ratio; None = as received): the consumer feed is
+#: shown large, the two sources as thumbnails
+STREAM_WIDTH = {"consumer": None, "physical": 320, "generated": 320}
+JPEG_QUALITY = {"consumer": 85, "physical": 70, "generated": 70}
+STATE_PERIOD_S = 0.5
+MAX_BODY_BYTES = 16 * 1024
+MAX_FIELD_CHARS = 2000
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+class ConsoleError(Exception):
+    """The console cannot start (bad address, port in use)."""
+
+
+@dataclass
+class Frame:
+    """A stream's newest image, as received (decoded lazily by the server)."""
+
+    seq: int
+    stamp_ns: int  # the image's header stamp [ns]
+    received_ms: float  # Unix time [ms] when the node received it
+    decode: Callable[[], np.ndarray]  # -> (H, W, 3) RGB uint8 (called at most once, on a worker thread)
+
+
+class FrameHub:
+    """Newest frame per stream, set by the ROS side (any thread), read by the server's loop."""
+
+    def __init__(self, streams: tuple[str, ...] = STREAMS) -> None:
+        self._lock = threading.Lock()
+        self._frames: dict[str, Frame] = {}
+        self._times: dict[str, list[float]] = {s: [] for s in streams}  # receive times [s], last 2 s
+        self._listeners: list[Callable[[str], None]] = []
+        self.streams = streams
+
+    def put(self, stream: str, stamp_ns: int, received_ms: float, decode: Callable[[], np.ndarray]) -> None:
+        """A new image of ``stream``: replaces the one before (never queues)."""
+        with self._lock:
+            old = self._frames.get(stream)
+            self._frames[stream] = Frame((old.seq + 1) if old else 1, stamp_ns, received_ms, decode)
+            times = self._times[stream]
+            times.append(received_ms * 1e-3)
+            while times and times[0] < times[-1] - 2.0:
+                times.pop(0)
+            listeners = list(self._listeners)
+        for notify in listeners:
+            notify(stream)
+
+    def get(self, stream: str) -> Frame | None:
+        with self._lock:
+            return self._frames.get(stream)
+
+    def rate_hz(self, stream: str, now_s: float | None = None) -> float:
+        """Frames per second received over the last 2 s (0 when none for 2 s)."""
+        now_s = time.time() if now_s is None else now_s
+        with self._lock:
+            times = [t for t in self._times[stream] if t >= now_s - 2.0]
+        return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
+
+    def listen(self, notify: Callable[[str], None]) -> None:
+        with self._lock:
+            self._listeners.append(notify)
+
+
+class ConsoleServer:
+    """The console's HTTP/WebSocket server on its own thread.
+
+    Args:
+        host, port: where to listen (port 0: any free port; :attr:`port` tells which after :meth:`start`).
+        token: required from every request when not empty.
+        hub: the video frames.
+        snapshot: -> the session state (plain data), called on the server's thread.
+        perform: (action, fields) -> an object with ``ok``, ``message``, ``unavailable``; blocking, called on
+            a worker thread.
+        actions: the action names :func:`perform` knows, with the ``fields`` each accepts.
+        on_decoded: (stream, latency [s]) for each frame a page reports decoded.
+    """
+
+    def __init__(self, host: str, port: int, token: str, hub: FrameHub, snapshot: Callable[[], dict],
+                 perform: Callable[[str, Mapping[str, str]], Any], actions: Mapping[str, tuple[str, ...]],
+                 on_decoded: Callable[[str, float], None] | None = None) -> None:
+        if host not in LOOPBACK and not token:
+            raise ConsoleError(f"the console on {host} (not loopback) needs a token")
+        self.host, self.port, self.token = host, int(port), token
+        self.hub, self.snapshot, self.perform, self.actions = hub, snapshot, perform, dict(actions)
+        self.on_decoded = on_decoded or (lambda stream, latency: None)
+        self.clients = 0  # open WebSockets
+        self.frames_sent = {s: 0 for s in hub.streams}
+        self.frames_skipped = {s: 0 for s in hub.streams}  # newer frames came before a browser took the last
+        self.requests_refused = 0  # bad token or malformed
+        self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-encode")
+        self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-action")
+        self._jpeg: dict[str, tuple[int, bytes]] = {}  # stream -> (seq, header + JPEG) of the newest encoded
+        self._encoding: dict[str, tuple[int, asyncio.Future]] = {}  # stream -> (seq, its encoding)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._new_frame: dict[str, asyncio.Condition] = {}
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------------ life cycle
+    def start(self, timeout: float = 10.0) -> None:
+        """Listen (raises ConsoleError when the address cannot be bound)."""
+        self._thread = threading.Thread(target=self._run, name="console-server", daemon=True)
+        self._thread.start()
+        if not self._started.wait(timeout):
+            raise ConsoleError(f"the console did not start within {timeout:g} s")
+        if self._error is not None:
+            raise ConsoleError(f"cannot serve on {self.host}:{self.port}: {self._error}") from self._error
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=5.0)
+            loop.call_soon_threadsafe(loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        self._encoder.shutdown(wait=False, cancel_futures=True)
+        self._workers.shutdown(wait=False, cancel_futures=True)
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            self._error = exc
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        loop.run_forever()
+        loop.close()
+
+    async def _serve(self) -> None:
+        for stream in self.hub.streams:
+            self._new_frame[stream] = asyncio.Condition()
+        self.hub.listen(self._notify)
+        app = web.Application(middlewares=[self._auth], client_max_size=MAX_BODY_BYTES)
+        app.router.add_get("/", self._index)
+        app.router.add_get("/favicon.ico", lambda request: web.Response(status=204))
+        app.router.add_static("/static", STATIC_DIR, show_index=False)
+        app.router.add_get("/api/state", self._state)
+        app.router.add_post("/api/action", self._action)
+        app.router.add_get("/ws", self._websocket)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        if self.port == 0:
+            self.port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001 - aiohttp has no public getter
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _notify(self, stream: str) -> None:  # any thread
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._wake(stream)))
+
+    async def _wake(self, stream: str) -> None:
+        cond = self._new_frame[stream]
+        async with cond:
+            cond.notify_all()
+
+    # ------------------------------------------------------------------ access
+    @web.middleware
+    async def _auth(self, request: web.Request, handler):
+        if self.token and not request.path.startswith("/static/"):  # the shipped CSS/JS hold nothing private
+            given = request.headers.get("X-Rynn-Token") or request.query.get("token", "")
+            if not hmac.compare_digest(given.encode(), self.token.encode()):
+                self.requests_refused += 1
+                return web.json_response({"ok": False, "message": "a valid token is required"}, status=401)
+        return await handler(request)
+
+    # ------------------------------------------------------------------ HTTP
+    async def _index(self, request: web.Request) -> web.StreamResponse:
+        return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+
+    async def _state(self, request: web.Request) -> web.Response:
+        return web.json_response(self._state_doc())
+
+    def _state_doc(self) -> dict[str, Any]:
+        now = time.time()
+        doc = self.snapshot()
+        doc["streams"] = {}
+        for s in self.hub.streams:
+            frame = self.hub.get(s)
+            doc["streams"][s] = {"rate_hz": round(self.hub.rate_hz(s, now), 1),
+                                 "age_ms": None if frame is None else round(now * 1e3 - frame.received_ms, 1)}
+        doc["actions"] = {name: list(fields) for name, fields in self.actions.items()}
+        return doc
+
+    async def _action(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
+            return self._bad("the body must be a JSON object")
+        if not isinstance(body, dict) or set(body) - {"action", "fields"}:
+            return self._bad('the body must be {"action": NAME, "fields": {...}}')
+        name, fields = body.get("action"), body.get("fields", {})
+        if not isinstance(name, str) or name not in self.actions:
+            return self._bad(f"unknown action {name!r}; actions: {', '.join(self.actions)}")
+        if not isinstance(fields, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items()):
+            return self._bad("fields must map names to strings")
+        if unknown := sorted(set(fields) - set(self.actions[name])):
+            return self._bad(f"{name} does not take {', '.join(unknown)}")
+        if any(len(v) > MAX_FIELD_CHARS for v in fields.values()):
+            return self._bad(f"a field is longer than {MAX_FIELD_CHARS} characters")
+        result = await asyncio.get_running_loop().run_in_executor(self._workers, self.perform, name, fields)
+        status = 200 if result.ok else (503 if result.unavailable else 409)
+        return web.json_response({"ok": bool(result.ok), "message": result.message}, status=status)
+
+    def _bad(self, message: str) -> web.Response:
+        self.requests_refused += 1
+        return web.json_response({"ok": False, "message": message}, status=400)
+
+    # ------------------------------------------------------------------ WebSocket
+    async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse(heartbeat=10.0, max_msg_size=MAX_BODY_BYTES)
+        await ws.prepare(request)
+        self.clients += 1
+        wanted: set[str] = set()
+        senders = {s: asyncio.ensure_future(self._send_stream(ws, s, wanted)) for s in self.hub.streams}
+        state = asyncio.ensure_future(self._send_state(ws))
+        try:
+            async for msg in ws:
+                if msg.type != WSMsgType.TEXT:
+                    continue
+                try:
+                    data = json.loads(msg.data)
+                except json.JSONDecodeError:
+                    continue
+                if not isinstance(data, dict):
+                    continue
+                if data.get("type") == "subscribe" and isinstance(data.get("streams"), list):
+                    wanted.clear()
+                    wanted.update(s for s in data["streams"] if s in self.hub.streams)
+                    for s in wanted:
+                        await self._wake(s)
+                elif data.get("type") == "decoded" and data.get("stream") in self.hub.streams:
+                    try:
+                        latency_ms = float(data["t_ms"]) - float(data["received_ms"])
+                    except (KeyError, TypeError, ValueError):
+                        continue
+                    self.on_decoded(data["stream"], latency_ms * 1e-3)
+        finally:
+            self.clients -= 1
+            for task in (*senders.values(), state):
+                task.cancel()
+        return ws
+
+    async def _send_state(self, ws: web.WebSocketResponse) -> None:
+        while not ws.closed:
+            try:
+                await ws.send_str(json.dumps({"type": "state", **self._state_doc()}))
+            except (ConnectionError, RuntimeError):
+                return
+            await asyncio.sleep(STATE_PERIOD_S)
+
+    async def _send_stream(self, ws: web.WebSocketResponse, stream: str, wanted: set[str]) -> None:
+        """Send ``stream``'s newest frame whenever there is one newer than the last sent (one in flight)."""
+        cond = self._new_frame[stream]
+        last = 0  # seq of the last frame sent
+        base: int | None = None  # seq before the first frame this browser wanted (None: not wanted)
+        while not ws.closed:
+            frame = self.hub.get(stream)
+            if stream not in wanted:
+                base = None
+            elif base is None:
+                base = frame.seq - 1 if frame is not None else 0
+            if stream not in wanted or frame is None or frame.seq == last:
+                async with cond:
+                    await cond.wait()
+                continue
+            self.frames_skipped[stream] += max(0, frame.seq - max(last, base) - 1)
+            message = await self._encoded(stream, frame)
+            last = frame.seq
+            if message is None:
+                continue
+            try:
+                await ws.send_bytes(message)
+            except (ConnectionError, RuntimeError):
+                return
+            self.frames_sent[stream] += 1
+
+    async def _encoded(self, stream: str, frame: Frame) -> bytes | None:
+        """``frame`` as a binary message, encoded once for every browser (on a worker thread)."""
+        cached = self._jpeg.get(stream)
+        if cached is not None and cached[0] == frame.seq:
+            return cached[1]
+        pending = self._encoding.get(stream)
+        if pending is not None and pending[0] == frame.seq:  # another browser's request is encoding it
+            future = pending[1]
+        else:
+            future = asyncio.get_running_loop().run_in_executor(self._encoder, self._encode, stream, frame)
+            self._encoding[stream] = (frame.seq, future)
+        try:
+            message = await asyncio.shield(future)
+        except Exception:  # noqa: BLE001 - a frame that cannot be decoded is skipped
+            return None
+        self._jpeg[stream] = (frame.seq, message)
+        return message
+
+    def _encode(self, stream: str, frame: Frame) -> bytes:
+        rgb = frame.decode()
+        width = STREAM_WIDTH.get(stream)
+        if width and rgb.shape[1] > width:
+            height = max(1, round(rgb.shape[0] * width / rgb.shape[1]))
+            rgb = cv2.resize(rgb, (width, height), interpolation=cv2.INTER_AREA)
+        ok, jpeg = cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR),
+                                [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY.get(stream, 80)])
+        if not ok:
+            raise ValueError("JPEG encoding failed")
+        header = json.dumps({"stream": stream, "seq": frame.seq, "stamp_ns": frame.stamp_ns,
+                             "received_ms": frame.received_ms, "rate_hz": round(self.hub.rate_hz(stream), 1),
+                             "width": int(rgb.shape[1]), "height": int(rgb.shape[0])}).encode()
+        return struct.pack(">I", len(header)) + header + jpeg.tobytes()

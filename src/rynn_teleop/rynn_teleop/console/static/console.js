@@ -1,0 +1,189 @@
+// rynn_teleop operator console: live video over one WebSocket, state, controls, keyboard shortcuts.
+// Protocol: see rynn_teleop/console/server.py.
+"use strict";
+
+const token = new URLSearchParams(location.search).get("token") || "";
+const STREAMS = ["consumer", "physical", "generated"];
+const KEYS = {
+  " ": "estop", "Escape": "estop", "r": "reset", "c": "calibrate", "e": "engage", "d": "disengage",
+  "p": "feed physical", "g": "feed generated", "t": "feed toggle", "s": "episode start",
+  "k": "episode stop", "x": "episode discard",
+};
+const views = {};
+for (const s of STREAMS) {
+  const canvas = document.getElementById("view-" + s);
+  views[s] = { canvas, ctx: canvas.getContext("2d"), info: document.getElementById("info-" + s),
+               shown: [], busy: false, latencies: [] };
+}
+const $ = (id) => document.getElementById(id);
+let lastState = null;
+
+function say(text, refused) {
+  const m = $("message");
+  m.textContent = text;
+  m.className = "message" + (refused ? " refused" : "");
+}
+
+function fieldsFor(action) {
+  if (action === "episode start") return { task: $("task").value, operator: $("operator").value };
+  if (action === "episode stop") return { outcome: $("outcome").value, notes: $("notes").value };
+  return {};
+}
+
+async function perform(action) {
+  const buttons = document.querySelectorAll(`[data-action="${action}"]`);
+  buttons.forEach((b) => b.classList.add("busy"));
+  try {
+    const response = await fetch("api/action", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", "X-Rynn-Token": token },
+      body: JSON.stringify({ action, fields: fieldsFor(action) }),
+    });
+    const result = await response.json();
+    say(`${action}: ${result.message}`, !result.ok);
+    if (result.ok && action === "episode stop") { $("outcome").value = ""; $("notes").value = ""; }
+  } catch (err) {
+    say(`${action}: ${err}`, true);
+  } finally {
+    buttons.forEach((b) => b.classList.remove("busy"));
+  }
+}
+
+document.querySelectorAll("[data-action]").forEach((b) =>
+  b.addEventListener("click", () => perform(b.dataset.action)));
+
+document.addEventListener("keydown", (ev) => {
+  if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
+  const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
+  if (typing && ev.key !== "Escape") return;  // letters and Space type text; Esc always stops
+  const action = KEYS[ev.key.length === 1 ? ev.key.toLowerCase() : ev.key];
+  if (!action) return;
+  ev.preventDefault();
+  if (typing) document.activeElement.blur();
+  perform(action);
+});
+
+// ------------------------------------------------------------------ state
+function cell(value) {
+  const word = value === true ? "yes" : value === false ? "no" : "unknown";
+  return `<td class="${word}">${word}</td>`;
+}
+
+function escapeHtml(text) {
+  return String(text).replace(/[&<>"]/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c]));
+}
+
+function showState(st) {
+  lastState = st;
+  let rows = "<tr><th></th><th>calibrated</th><th>engaged</th><th>following</th></tr>";
+  for (const [side, arm] of Object.entries(st.arms)) {
+    rows += `<tr><th>${side}</th>${cell(arm.calibrated)}${cell(arm.engaged)}${cell(arm.following)}</tr>`;
+  }
+  $("arms").innerHTML = rows;
+  const estop = $("estop-state");
+  const drivers = Object.entries(st.estop).filter(([, v]) => v !== null);
+  estop.textContent = drivers.length === 0 ? "e-stop: no driver" :
+    (st.estop_latched ? "E-STOP LATCHED" : "e-stop: released");
+  estop.className = "badge " + (drivers.length === 0 ? "stale" : st.estop_latched ? "latched" : "ok");
+  estop.dataset.latched = String(st.estop_latched);
+  $("active-source").textContent = st.active_source || "?";
+  const ep = st.episode;
+  const epState = $("episode-state");
+  if (!ep.running) { epState.textContent = "no recorder"; epState.className = "badge stale"; $("episode").textContent = ""; }
+  else if (ep.recording) {
+    epState.textContent = "recording"; epState.className = "badge latched";
+    const problems = ep.problems.length ? ep.problems.join("; ") : "none";
+    $("episode").innerHTML = `<b>${escapeHtml(ep.name)}</b>: ${(ep.elapsed_s || 0).toFixed(1)} s, ${ep.messages} messages; ` +
+      `problems so far: ${escapeHtml(problems)}`;
+  } else {
+    epState.textContent = "idle"; epState.className = "badge ok";
+    $("episode").textContent = `episodes go to ${ep.output_dir}`;
+  }
+  let nodes = "<tr><th>node</th><th>state</th><th>meters (Hz / nominal, latency p50 / p99 ms)</th></tr>";
+  for (const n of st.nodes) {
+    const meters = n.meters.map((m) => {
+      const rate = m.rate_hz === null ? "?" : m.rate_hz.toFixed(1);
+      const nominal = m.nominal_hz === null ? "" : ` / ${m.nominal_hz}`;
+      const lat = m.latency_p99_ms === null ? "" : `, ${m.latency_p50_ms} / ${m.latency_p99_ms} ms`;
+      return `<span class="${m.slow ? "slow" : ""}">${escapeHtml(m.name)} ${rate}${nominal}${lat}</span>`;
+    }).join("<br>");
+    nodes += `<tr><td>${escapeHtml(n.name)}</td><td><span class="badge ${n.level}">${n.level}</span> ` +
+      `${escapeHtml(n.message)}</td><td>${meters}</td></tr>`;
+  }
+  $("nodes").innerHTML = nodes;
+  for (const s of STREAMS) {
+    const info = st.streams[s];
+    const v = views[s];
+    const fps = shownRate(v);
+    v.info.textContent = info.age_ms === null ? "no frames" :
+      `${info.rate_hz} Hz received, ${fps.toFixed(1)} fps shown, age ${info.age_ms} ms`;
+  }
+}
+
+function shownRate(v) {
+  const now = performance.now();
+  v.shown = v.shown.filter((t) => t > now - 2000);
+  return v.shown.length > 1 ? (v.shown.length - 1) * 1000 / (v.shown[v.shown.length - 1] - v.shown[0]) : 0;
+}
+
+// ------------------------------------------------------------------ video
+let ws = null;
+
+function connect() {
+  const url = new URL("ws", location.href);
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  if (token) url.searchParams.set("token", token);
+  ws = new WebSocket(url);
+  ws.binaryType = "arraybuffer";
+  ws.onopen = () => {
+    $("connection").textContent = "connected"; $("connection").className = "badge ok";
+    ws.send(JSON.stringify({ type: "subscribe", streams: STREAMS }));
+  };
+  ws.onclose = () => {
+    $("connection").textContent = "disconnected"; $("connection").className = "badge error";
+    setTimeout(connect, 1000);
+  };
+  ws.onmessage = (ev) => {
+    if (typeof ev.data === "string") {
+      const msg = JSON.parse(ev.data);
+      if (msg.type === "state") showState(msg);
+      return;
+    }
+    const view = new DataView(ev.data);
+    const headerLength = view.getUint32(0);
+    const header = JSON.parse(new TextDecoder().decode(new Uint8Array(ev.data, 4, headerLength)));
+    const jpeg = new Blob([new Uint8Array(ev.data, 4 + headerLength)], { type: "image/jpeg" });
+    draw(header, jpeg);
+  };
+}
+
+async function draw(header, jpeg) {
+  const v = views[header.stream];
+  if (!v) return;
+  const bitmap = await createImageBitmap(jpeg);
+  if (v.canvas.width !== bitmap.width || v.canvas.height !== bitmap.height) {
+    v.canvas.width = bitmap.width; v.canvas.height = bitmap.height;
+  }
+  v.ctx.drawImage(bitmap, 0, 0);
+  bitmap.close();
+  const t = Date.now();
+  v.shown.push(performance.now());
+  v.latencies.push(t - header.received_ms);
+  if (v.latencies.length > 200) v.latencies.shift();
+  v.canvas.dataset.seq = String(header.seq);
+  if (ws && ws.readyState === WebSocket.OPEN) {
+    ws.send(JSON.stringify({ type: "decoded", stream: header.stream, seq: header.seq,
+                             received_ms: header.received_ms, t_ms: t }));
+  }
+}
+
+setInterval(() => {
+  const parts = STREAMS.map((s) => {
+    const lat = [...views[s].latencies].sort((a, b) => a - b);
+    const p50 = lat.length ? lat[Math.floor(lat.length / 2)].toFixed(0) : "-";
+    return `${s} ${shownRate(views[s]).toFixed(1)} fps, ROS to screen p50 ${p50} ms`;
+  });
+  $("browser-stats").textContent = "This browser: " + parts.join("; ");
+}, 1000);
+
+connect();

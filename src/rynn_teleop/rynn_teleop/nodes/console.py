@@ -1,0 +1,153 @@
+"""console node: the operator's web page for a whole session (``console.server`` serves it).
+
+Open ``http://127.0.0.1:8080/`` (parameters ``host``, ``port``): the consumer camera feed large, the
+physical and generated sources beside it (each with its rate and age), calibrated / engaged per arm,
+the e-stop, the active feed, the episode being recorded, every node's health from ``/diagnostics``,
+and buttons with keyboard shortcuts for every operator action (``nodes.operator.ACTIONS``: the same
+services as ``rynn-teleop call``). E-stop: the big button, Space or Esc.
+
+The page never slows the stack: images are kept as received (the newest per stream), decoded and
+JPEG-encoded on the server's worker threads only while a browser shows them, once for every browser;
+a slow browser is sent fewer frames. On an address other than loopback the page needs a token
+(``token``, or one generated and logged once at start).
+
+Topics:
+    in:  ``consumer_topic``, ``physical_topic``, ``generated_topic`` (sensor_msgs/Image, SensorDataQoS),
+         /diagnostics, /head_camera/active_source
+    out: /estop (std_msgs/Bool, with the drivers' e-stop services)
+Diagnostics: ``url``, ``browsers``, per stream ``<stream>.sent`` / ``.skipped``, the ``browser.<stream>``
+meters (frames decoded by the browsers, latency = ROS message received -> frame drawn in the page),
+``cpu_process_percent`` (the process's CPU, all its nodes) and ``cpu_server_percent`` (the server's and
+encoders' threads).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import secrets
+import threading
+import time
+from typing import Any
+
+import cv2
+import numpy as np
+from rclpy.qos import qos_profile_sensor_data
+from rclpy.serialization import deserialize_message
+from sensor_msgs.msg import Image
+
+from ..console.server import LOOPBACK, STREAMS, ConsoleError, ConsoleServer, FrameHub
+from ..core.params import Param, ParamSchema
+from ..errors import ParameterError
+from ..recording.cdr import header_stamp_ns
+from .base import TeleopNode, run_single
+from .conversions import image_array
+from .operator import ACTIONS, RECORDER_FIELDS, OperatorClient
+
+
+class ConsoleNode(TeleopNode):
+    SCHEMA = ParamSchema(
+        "console",
+        [
+            Param("host", str, "127.0.0.1", "address the page is served on (another than loopback needs a token)"),
+            Param("port", int, 8080, "TCP port of the page (0: any free port, logged)", min=0, max=65535),
+            Param("token", str, "", "access token of the page; empty: none on loopback, else one is generated and "
+                  "logged once"),
+            Param("consumer_topic", str, "/head_camera/color/image_raw", "the consumer feed (shown large)"),
+            Param("physical_topic", str, "/head_camera/physical/color/image_raw", "the physical camera"),
+            Param("generated_topic", str, "/head_camera/generated/color/image_raw", "the world model's feed"),
+        ],
+    )
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        p = self.params
+        host = p["host"].strip()
+        _check_host(host)
+        token = p["token"]
+        if host not in LOOPBACK and not token:
+            token = secrets.token_urlsafe(16)
+        self.operator = OperatorClient(self)
+        self.hub = FrameHub(STREAMS)
+        for stream in STREAMS:  # created here: the server's thread ticks them while diagnostics iterate the meters
+            self.meter(f"browser.{stream}")
+        for stream in STREAMS:
+            self.create_subscription(Image, p[f"{stream}_topic"], lambda raw, s=stream: self._on_image(s, raw),
+                                     qos_profile_sensor_data, raw=True)
+        actions = {name: RECORDER_FIELDS.get(name, ()) for name in ACTIONS}
+        self.server = ConsoleServer(host, p["port"], token, self.hub, self.operator.snapshot, self._perform,
+                                    actions, on_decoded=self._on_decoded)
+        try:
+            self.server.start()
+        except ConsoleError as exc:
+            raise ParameterError("port", f"console: {exc} (parameters host, port)") from None
+        self._cpu_last = (time.monotonic(), time.process_time(), self._server_cpu())
+        self._cpu = (0.0, 0.0)
+        self.get_logger().info(f"console: open {self.server.url}")
+
+    # ------------------------------------------------------------------ ROS side
+    def _on_image(self, stream: str, raw: bytes) -> None:
+        self.hub.put(stream, header_stamp_ns(raw), time.time() * 1e3, lambda: _rgb(raw))
+
+    def _on_decoded(self, stream: str, latency: float) -> None:  # server thread
+        self.meter(f"browser.{stream}").tick(self.now_s(), latency)
+
+    def _perform(self, name: str, fields) -> Any:  # server worker thread
+        result = self.operator.perform(name, fields)
+        log = self.get_logger()
+        (log.info if result.ok else log.warning)(f"console: {name}: {result.message}")
+        return result
+
+    # ------------------------------------------------------------------ diagnostics
+    def _server_cpu(self) -> float:
+        """CPU time [s] of the server's threads (its loop and the JPEG encoders)."""
+        total = 0.0
+        for thread in threading.enumerate():
+            if thread.name.startswith(("console-server", "console-encode")) and thread.ident is not None:
+                try:
+                    total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+                except (OSError, AttributeError):
+                    pass  # the thread ended, or the platform has no per-thread clocks
+        return total
+
+    def diagnostic_values(self):
+        now, process, server = time.monotonic(), time.process_time(), self._server_cpu()
+        t0, p0, s0 = self._cpu_last
+        if now > t0:
+            self._cpu = (100.0 * (process - p0) / (now - t0), 100.0 * max(0.0, server - s0) / (now - t0))
+        self._cpu_last = (now, process, server)
+        values = {"url": self.server.url.split("?")[0], "browsers": self.server.clients,
+                  "cpu_process_percent": f"{self._cpu[0]:.1f}", "cpu_server_percent": f"{self._cpu[1]:.1f}",
+                  "requests_refused": self.server.requests_refused}
+        for s in STREAMS:
+            values[f"{s}.sent"] = self.server.frames_sent[s]
+            values[f"{s}.skipped"] = self.server.frames_skipped[s]
+        return values
+
+    def destroy_node(self) -> None:
+        server = getattr(self, "server", None)
+        if server is not None:
+            server.stop()
+        super().destroy_node()
+
+
+def _check_host(host: str) -> None:
+    if host == "localhost":
+        return
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ParameterError("host", f"host must be an IP address or localhost, got {host!r}") from None
+
+
+def _rgb(raw: bytes) -> np.ndarray:
+    """A serialized sensor_msgs/Image -> (H, W, 3) RGB uint8 (depth and mono scaled to grey)."""
+    image = image_array(deserialize_message(raw, Image))
+    if image.ndim == 3:
+        return np.ascontiguousarray(image)
+    if image.dtype != np.uint8:
+        image = cv2.convertScaleAbs(image, alpha=255.0 / max(1, int(image.max())))
+    return cv2.cvtColor(image, cv2.COLOR_GRAY2RGB)
+
+
+def main(args=None) -> int:
+    return run_single(ConsoleNode, args)

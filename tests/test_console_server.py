@@ -1,0 +1,154 @@
+"""The console's web server (console.server, no ROS): access, requests, video over the WebSocket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from typing import NamedTuple
+
+import aiohttp
+import cv2
+import numpy as np
+import pytest
+
+from rynn_teleop.console.server import ConsoleError, ConsoleServer, FrameHub
+
+ACTIONS = {"estop": (), "feed toggle": (), "episode start": ("task", "operator"), "episode stop": ("outcome", "notes")}
+
+
+class Result(NamedTuple):
+    ok: bool
+    message: str
+    unavailable: bool = False
+
+
+class Fake:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+        self.answer = Result(True, "done")
+        self.decoded: list[tuple[str, float]] = []
+
+    def perform(self, name, fields):
+        self.calls.append((name, dict(fields)))
+        return self.answer
+
+
+@pytest.fixture
+def served():
+    def make(token: str = "", host: str = "127.0.0.1"):
+        fake, hub = Fake(), FrameHub()
+        server = ConsoleServer(host, 0, token, hub, lambda: {"estop_latched": False}, fake.perform, ACTIONS,
+                               on_decoded=lambda s, lat: fake.decoded.append((s, lat)))
+        server.start()
+        made.append(server)
+        return server, hub, fake
+
+    made: list[ConsoleServer] = []
+    yield make
+    for server in made:
+        server.stop()
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+async def _request(method: str, url: str, **kwargs) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session:
+        async with session.request(method, url, **kwargs) as response:
+            return response.status, await response.text()
+
+
+def test_the_page_and_its_files_are_served(served):
+    server, _, _ = served()
+    base = f"http://127.0.0.1:{server.port}"
+    status, text = _run(_request("GET", base + "/"))
+    assert status == 200 and "E-STOP" in text and "static/console.js" in text and "://" not in text  # no CDN
+    assert _run(_request("GET", base + "/static/console.js"))[0] == 200
+    status, text = _run(_request("GET", base + "/api/state"))
+    assert status == 200 and json.loads(text)["estop_latched"] is False
+
+
+def test_a_token_is_required_when_set_and_always_off_loopback(served):
+    server, _, fake = served(token="s3cret")
+    base = f"http://127.0.0.1:{server.port}"
+    for method, path in (("GET", "/"), ("GET", "/api/state"), ("POST", "/api/action"), ("GET", "/ws")):
+        assert _run(_request(method, base + path, json={"action": "estop"}))[0] == 401, path
+    assert _run(_request("POST", base + "/api/action?token=wrong", json={"action": "estop"}))[0] == 401
+    assert fake.calls == []
+    assert _run(_request("GET", base + "/?token=s3cret"))[0] == 200
+    assert _run(_request("POST", base + "/api/action", json={"action": "estop"},
+                         headers={"X-Rynn-Token": "s3cret"}))[0] == 200
+    assert fake.calls == [("estop", {})]
+    assert server.requests_refused == 5
+    with pytest.raises(ConsoleError, match="token"):
+        ConsoleServer("0.0.0.0", 0, "", FrameHub(), dict, fake.perform, ACTIONS)
+    open_server, _, _ = served(token="t0k", host="0.0.0.0")  # listening on every address, reached on loopback
+    assert _run(_request("GET", f"http://127.0.0.1:{open_server.port}/api/state"))[0] == 401
+
+
+@pytest.mark.parametrize("body", [
+    "not json", "[1, 2]", json.dumps({"action": "launch the rockets"}), json.dumps({"action": 3}),
+    json.dumps({"action": "estop", "fields": {"task": "x"}}), json.dumps({"action": "episode start", "fields": [1]}),
+    json.dumps({"action": "episode start", "fields": {"task": 5}}), json.dumps({"action": "estop", "extra": 1}),
+    json.dumps({"action": "episode stop", "fields": {"notes": "x" * 5000}}),
+])
+def test_malformed_requests_get_400_and_change_nothing(served, body):
+    server, _, fake = served()
+    status, text = _run(_request("POST", f"http://127.0.0.1:{server.port}/api/action", data=body,
+                                 headers={"Content-Type": "application/json"}))
+    assert status == 400 and json.loads(text)["ok"] is False
+    assert fake.calls == []
+
+
+def test_actions_answer_with_the_stack_s_result(served):
+    server, _, fake = served()
+    url = f"http://127.0.0.1:{server.port}/api/action"
+    status, text = _run(_request("POST", url, json={"action": "episode start", "fields": {"task": "pick"}}))
+    assert status == 200 and json.loads(text) == {"ok": True, "message": "done"}
+    assert fake.calls == [("episode start", {"task": "pick"})]
+    fake.answer = Result(False, "no episode is being recorded")
+    assert _run(_request("POST", url, json={"action": "episode stop"}))[0] == 409
+    fake.answer = Result(False, "start the recorder", unavailable=True)
+    assert _run(_request("POST", url, json={"action": "episode stop"}))[0] == 503
+
+
+def _frame(value: int) -> np.ndarray:
+    return np.full((48, 64, 3), value, np.uint8)
+
+
+def test_the_websocket_sends_the_newest_frames_and_skips_what_a_browser_did_not_take(served):
+    server, hub, fake = served()
+
+    async def scenario():
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"http://127.0.0.1:{server.port}/ws") as ws:
+                await ws.send_str(json.dumps({"type": "subscribe", "streams": ["consumer"]}))
+                await asyncio.sleep(0.2)
+                for k in range(1, 21):  # far faster than frames are encoded
+                    hub.put("consumer", 1000 + k, 5000.0 + k, lambda v=10 * k: _frame(v))
+                hub.put("physical", 1, 1.0, lambda: _frame(0))  # not subscribed: never sent
+                frames = []
+                while not frames or frames[-1][0]["seq"] < 20:
+                    msg = await asyncio.wait_for(ws.receive(), 10.0)
+                    if msg.type != aiohttp.WSMsgType.BINARY:
+                        continue
+                    (n,) = struct.unpack(">I", msg.data[:4])
+                    header = json.loads(msg.data[4:4 + n])
+                    image = cv2.imdecode(np.frombuffer(msg.data[4 + n:], np.uint8), cv2.IMREAD_COLOR)
+                    frames.append((header, image))
+                header, image = frames[-1]
+                await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": 20,
+                                              "received_ms": header["received_ms"],
+                                              "t_ms": header["received_ms"] + 12.0}))
+                await asyncio.sleep(0.2)
+                return frames
+
+    frames = _run(scenario())
+    header, image = frames[-1]
+    assert header["stream"] == "consumer" and header["stamp_ns"] == 1020 and header["received_ms"] == 5020.0
+    assert image.shape == (48, 64, 3) and abs(int(image.mean()) - 200) <= 2  # the newest frame's pixels
+    assert all(h["stream"] == "consumer" for h, _ in frames)
+    assert len(frames) < 20 and server.frames_skipped["consumer"] > 0  # frames dropped, not queued
+    assert fake.decoded == [("consumer", pytest.approx(0.012))]

@@ -1,0 +1,408 @@
+"""Episodes exported as LeRobot datasets (recording.export, recording.lerobot), checked against the bags.
+
+The episodes are built here without ROS (EpisodeRecorder fed with serialized messages): a digital one
+(generated frames stamped with the newest command's stamp) and a physical one. The dataset is then
+read back three ways: pyarrow/PyAV (rows, video frame counts, metadata), the CLI, and LeRobot's own
+``LeRobotDataset`` in the separate environment of ``scripts/lerobot_env.sh`` (the real client).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import av
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from rosbags.rosbag2 import Reader
+from rosbags.typesys import Stores, get_typestore
+from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES
+from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
+from rynn_teleop.recording.export import FEED_TOPICS, ExportError, export_lerobot
+from rynn_teleop.recording.inspect import episodes_main
+from rynn_teleop.recording.lerobot import VideoOptions, encoder_available
+
+ROOT = Path(__file__).resolve().parents[1]
+TS = get_typestore(Stores.ROS2_KILTED)
+MS = 1_000_000  # [ns]
+T0 = 1_700_000_000 * 1_000_000_000  # [ns]
+FPS = 30
+W, H = 64, 48  # [px]
+ARM = list(CANONICAL_JOINT_NAMES[:14])
+LEFT_HAND = list(CANONICAL_JOINT_NAMES[14:34])
+RIGHT_HAND = list(CANONICAL_JOINT_NAMES[34:54])
+RATES = {"/arms/command": 100.0, "/hands/command": 100.0, "/joint_states": 150.0, "/head_camera/color/image_raw": 30.0,
+         "/head_camera/active_source": None}
+GAP_RATES = {"/joint_states": 100.0, "/hands/command": 50.0}
+
+
+# -- building episodes -------------------------------------------------------------------------
+
+
+def _header(stamp_ns: int) -> object:
+    Time = TS.types["builtin_interfaces/msg/Time"]
+    return TS.types["std_msgs/msg/Header"](stamp=Time(sec=stamp_ns // 10**9, nanosec=stamp_ns % 10**9), frame_id="")
+
+
+def _joint_state(stamp_ns: int, names: list[str], positions: np.ndarray) -> bytes:
+    msg = TS.types["sensor_msgs/msg/JointState"](header=_header(stamp_ns), name=names, position=np.asarray(positions, float),
+                                                  velocity=np.zeros(0), effort=np.zeros(0))
+    return bytes(TS.serialize_cdr(msg, "sensor_msgs/msg/JointState"))
+
+
+def _image(stamp_ns: int, rgb: np.ndarray) -> bytes:
+    msg = TS.types["sensor_msgs/msg/Image"](header=_header(stamp_ns), height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8",
+                                             is_bigendian=0, step=rgb.shape[1] * 3, data=np.frombuffer(rgb.tobytes(), np.uint8))
+    return bytes(TS.serialize_cdr(msg, "sensor_msgs/msg/Image"))
+
+
+def _string(text: str) -> bytes:
+    return bytes(TS.serialize_cdr(TS.types["std_msgs/msg/String"](data=text), "std_msgs/msg/String"))
+
+
+def commanded(t_ns: int) -> np.ndarray:
+    """The 54 commanded positions at time t [rad]."""
+    t = (t_ns - T0) * 1e-9
+    return 0.4 * np.sin(1.3 * t + np.arange(54) * 0.1)
+
+
+def frame_rgb(n: int) -> np.ndarray:
+    """Frame n: a uniform colour that differs clearly from its neighbours'."""
+    colour = np.array([(n * 40) % 256, (n * 90 + 60) % 256, (255 - n * 25) % 256], np.uint8)
+    return np.broadcast_to(colour, (H, W, 3)).copy()
+
+
+def build_episode(output_dir: Path, *, digital: bool, seconds: float = 2.0, task: str = "pick the cube",
+                  outcome: str = "success", skip_frames: tuple[int, ...] = (), start_ns: int = T0) -> Path:
+    """Record one episode; returns its directory. Messages arrive a few ms after their stamps, out of order."""
+    topics = dict(RATES)
+    feed = FEED_TOPICS["generated"] if digital else FEED_TOPICS["physical"]
+    topics[feed] = 30.0
+    rec = EpisodeRecorder(output_dir, topics, gap_rates=GAP_RATES, flush_period_s=10.0)
+    path = rec.start(EpisodeMetadata(task=task, operator="test", notes="n", outcome=outcome,
+                                     camera_sources=["generated" if digital else "physical"]), now_ns=start_ns)
+    stop = start_ns + int(seconds * 1e9)
+    msgs: list[tuple[int, str, str, bytes]] = []  # (receive time, topic, type, data)
+    js, st = "sensor_msgs/msg/JointState", "sensor_msgs/msg/Image"
+    msgs.append((start_ns + 1 * MS, "/head_camera/active_source", "std_msgs/msg/String",
+                 _string("generated" if digital else "physical")))
+    cmd_stamps: list[int] = []
+    for k in range(int(seconds * 100)):
+        s = start_ns + k * 10 * MS + 100_000
+        msgs.append((s + 3 * MS, "/arms/command", js, _joint_state(s, ARM, commanded(s)[:14])))
+        cmd_stamps.append(s)
+        hand = LEFT_HAND if k % 2 == 0 else RIGHT_HAND
+        hs = s + 5 * MS
+        sl = slice(14, 34) if k % 2 == 0 else slice(34, 54)
+        msgs.append((hs + 1 * MS, "/hands/command", js, _joint_state(hs, hand, commanded(hs)[sl])))
+        cmd_stamps.append(hs)
+        ms = s + 2 * MS
+        msgs.append((ms + 1 * MS, "/joint_states", js, _joint_state(ms, ARM, commanded(ms - 20 * MS)[:14])))
+        if k % 2 == 1:
+            msgs.append((ms + 2 * MS, "/joint_states", js,
+                         _joint_state(ms, LEFT_HAND + RIGHT_HAND, commanded(ms - 30 * MS)[14:])))
+    cmd_stamps.sort()
+    n_frames = int(seconds * FPS)
+    for n in range(n_frames):
+        tick = start_ns + 40 * MS + n * 10**9 // FPS
+        if n in skip_frames:
+            continue
+        if digital:  # the world model stamps a frame with the newest command it used
+            stamp = max(c for c in cmd_stamps if c <= tick - 2 * MS)
+        else:
+            stamp = tick
+        data = _image(stamp, frame_rgb(n))
+        msgs.append((tick + 4 * MS, feed, st, data))
+        msgs.append((tick + 5 * MS, FEED_TOPICS["consumer"], st, data))
+    for t, topic, type_name, data in sorted(msgs, key=lambda m: m[0]):
+        rec.submit(topic, type_name, data, t)
+    rec.stop(now_ns=stop)
+    return path
+
+
+@pytest.fixture(scope="module")
+def episodes(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("episodes")
+    return {
+        "digital": build_episode(root / "a", digital=True, task="pick the cube", outcome="success"),
+        "physical": build_episode(root / "b", digital=False, seconds=1.5, task="place the cube", outcome="failure"),
+    }
+
+
+@pytest.fixture(scope="module")
+def exported(episodes, tmp_path_factory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("datasets") / "ds"
+    report = export_lerobot([episodes["digital"], episodes["physical"]], out, "test/rynn", fps=FPS,
+                            images=["consumer"], workers=2)
+    return out, report
+
+
+# -- reading the bag independently -------------------------------------------------------------
+
+
+def bag_messages(path: Path, topic: str) -> list[tuple[int, object]]:
+    """(header stamp [ns], message) of a topic, in bag order."""
+    out = []
+    with Reader(path) as reader:
+        conns = [c for c in reader.connections if c.topic == topic]
+        for conn, _, data in reader.messages(connections=conns):
+            msg = TS.deserialize_cdr(data, conn.msgtype)
+            out.append((msg.header.stamp.sec * 10**9 + msg.header.stamp.nanosec, msg))
+    return out
+
+
+def joints_at(path: Path, topics: list[str], stamp: int) -> np.ndarray:
+    """Each canonical joint's newest position stamped at or before ``stamp`` (NaN if none)."""
+    best = {n: (-1, np.nan) for n in CANONICAL_JOINT_NAMES}
+    for topic in topics:
+        for s, msg in bag_messages(path, topic):
+            if s <= stamp:
+                for name, pos in zip(msg.name, msg.position):
+                    if s >= best[name][0]:
+                        best[name] = (s, float(pos))
+    return np.array([best[n][1] for n in CANONICAL_JOINT_NAMES])
+
+
+def read_rows(out: Path) -> dict[str, np.ndarray]:
+    tables = [pq.read_table(p) for p in sorted((out / "data").glob("*/*.parquet"))]
+    cols = {}
+    for name in tables[0].column_names:
+        cols[name] = np.concatenate([np.asarray(t.column(name).to_pylist()) for t in tables])
+    return cols
+
+
+# -- format and content ------------------------------------------------------------------------
+
+
+def test_dataset_files_features_and_rows(exported, episodes):
+    out, report = exported
+    info = json.loads((out / "meta/info.json").read_text())
+    assert info["codebase_version"] == "v3.0" and info["fps"] == FPS
+    assert info["total_episodes"] == 2 and info["total_tasks"] == 2
+    feats = info["features"]
+    assert feats["observation.state"]["shape"] == [54] and feats["observation.state"]["names"] == list(CANONICAL_JOINT_NAMES)
+    assert feats["action"]["names"] == list(CANONICAL_JOINT_NAMES)
+    assert feats["observation.images.consumer"]["dtype"] == "video"
+    assert feats["observation.images.consumer"]["shape"] == [H, W, 3]
+    assert [e.frames for e in report.episodes] == [60 - report.episodes[0].dropped_leading_frames,
+                                                   45 - report.episodes[1].dropped_leading_frames]
+    assert info["total_frames"] == report.total_frames
+    rows = read_rows(out)
+    assert len(rows["index"]) == report.total_frames
+    assert (rows["index"] == np.arange(report.total_frames)).all()
+    for e in report.episodes:
+        mine = rows["episode_index"] == e.episode_index
+        assert (rows["frame_index"][mine] == np.arange(e.frames)).all()
+        assert np.allclose(rows["timestamp"][mine], np.arange(e.frames) / FPS)
+    stats = json.loads((out / "meta/stats.json").read_text())
+    assert set(stats) >= {"observation.state", "action", "observation.images.consumer", "timestamp", "index"}
+    assert np.shape(stats["observation.images.consumer"]["mean"]) == (3, 1, 1)
+    assert stats["observation.state"]["count"] == [report.total_frames]
+
+
+def test_state_and_action_are_the_values_in_force_at_each_frame_stamp(exported, episodes):
+    out, report = exported
+    rows = read_rows(out)
+    for e, path in zip(report.episodes, [episodes["digital"], episodes["physical"]]):
+        mine = np.nonzero(rows["episode_index"] == e.episode_index)[0]
+        for r in mine[[0, len(mine) // 2, -1]]:
+            stamp = int(rows["stamp_ns"][r])
+            assert np.allclose(rows["observation.state"][r], joints_at(path, ["/joint_states"], stamp), atol=1e-6)
+            assert np.allclose(rows["action"][r], joints_at(path, ["/arms/command", "/hands/command"], stamp), atol=1e-6)
+
+
+def test_digital_frames_keep_the_exact_action_they_were_generated_from(exported, episodes):
+    out, report = exported
+    digital = report.episodes[0]
+    assert digital.exact_action_frames == digital.frames  # every generated frame's stamp is a command's stamp
+    rows = read_rows(out)
+    mine = np.nonzero(rows["episode_index"] == digital.episode_index)[0]
+    commands = {s: m for s, m in bag_messages(episodes["digital"], "/arms/command")}
+    commands.update({s: m for s, m in bag_messages(episodes["digital"], "/hands/command")})
+    for r in mine:
+        msg = commands[int(rows["stamp_ns"][r])]
+        idx = [CANONICAL_JOINT_NAMES.index(n) for n in msg.name]
+        assert np.allclose(rows["action"][r][idx], msg.position, atol=1e-6)
+
+
+def test_every_video_has_one_frame_per_row_at_i_over_fps(exported):
+    out, report = exported
+    for e in report.episodes:
+        path = out / f"videos/observation.images.consumer/chunk-000/file-{e.episode_index:03d}.mp4"
+        with av.open(str(path)) as c:
+            frames = list(c.decode(video=0))
+        assert len(frames) == e.frames
+        assert [round(float(f.time) * FPS) for f in frames] == list(range(e.frames))
+
+
+def test_episode_metadata_keeps_our_id_source_outcome_and_camera_sources(exported, episodes):
+    out, _ = exported
+    rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert [r["rynn_teleop/episode"] for r in rows] == ["episode_0001", "episode_0001"]
+    assert [r["rynn_teleop/source_dir"] for r in rows] == [str(episodes["digital"].resolve()), str(episodes["physical"].resolve())]
+    assert [r["rynn_teleop/outcome"] for r in rows] == ["success", "failure"]
+    assert json.loads(rows[0]["rynn_teleop/camera_source_changes"])[0]["source"] == "generated"
+    assert [r["tasks"] for r in rows] == [["pick the cube"], ["place the cube"]]
+    assert rows[1]["dataset_from_index"] == rows[0]["dataset_to_index"]
+
+
+def test_a_second_camera_key_takes_the_newest_frame_at_each_row(episodes, tmp_path):
+    report = export_lerobot([episodes["digital"]], tmp_path / "two", "test/two", images=["consumer", "generated"], workers=1)
+    info = json.loads((tmp_path / "two/meta/info.json").read_text())
+    assert {"observation.images.consumer", "observation.images.generated"} <= set(info["features"])
+    for key in ("consumer", "generated"):
+        with av.open(str(tmp_path / f"two/videos/observation.images.{key}/chunk-000/file-000.mp4")) as c:
+            assert sum(1 for _ in c.decode(video=0)) == report.episodes[0].frames
+
+
+# -- bad input ---------------------------------------------------------------------------------
+
+
+def test_an_episode_that_fails_its_check_is_skipped_unless_problems_are_included(tmp_path, episodes):
+    bad = build_episode(tmp_path / "bad", digital=False, seconds=1.5, skip_frames=tuple(range(10, 20)))
+    report = export_lerobot([bad, episodes["physical"]], tmp_path / "ds", "test/skip", workers=1)
+    assert [s.source for s in report.skipped] == [bad]
+    assert any("gap" in p for p in report.skipped[0].problems)
+    assert [e.source for e in report.episodes] == [episodes["physical"]]
+    report = export_lerobot([bad], tmp_path / "ds2", "test/skip", include_problems=True, workers=1)
+    assert report.episodes[0].problems and not report.skipped
+
+
+def test_a_missing_camera_topic_names_the_episode_and_topic(episodes, tmp_path):
+    with pytest.raises(ExportError) as err:
+        export_lerobot([episodes["digital"]], tmp_path / "ds", "test/x", images=["physical"], workers=1)
+    assert err.value.episode == episodes["digital"] and err.value.topic == FEED_TOPICS["physical"]
+    assert str(episodes["digital"]) in str(err.value) and FEED_TOPICS["physical"] in str(err.value)
+    assert not (tmp_path / "ds").exists()
+
+
+def test_a_missing_command_topic_names_the_episode_and_topic(tmp_path):
+    rec = EpisodeRecorder(tmp_path / "eps", {"/joint_states": None, FEED_TOPICS["consumer"]: None})
+    path = rec.start(EpisodeMetadata(task="t"), now_ns=T0)
+    for k in range(20):
+        s = T0 + k * 33 * MS
+        rec.submit("/joint_states", "sensor_msgs/msg/JointState",
+                   _joint_state(s, list(CANONICAL_JOINT_NAMES), np.zeros(54)), s)
+        rec.submit(FEED_TOPICS["consumer"], "sensor_msgs/msg/Image", _image(s, frame_rgb(k)), s)
+    rec.stop(now_ns=T0 + 700 * MS)
+    with pytest.raises(ExportError) as err:
+        export_lerobot([path], tmp_path / "ds", "test/x", workers=1)
+    assert err.value.topic == "/arms/command" and err.value.episode == path
+
+
+def test_a_camera_not_at_the_dataset_fps_is_refused(episodes, tmp_path):
+    with pytest.raises(ExportError, match="not the dataset's 15 Hz"):
+        export_lerobot([episodes["physical"]], tmp_path / "ds", "test/x", fps=15, workers=1)
+
+
+def test_an_existing_output_is_refused_unless_append_or_overwrite(episodes, tmp_path):
+    out = tmp_path / "ds"
+    export_lerobot([episodes["physical"]], out, "test/x", workers=1)
+    with pytest.raises(ExportError, match="exists"):
+        export_lerobot([episodes["digital"]], out, "test/x", workers=1)
+    first = json.loads((out / "meta/info.json").read_text())["total_frames"]
+    report = export_lerobot([episodes["digital"]], out, "test/x", append=True, workers=1)
+    assert report.episodes[0].episode_index == 1
+    info = json.loads((out / "meta/info.json").read_text())
+    assert info["total_episodes"] == 2 and info["total_frames"] == first + report.total_frames
+    rows = read_rows(out)
+    assert (rows["index"] == np.arange(info["total_frames"])).all()
+    assert set(rows["task_index"]) == {0, 1}
+    stats = json.loads((out / "meta/stats.json").read_text())
+    assert stats["index"]["count"] == [info["total_frames"]]
+    report = export_lerobot([episodes["digital"]], out, "test/x", overwrite=True, workers=1)
+    assert json.loads((out / "meta/info.json").read_text())["total_episodes"] == 1
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other/keep.txt").write_text("mine")
+    with pytest.raises(ExportError, match="not a LeRobot dataset"):
+        export_lerobot([episodes["digital"]], tmp_path / "other", "test/x", overwrite=True, workers=1)
+    assert (tmp_path / "other/keep.txt").read_text() == "mine"
+
+
+def test_the_cli_exports_and_reports_errors_with_exit_code_2(episodes, tmp_path, capsys):
+    parent = episodes["physical"].parent
+    assert episodes_main(["export", str(parent), "--out", str(tmp_path / "ds"), "--repo-id", "test/cli",
+                          "--workers", "1"]) == 0
+    assert "1 episode(s)" in capsys.readouterr().out
+    assert episodes_main(["export", str(parent), "--out", str(tmp_path / "ds"), "--repo-id", "test/cli"]) == 2
+    assert "exists" in capsys.readouterr().err
+
+
+def test_the_export_code_does_not_import_rclpy():
+    code = ("import sys, rynn_teleop.recording.export, rynn_teleop.recording.lerobot; "
+            "sys.exit(1 if 'rclpy' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+@pytest.mark.skipif(not encoder_available("libsvtav1"), reason="this PyAV build has no libsvtav1")
+def test_other_codecs_are_options(episodes, tmp_path):
+    report = export_lerobot([episodes["physical"]], tmp_path / "av1", "test/av1", workers=1,
+                            video=VideoOptions(codec="libsvtav1", crf=30, preset="12"))
+    info = json.loads((tmp_path / "av1/meta/info.json").read_text())
+    assert info["features"]["observation.images.consumer"]["info"]["video.codec"] == "av1"
+    with av.open(str(tmp_path / "av1/videos/observation.images.consumer/chunk-000/file-000.mp4")) as c:
+        assert sum(1 for _ in c.decode(video=0)) == report.episodes[0].frames
+
+
+# -- the real client: LeRobot's own reader -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def lerobot_python() -> str:
+    """The python of the LeRobot environment (scripts/lerobot_env.sh creates it on first use)."""
+    given = os.environ.get("RYNN_LEROBOT_PYTHON")
+    if given:
+        return given
+    proc = subprocess.run([str(ROOT / "scripts/lerobot_env.sh")], capture_output=True, text=True, timeout=3600)
+    if proc.returncode == 3:
+        pytest.skip(f"LeRobot environment cannot be created here: {proc.stderr.strip().splitlines()[-1]}")
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/lerobot_env.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def test_lerobot_loads_the_export_with_the_bag_s_frames_and_actions(exported, episodes, lerobot_python, tmp_path):
+    out, report = exported
+    digital, physical = report.episodes
+    queries = [0, digital.frames // 2, digital.frames - 1, digital.frames, digital.frames + physical.frames - 1]
+    dump = tmp_path / "lerobot.npz"
+    proc = subprocess.run([lerobot_python, str(ROOT / "tests/lerobot_check.py"), str(out), "test/rynn", str(dump),
+                           *map(str, queries)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"LeRobot rejected the export:\n{proc.stderr[-6000:]}"
+    got = np.load(dump)
+    summary = json.loads(str(got["summary"]))
+    assert summary["num_frames"] == report.total_frames and summary["num_episodes"] == 2
+    assert summary["episode_lengths"] == [digital.frames, physical.frames]
+    assert summary["fps"] == FPS and summary["tasks"] == ["pick the cube", "place the cube"]
+    assert summary["features"]["observation.state"]["shape"] == [54]
+    assert summary["features"]["action"]["names"] == list(CANONICAL_JOINT_NAMES)
+    assert summary["features"]["observation.images.consumer"]["shape"] == [H, W, 3]
+    assert summary["policy_features"]["observation.images.consumer"].endswith("VISUAL")
+    assert summary["policy_features"]["observation.state"].endswith("STATE")
+    assert summary["policy_features"]["action"].endswith("ACTION")
+    assert summary["chunk_action_shape"] == [4, 54] and summary["chunk_image_shape"] == [2, 3, H, W]
+    rows = read_rows(out)
+    for q in queries:
+        ep = digital if q < digital.frames else physical
+        path = episodes["digital"] if ep is digital else episodes["physical"]
+        stamp = int(rows["stamp_ns"][q])
+        assert int(got[f"{q}/index"]) == q and int(got[f"{q}/episode_index"]) == ep.episode_index
+        assert float(got[f"{q}/timestamp"]) == pytest.approx(int(got[f"{q}/frame_index"]) / FPS, abs=1e-6)
+        assert np.allclose(got[f"{q}/state"], joints_at(path, ["/joint_states"], stamp), atol=1e-6)
+        assert np.allclose(got[f"{q}/action"], joints_at(path, ["/arms/command", "/hands/command"], stamp), atol=1e-6)
+        assert str(got[f"{q}/task"]) == ("pick the cube" if ep is digital else "place the cube")
+        frames = {s: m for s, m in bag_messages(path, FEED_TOPICS["consumer"])}
+        truth = np.frombuffer(bytes(frames[stamp].data), np.uint8).reshape(H, W, 3).astype(float)
+        image = got[f"{q}/image.observation.images.consumer"].astype(float)
+        assert np.abs(image - truth).mean() < 6.0  # lossy H.264; neighbouring frames differ by 25+ per channel
+
+
+def test_lerobot_env_script_is_idempotent(lerobot_python):
+    if os.environ.get("RYNN_LEROBOT_PYTHON"):
+        pytest.skip("RYNN_LEROBOT_PYTHON given: the script is not used")
+    proc = subprocess.run([str(ROOT / "scripts/lerobot_env.sh")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == lerobot_python
