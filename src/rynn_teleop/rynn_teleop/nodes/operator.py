@@ -34,7 +34,7 @@ from ..recording import OUTCOMES
 ESTOP_TOPIC = "/estop"
 ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
 DIAGNOSTICS_TOPIC = "/diagnostics"
-SERVICE_TIMEOUT_S = 2.0  # [s] to find a service, then again to get its answer
+SERVICE_TIMEOUT_S = 5.0  # [s] to find a service (DDS discovery of a new process), then again to get its answer
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 
