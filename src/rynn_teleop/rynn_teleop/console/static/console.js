@@ -17,6 +17,8 @@ for (const s of STREAMS) {
 }
 const $ = (id) => document.getElementById(id);
 let lastState = null;
+// per stream, the newest drawn frames: {seq, stamp_ns, received_ms, drawn_ms} (read by bench/console.py)
+window.consoleStats = { consumer: [], physical: [], generated: [] };
 
 function say(text, refused) {
   const m = $("message");
@@ -171,6 +173,9 @@ async function draw(header, jpeg) {
   v.latencies.push(t - header.received_ms);
   if (v.latencies.length > 200) v.latencies.shift();
   v.canvas.dataset.seq = String(header.seq);
+  const stats = window.consoleStats[header.stream];
+  stats.push({ seq: header.seq, stamp_ns: header.stamp_ns, received_ms: header.received_ms, drawn_ms: t });
+  if (stats.length > 5000) stats.shift();
   if (ws && ws.readyState === WebSocket.OPEN) {
     ws.send(JSON.stringify({ type: "decoded", stream: header.stream, seq: header.seq,
                              received_ms: header.received_ms, t_ms: t }));
