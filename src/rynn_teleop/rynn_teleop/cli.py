@@ -89,12 +89,7 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .runner import Composition  # noqa: PLC0415
 
-    import signal  # noqa: PLC0415
-
-    def stop(signum, frame):  # SIGTERM (docker stop, kill) ends the run like Ctrl-C: nodes shut down cleanly
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, stop)
+    _stop_on_signals()
     nodes, overrides = _run_plan(args)
     with Composition(nodes, config_dir=args.config_dir, overrides=overrides) as comp:
         for node in comp.nodes:
@@ -103,7 +98,22 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _stop_on_signals() -> None:
+    """SIGINT (Ctrl-C, launch, the demo) and SIGTERM (kill, docker stop) end a run as KeyboardInterrupt in the
+    main thread, so nodes shut down cleanly; also when the process was started with SIGINT ignored (a
+    background job of a script), which would otherwise make it deaf to the SIGINT that stops it."""
+    import signal  # noqa: PLC0415
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
+    _stop_on_signals()  # the groups are stopped however the demo is
     # The demo is self-contained: keep DDS on this machine unless told otherwise.
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     from .demo import run_demo, run_interactive  # noqa: PLC0415

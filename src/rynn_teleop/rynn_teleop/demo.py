@@ -28,6 +28,8 @@ the episode directory.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import os
 import signal
@@ -67,6 +69,7 @@ BACKGROUND_NICE = {("world_model",): 5, ("head_camera", "camera_switch"): 5, ("h
                    # and, where the user may raise priorities (root, CAP_SYS_NICE; `nice` warns in the group's log
                    # and runs it unchanged otherwise), the arm loops a little above the rest
                    ("arm_ik",): -5, ("arm_driver", "hand_driver", "robot_description"): -5}
+_PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 PROBE_SERVICES = ("/recorder/start_episode", "/recorder/stop_episode", "/camera_switch/use_physical",
                   "/camera_switch/use_generated")
 SETTLE_S = 2.0  # between "every topic flows" and the episode start: the processes' start-up transients pass
@@ -109,7 +112,17 @@ def _spawn(nodes: tuple[str, ...], overrides: dict, log: Path) -> subprocess.Pop
     for node in nodes:
         for key, value in overrides.get(node, {}).items():
             cmd += ["-p", f"{node}.{key}={json.dumps(value)}"]
-    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ))
+    return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ),
+                            preexec_fn=_terminate_with_parent)
+
+
+def _terminate_with_parent() -> None:
+    """In a group process before it runs: SIGTERM when the demo process dies, however it dies (Linux)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass  # not Linux: a killed demo leaves its groups to be stopped by hand
 
 
 def stop_groups(procs: list[subprocess.Popen], timeout: float = 15.0) -> None:

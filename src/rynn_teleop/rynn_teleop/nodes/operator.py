@@ -160,13 +160,16 @@ class OperatorClient:
                           + (f"; it takes {', '.join(allowed)}" if allowed else ""))
         if "outcome" in fields and fields["outcome"] not in OUTCOMES:
             return Result(False, f"outcome must be one of {', '.join(repr(o) for o in OUTCOMES)}")
-        if name == "estop":
-            self._estop_pub.publish(Bool(data=True))  # every driver listens, also one not serving its service
+        if name == "estop":  # at once, to every driver listening; the services below confirm it per driver
+            self._estop_pub.publish(Bool(data=True))
         if fields:
             result = self._set_recorder_fields(fields, timeout)
             if not result.ok:
                 return result
         results = [self._call(step, timeout) for step in action.steps]
+        if name == "estop":  # the topic may have latched them first: say what holds, not what each service saw
+            results = [r._replace(message=f"{s.node}: e-stop latched") if r.ok else r
+                       for s, r in zip(action.steps, results)]
         ok = any(r.ok for r in results) if action.any_of else all(r.ok for r in results)
         if action.any_of:  # a missing driver is not a failure when another answered
             shown = [r for r in results if r.ok or not r.unavailable] if ok else results
