@@ -20,6 +20,8 @@ for f in launch/*.launch.py config/*.yaml config/*.xml urdf/*.urdf urdf/*.yaml p
   [[ -f "$PREFIX/share/rynn_teleop/$(basename "$(dirname "$f")")/$(basename "$f")" || -f "$PREFIX/share/rynn_teleop/$f" ]] \
     || { echo "colcon_check: $f not installed under share/rynn_teleop" >&2; fail=1; }
 done
+ls "$PREFIX"/lib/python3*/site-packages/rynn_teleop/console/static/index.html >/dev/null 2>&1 \
+  || { echo "colcon_check: the console's page (rynn_teleop/console/static) is not installed" >&2; fail=1; }
 [[ -f "$PREFIX/share/ament_index/resource_index/packages/rynn_teleop" ]] || { echo "colcon_check: no ament index marker" >&2; fail=1; }
 # An installed executable must find its data in share/ (not in the source tree).
 set +u; source install/setup.bash; set -u
