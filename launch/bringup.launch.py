@@ -1,7 +1,7 @@
 """The whole teleoperation stack, real or digital.
 
     ros2 launch rynn_teleop bringup.launch.py [mode:=digital|real] [camera:=generated|real]
-        [record:=false] [console:=false] [tracker_source:=synthetic] [glove_source:=synthetic]
+        [record:=false] [console:=false] [foxglove:=false] [tracker_source:=synthetic] [glove_source:=synthetic]
         [world_model_backend:=render] [rviz:=false] [robot_state_publisher:=true]
 
 - mode:=digital (default): simulated arm and hand drivers, synthetic physical
@@ -18,6 +18,8 @@
   (config/recorder.yaml: auto_start false, output_dir).
 - console:=true adds the operator console (a web page with the feeds, the
   state and every operator control; config/console.yaml).
+- foxglove:=true adds this package's Foxglove WebSocket server (the shipped
+  Foxglove layout without foxglove_bridge; config/foxglove.yaml).
 
 The same nodes and backends as `rynn-teleop run --mode` (rynn_teleop.bringup;
 tests/test_launch.py keeps MODE_BACKENDS, SWITCH_SOURCE and DEFAULT_CAMERA
@@ -110,6 +112,11 @@ def generate_launch_description():
                 "console", default_value="false",
                 description="start the operator console: a web page (config/console.yaml: host, port; default "
                 "http://127.0.0.1:8080/) with the camera feeds, state and every operator control",
+            ),
+            DeclareLaunchArgument(
+                "foxglove", default_value="false",
+                description="serve the topics to the Foxglove app with this package's foxglove node "
+                "(config/foxglove.yaml; ws://127.0.0.1:8765), e.g. where foxglove_bridge is not installed",
             ),
             DeclareLaunchArgument(
                 "tracker_source", default_value="synthetic", choices=["synthetic", "replay", "openvr"],
@@ -214,6 +221,11 @@ def generate_launch_description():
             Node(
                 package=PKG, executable="console", parameters=[_config("console")],
                 condition=IfCondition(LaunchConfiguration("console")),
+                respawn=True, respawn_delay=2.0,
+            ),
+            Node(
+                package=PKG, executable="foxglove", parameters=[_config("foxglove")],
+                condition=IfCondition(LaunchConfiguration("foxglove")),
                 respawn=True, respawn_delay=2.0,
             ),
         ]

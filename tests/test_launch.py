@@ -89,13 +89,14 @@ def _arguments():
 def test_bringup_starts_exactly_the_mode_nodes_in_order():
     from rynn_teleop import bringup
 
-    assert tuple(_our_nodes()) == bringup.mode_nodes(record=True, console=True)
+    assert tuple(_our_nodes()) == bringup.mode_nodes(record=True, console=True, foxglove=True)
     others = {ast.literal_eval(_keywords(c)["executable"]) for c in _calls("Node")} - set(_our_nodes())
     assert others <= OTHER_EXECUTABLES
     nodes = _our_nodes()
     # the recorder only with record:=true; our robot_description only without robot_state_publisher
     assert ast.unparse(nodes["recorder"]["condition"]) == "IfCondition(LaunchConfiguration('record'))"
-    assert ast.unparse(nodes["console"]["condition"]) == "IfCondition(LaunchConfiguration('console'))"
+    for optional in ("console", "foxglove"):
+        assert ast.unparse(nodes[optional]["condition"]) == f"IfCondition(LaunchConfiguration('{optional}'))"
     assert ast.unparse(nodes["robot_description"]["condition"]) == (
         "UnlessCondition(LaunchConfiguration('robot_state_publisher'))"
     )
@@ -170,7 +171,7 @@ def test_bringup_arguments_and_their_choices():
     from rynn_teleop.nodes import node_class
 
     args = _arguments()
-    assert set(args) == {"mode", "camera", "record", "console", "tracker_source", "glove_source", "world_model_backend",
+    assert set(args) == {"mode", "camera", "record", "console", "foxglove", "tracker_source", "glove_source", "world_model_backend",
                          "rviz", "robot_state_publisher"}
     for name, kw in args.items():
         assert ast.literal_eval(kw["description"]), name
@@ -187,7 +188,7 @@ def test_bringup_arguments_and_their_choices():
     # a plain launch needs no hardware
     defaults = {name: ast.literal_eval(kw["default_value"]) for name, kw in args.items()}
     assert defaults["mode"] == "digital" and defaults["tracker_source"] == defaults["glove_source"] == "synthetic"
-    assert defaults["record"] == defaults["rviz"] == defaults["console"] == "false"
+    assert defaults["record"] == defaults["rviz"] == defaults["console"] == defaults["foxglove"] == "false"
 
 
 def test_rviz_config_is_installed_and_shows_robot_camera_and_trackers():

@@ -30,6 +30,7 @@ NODES = {
     "world_model": "rynn_teleop.nodes.world_model:main",
     "recorder": "rynn_teleop.nodes.recorder:main",
     "console": "rynn_teleop.nodes.console:main",
+    "foxglove": "rynn_teleop.nodes.foxglove:main",
 }
 
 

@@ -32,6 +32,7 @@ NODES: tuple[str, ...] = (
 )
 RECORDER = "recorder"
 CONSOLE = "console"  # the operator's web page (``console``)
+FOXGLOVE = "foxglove"  # the topics on a Foxglove WebSocket, where foxglove_bridge is absent (``foxglove``)
 #: nodes that talk to hardware: never respawned by a launch file (a device error must stay visible)
 HARDWARE_NODES = ("arm_driver", "hand_driver", "head_camera")
 
@@ -49,9 +50,11 @@ _BACKENDS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
-def mode_nodes(record: bool = False, console: bool = False) -> tuple[str, ...]:
-    """The nodes a bringup starts (``record``: with the recorder; ``console``: with the operator console)."""
-    return NODES + ((RECORDER,) if record else ()) + ((CONSOLE,) if console else ())
+def mode_nodes(record: bool = False, console: bool = False, foxglove: bool = False) -> tuple[str, ...]:
+    """The nodes a bringup starts (``record``: with the recorder; ``console``: with the operator console;
+    ``foxglove``: with the Foxglove WebSocket server)."""
+    return (NODES + ((RECORDER,) if record else ()) + ((CONSOLE,) if console else ())
+            + ((FOXGLOVE,) if foxglove else ()))
 
 
 def mode_overrides(

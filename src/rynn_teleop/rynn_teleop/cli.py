@@ -77,7 +77,7 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
                                                world_model_backend=args.world_model_backend)
         except ValueError as exc:
             raise RynnTeleopError(str(exc)) from None
-        nodes = nodes or list(bringup.mode_nodes(record=args.record, console=args.console))
+        nodes = nodes or list(bringup.mode_nodes(record=args.record, console=args.console, foxglove=args.foxglove))
     elif not nodes:
         raise RynnTeleopError("run: name the nodes to start, or give --mode digital|real")
     overrides = {n: v for n, v in overrides.items() if n in nodes}  # a subset of a mode keeps its backends
@@ -155,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--record", action="store_true", help="with --mode: also start the recorder")
     p.add_argument("--console", action="store_true", help="with --mode: also start the operator console "
                    "(web page, default http://127.0.0.1:8080/)")
+    p.add_argument("--foxglove", action="store_true", help="with --mode: also serve the topics to the Foxglove app "
+                   "(ws://127.0.0.1:8765; no foxglove_bridge needed)")
     p.add_argument("--tracker-source", choices=("synthetic", "replay", "openvr"), help="tracker input (default: YAML)")
     p.add_argument("--glove-source", choices=("synthetic", "replay", "skeleton", "manus"),
                    help="hand input (default: YAML)")

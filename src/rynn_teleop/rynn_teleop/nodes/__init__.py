@@ -24,6 +24,7 @@ REGISTRY: dict[str, str] = {
     "world_model": "rynn_teleop.nodes.world_model:WorldModelNode",
     "recorder": "rynn_teleop.nodes.recorder:RecorderNode",
     "console": "rynn_teleop.nodes.console:ConsoleNode",
+    "foxglove": "rynn_teleop.nodes.foxglove:FoxgloveNode",
 }
 
 

@@ -27,16 +27,13 @@ An unwritable or full output directory fails the episode with a clear error
 
 from __future__ import annotations
 
-import math
-
-import importlib
 from pathlib import Path
 
 import yaml
 
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy
 from rclpy.serialization import deserialize_message
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -46,6 +43,7 @@ from ..errors import ParameterError
 from ..recording import OUTCOMES, EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash, software_version
 from ..recording.stats import SequenceGaps, parse_topic_rates
 from .base import TeleopNode, run_single
+from .graph import message_class, subscription_qos
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 
 DEFAULT_TOPICS = {  # topic -> expected rate [Hz] (0: no rate expectation)
@@ -150,12 +148,12 @@ class RecorderNode(TeleopNode):
                 continue
             type_name = types[0]
             try:
-                msg_type = _message_class(type_name)
+                msg_type = message_class(type_name)
             except (ImportError, AttributeError, ValueError):
                 self.get_logger().error(f"{topic}: type {type_name} cannot be imported; not recorded",
                                         throttle_duration_sec=30.0)
                 continue
-            qos, offered = _subscription_qos(infos, self.topics.get(topic))
+            qos, offered = subscription_qos(infos, self.topics.get(topic), QUEUE_S)
             self._qos[topic] = offered
             self._types[topic] = type_name
             latched = qos.durability == DurabilityPolicy.TRANSIENT_LOCAL
@@ -325,31 +323,6 @@ def _gap_rates(entries: list[str]) -> dict[str, float]:
         return parse_topic_rates(entries)
     except ValueError as exc:
         raise ParameterError("gap_rates", f"gap_rates entry {exc}") from exc
-
-
-def _message_class(type_name: str):
-    package, kind, name = type_name.split("/")
-    if kind != "msg":
-        raise ValueError(type_name)
-    return getattr(importlib.import_module(f"{package}.msg"), name)
-
-
-def _subscription_qos(infos, rate_hz: float | None = None) -> tuple[QoSProfile, list[TopicQos]]:
-    """A QoS matching every publisher (best effort if any is; transient local only if all are), and theirs.
-
-    Its queue holds ``QUEUE_S`` of messages at ``rate_hz`` [Hz] (at least 100): what arrives while the
-    recorder cannot drain (a starved process) waits there instead of being overwritten."""
-    offered = [TopicQos("best_effort" if i.qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT else "reliable",
-                        "transient_local" if i.qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
-                        else "volatile", int(i.qos_profile.depth) or 10) for i in infos]
-    best_effort = any(q.reliability == "best_effort" for q in offered)
-    transient = bool(offered) and all(q.durability == "transient_local" for q in offered)
-    qos = QoSProfile(
-        history=HistoryPolicy.KEEP_LAST, depth=max(100, math.ceil((rate_hz or 0.0) * QUEUE_S)),
-        reliability=ReliabilityPolicy.BEST_EFFORT if best_effort else ReliabilityPolicy.RELIABLE,
-        durability=DurabilityPolicy.TRANSIENT_LOCAL if transient else DurabilityPolicy.VOLATILE,
-    )
-    return qos, offered
 
 
 def _description_hash(overlay: str) -> str:
