@@ -12,7 +12,7 @@ def _state() -> SessionState:
     st.on_diagnostics("arm_ik", 0, "following", {"calibrated": "True", "engaged": "True", "left.active": "True",
                                                   "right.active": "False", "command.rate_hz": "199.0",
                                                   "command.nominal_hz": "200", "command.latency_p50_ms": "4.00",
-                                                  "command.latency_p99_ms": "8.10"}, now=10.0)
+                                                  "command.latency_p99_ms": "8.10", "command.latency_budget_ms": "10"}, now=10.0)
     st.on_diagnostics("arm_driver", 2, "e-stop latched", {"estop": "True", "joint_states.rate_hz": "150.0",
                                                          "joint_states.nominal_hz": "200"}, now=10.0)
     st.on_diagnostics("hand_driver", 0, "running", {"estop": "False"}, now=10.0)
@@ -40,9 +40,9 @@ def test_meters_against_their_nominal_rates():
     health = {n["name"]: n for n in _state().health(10.5)}
     (command,) = health["arm_ik"]["meters"]
     assert command["rate_hz"] == 199.0 and command["nominal_hz"] == 200.0 and not command["slow"]
-    assert command["latency_p99_ms"] == 8.1
+    assert command["latency_p99_ms"] == 8.1 and command["latency_budget_ms"] == 10.0 and not command["late"]
     (joint_states,) = health["arm_driver"]["meters"]
-    assert joint_states["slow"]  # 150 of 200 Hz
+    assert joint_states["slow"] and not joint_states["late"]  # 150 of 200 Hz; no latency budget
     assert health["arm_driver"]["level"] == "error"
 
 

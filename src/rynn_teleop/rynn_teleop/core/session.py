@@ -10,7 +10,7 @@ Keys read (written by the nodes): ``arm_ik``: ``calibrated``, ``engaged``, ``<si
 ``arm_driver`` / ``hand_driver``: ``estop``, ``latched_by``; ``camera_switch``: ``active_source``;
 ``recorder``: ``recording``, ``episode``, ``episode_elapsed_s``, ``episode_messages``,
 ``episode_problems``, ``output_dir``; every node: ``<meter>.rate_hz``, ``<meter>.nominal_hz``,
-``<meter>.latency_p50_ms``, ``<meter>.latency_p99_ms``.
+``<meter>.latency_p50_ms``, ``<meter>.latency_p99_ms``, ``<meter>.latency_budget_ms``.
 """
 
 from __future__ import annotations
@@ -38,11 +38,17 @@ class MeterHealth(NamedTuple):
     nominal_hz: float  # [Hz] what it should show; NaN when the node does not say
     latency_p50_ms: float  # [ms]; NaN when the meter has no latency
     latency_p99_ms: float  # [ms]
+    latency_budget_ms: float  # [ms] the p99 it should stay under; NaN when the node does not say
 
     @property
     def slow(self) -> bool:
         """Below :data:`SLOW_SHARE` of its nominal rate."""
         return not math.isnan(self.nominal_hz) and self.rate_hz < SLOW_SHARE * self.nominal_hz
+
+    @property
+    def late(self) -> bool:
+        """Its p99 latency is over its budget."""
+        return not math.isnan(self.latency_budget_ms) and self.latency_p99_ms > self.latency_budget_ms
 
 
 @dataclass
@@ -59,7 +65,8 @@ class NodeHealth:
         """The node's meters, by name."""
         names = sorted(k[: -len(".rate_hz")] for k in self.values if k.endswith(".rate_hz"))
         return [MeterHealth(n, _float(self.values.get(f"{n}.rate_hz")), _float(self.values.get(f"{n}.nominal_hz")),
-                            _float(self.values.get(f"{n}.latency_p50_ms")), _float(self.values.get(f"{n}.latency_p99_ms")))
+                            _float(self.values.get(f"{n}.latency_p50_ms")), _float(self.values.get(f"{n}.latency_p99_ms")),
+                            _float(self.values.get(f"{n}.latency_budget_ms")))
                 for n in names]
 
 
@@ -135,7 +142,7 @@ class SessionState:
             level = node.level if self.alive(name, now) else 3
             out.append({"name": name, "level": LEVELS[min(max(level, 0), 3)], "message": node.message,
                         "age_s": round(now - node.received, 1),
-                        "meters": [{**m._asdict(), "slow": m.slow} for m in node.meters()]})
+                        "meters": [{**m._asdict(), "slow": m.slow, "late": m.late} for m in node.meters()]})
         return out
 
     def snapshot(self, now: float) -> dict[str, Any]:

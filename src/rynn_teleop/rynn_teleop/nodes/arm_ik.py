@@ -59,6 +59,7 @@ DEFAULT_JERK = [30.0] * N_ARM
 # 100: half a second of history for a subscriber that falls behind (the recorder on a loaded machine)
 COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 POSE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)  # drained per cycle; 50 = 0.4 s of 120 Hz
+LATENCY_BUDGET_MS = 10.0  # tracker sample -> the command that first solves it, p99 (shown against in diagnostics)
 LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
@@ -196,7 +197,7 @@ class ArmIKNode(TeleopNode):
         self.create_service(Trigger, "~/calibrate", self._srv_calibrate)
         self.create_service(SetBool, "~/set_clutch", self._srv_clutch)
         self._msg = JointState(name=self.names)
-        self.meter("command", nominal_hz=p["rate_hz"])
+        self.meter("command", nominal_hz=p["rate_hz"], latency_budget_ms=LATENCY_BUDGET_MS)
         self._loop = self.create_loop(p["rate_hz"], self._tick, "control")
 
     # ------------------------------------------------------------------ setup

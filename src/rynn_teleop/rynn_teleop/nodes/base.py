@@ -157,6 +157,7 @@ class TeleopNode(Node):
         self.params: dict[str, Any] = declare_schema(self, self.SCHEMA)
         self.meters: dict[str, RateMeter] = {}
         self.nominal_hz: dict[str, float] = {}  # meter name -> the rate it should show [Hz] (diagnostics)
+        self.latency_budget_ms: dict[str, float] = {}  # meter name -> the p99 latency it should stay under [ms]
         self._polled: dict[int, list[Taken]] = {}  # id of each subscription the executor must leave alone
         self._unwaited: set[int] = set()  # ids of their event handlers
         self.incompatible_qos: dict[str, str] = {}  # polled topic -> why a publisher of it cannot match
@@ -291,11 +292,14 @@ class TeleopNode(Node):
         """The node clock [s]."""
         return self.get_clock().now().nanoseconds * 1e-9
 
-    def meter(self, name: str, nominal_hz: float | None = None) -> RateMeter:
+    def meter(self, name: str, nominal_hz: float | None = None, latency_budget_ms: float | None = None) -> RateMeter:
         """A named rate/latency meter reported in diagnostics (``<name>.rate_hz``, latency percentiles and,
-        once given, ``<name>.nominal_hz``: the rate it should show [Hz]) and by the demo."""
+        once given, ``<name>.nominal_hz``: the rate it should show [Hz], ``<name>.latency_budget_ms``: the p99
+        latency it should stay under [ms]) and by the demo."""
         if nominal_hz is not None:
             self.nominal_hz[name] = float(nominal_hz)
+        if latency_budget_ms is not None:
+            self.latency_budget_ms[name] = float(latency_budget_ms)
         return self.meters.setdefault(name, RateMeter())
 
     def diagnostic_values(self) -> Mapping[str, Any]:
@@ -314,6 +318,8 @@ class TeleopNode(Node):
             values[f"{name}.rate_hz"] = f"{m.rate(now):.1f}"
             if name in self.nominal_hz:
                 values[f"{name}.nominal_hz"] = f"{self.nominal_hz[name]:g}"
+            if name in self.latency_budget_ms:
+                values[f"{name}.latency_budget_ms"] = f"{self.latency_budget_ms[name]:g}"
             p50, p99 = m.latency_percentiles(50, 99)
             if p50 == p50:  # not NaN
                 values[f"{name}.latency_p50_ms"] = f"{1e3 * p50:.2f}"

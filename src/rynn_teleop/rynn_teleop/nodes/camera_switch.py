@@ -47,6 +47,8 @@ STREAMS = (  # (name, topic under a camera namespace, type): realsense-ros layou
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
+LATENCY_BUDGET_MS = 15.0  # capture -> forwarded on the consumer topic, p99 (shown against in diagnostics)
+
 class CameraSwitchNode(TeleopNode):
     SCHEMA = ParamSchema(
         "camera_switch",
@@ -69,6 +71,7 @@ class CameraSwitchNode(TeleopNode):
         out = p["output_ns"].rstrip("/")
         qos = qos_profile_sensor_data
         self._pubs = {stream: self.create_publisher(kind, f"{out}/{topic}", qos) for stream, topic, kind in STREAMS}
+        self.meter("output", latency_budget_ms=LATENCY_BUDGET_MS)
         self._active_pub = self.create_publisher(String, f"{out}/active_source", LATCHED)
         self.forwarded = {s: 0 for s in SOURCES}
         for source in SOURCES:

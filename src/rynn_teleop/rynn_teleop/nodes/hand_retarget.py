@@ -44,6 +44,7 @@ from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import stamp_to_seconds
 
+LATENCY_BUDGET_MS = 15.0  # glove frame -> its /hands/command, p99 (shown against in diagnostics)
 RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # 100: ~0.5 s for a subscriber that falls behind
 
 
@@ -139,6 +140,8 @@ class HandRetargetNode(TeleopNode):
             if kind == "synthetic":
                 for side in self.sides:
                     self.meter(f"command.{side}", nominal_hz=p["rate_hz"])
+        for side in self.sides:
+            self.meter(f"command.{side}", latency_budget_ms=LATENCY_BUDGET_MS)
             self._loop = self.create_loop(p["rate_hz"], self._poll, "poll")
         self.get_logger().info(f"{kind} hands {', '.join(self.sides)} -> {p['command_topic']}")
 

@@ -106,8 +106,10 @@ function showState(st) {
     const meters = n.meters.map((m) => {
       const rate = m.rate_hz === null ? "?" : m.rate_hz.toFixed(1);
       const nominal = m.nominal_hz === null ? "" : ` / ${m.nominal_hz}`;
-      const lat = m.latency_p99_ms === null ? "" : `, ${m.latency_p50_ms} / ${m.latency_p99_ms} ms`;
-      return `<span class="${m.slow ? "slow" : ""}">${escapeHtml(m.name)} ${rate}${nominal}${lat}</span>`;
+      const budget = m.latency_budget_ms === null ? "" : ` (budget ${m.latency_budget_ms})`;
+      const lat = m.latency_p99_ms === null ? "" :
+        `, ${m.latency_p50_ms.toFixed(1)} / ${m.latency_p99_ms.toFixed(1)} ms${budget}`;
+      return `<span class="${m.slow || m.late ? "slow" : ""}">${escapeHtml(m.name)} ${rate}${nominal}${lat}</span>`;
     }).join("<br>");
     nodes += `<tr><td>${escapeHtml(n.name)}</td><td><span class="badge ${n.level}">${n.level}</span> ` +
       `${escapeHtml(n.message)}</td><td>${meters}</td></tr>`;
