@@ -218,10 +218,15 @@ class TeleopNode(Node):
         loop = getattr(_THIS_THREAD, "loop", None)
         return now if loop is None else loop.due_time(now)
 
-    def destroy_node(self) -> None:
-        """Stop the loops (a running tick ends first), then destroy the node."""
+    def stop_loops(self) -> None:
+        """Stop the node's loops (a running tick ends first). Idempotent. A subclass that closes what its
+        loops use (a source, a backend) calls this first in its ``destroy_node``."""
         for loop in getattr(self, "loops", ()):
             loop.cancel()
+
+    def destroy_node(self) -> None:
+        """Stop the loops (a running tick ends first), then destroy the node."""
+        self.stop_loops()
         super().destroy_node()
 
     @property

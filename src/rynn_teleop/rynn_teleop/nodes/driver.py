@@ -227,6 +227,7 @@ class JointDriverNode(TeleopNode):
         return DiagnosticStatus.OK, self.safety.mode
 
     def destroy_node(self) -> None:
+        self.stop_loops()  # no tick may use what is closed below
         backend = getattr(self, "backend", None)
         if backend is not None:
             try:

@@ -329,8 +329,7 @@ class FoxgloveNode(TeleopNode):
 
     def destroy_node(self) -> None:
         """Stop draining, close the server (clients see the connection close), then destroy the node."""
-        for loop in getattr(self, "loops", ()):
-            loop.cancel()
+        self.stop_loops()
         server = getattr(self, "_sdk_server", None)
         if server is not None:
             server.stop()

@@ -268,6 +268,7 @@ class HandRetargetNode(TeleopNode):
         return DiagnosticStatus.OK, "retargeting"
 
     def destroy_node(self) -> None:
+        self.stop_loops()  # no tick may use what is closed below
         source = getattr(self, "source", None)  # absent when the constructor failed
         if source is not None:
             source.close()

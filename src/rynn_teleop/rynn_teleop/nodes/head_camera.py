@@ -149,6 +149,7 @@ class HeadCameraNode(TeleopNode):
         return DiagnosticStatus.OK, "streaming"
 
     def destroy_node(self) -> None:
+        self.stop_loops()  # no tick may use what is closed below
         source = getattr(self, "source", None)
         if source is not None:
             source.close()

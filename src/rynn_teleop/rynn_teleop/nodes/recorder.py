@@ -297,6 +297,7 @@ class RecorderNode(TeleopNode):
         return DiagnosticStatus.OK, "recording" if self.recorder.active else "idle"
 
     def destroy_node(self) -> None:
+        self.stop_loops()  # no tick may use what is closed below
         recorder = getattr(self, "recorder", None)
         if recorder is not None and recorder.active:
             try:

@@ -227,6 +227,7 @@ class TrackerNode(TeleopNode):
         return DiagnosticStatus.OK, "tracking"
 
     def destroy_node(self) -> None:
+        self.stop_loops()  # no tick may use what is closed below
         source = getattr(self, "source", None)  # absent when the constructor failed
         if source is not None:
             source.close()
