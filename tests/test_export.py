@@ -18,6 +18,8 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES
@@ -259,6 +261,21 @@ def test_a_second_camera_key_takes_the_newest_frame_at_each_row(episodes, tmp_pa
             assert sum(1 for _ in c.decode(video=0)) == report.episodes[0].frames
 
 
+def test_with_other_threads_running_the_workers_start_from_a_fork_server(episodes, tmp_path):
+    import threading  # noqa: PLC0415
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait, daemon=True)
+    thread.start()
+    try:
+        report = export_lerobot([episodes["physical"], episodes["digital"]], tmp_path / "ds", "test/fs", workers=2)
+    finally:
+        stop.set()
+        thread.join()
+    assert [e.episode_index for e in report.episodes] == [0, 1]
+    assert report.episodes[0].frames > 0 and report.episodes[1].frames > 0
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 
@@ -270,6 +287,42 @@ def test_an_episode_that_fails_its_check_is_skipped_unless_problems_are_included
     assert [e.source for e in report.episodes] == [episodes["physical"]]
     report = export_lerobot([bad], tmp_path / "ds2", "test/skip", include_problems=True, workers=1)
     assert report.episodes[0].problems and not report.skipped
+
+
+def test_the_export_checks_episodes_as_episodes_check_does(tmp_path, episodes):
+    from rynn_teleop.recording.export import _Bag, _episode_problems  # noqa: PLC0415
+    from rynn_teleop.recording.inspect import episode_info  # noqa: PLC0415
+    from rynn_teleop.recording.metadata import episode_doc  # noqa: PLC0415
+
+    bad = build_episode(tmp_path / "bad", digital=True, seconds=1.5, skip_frames=(5, 6, 7, 8, 20))
+    for path in (bad, episodes["digital"], episodes["physical"]):
+        bag = _Bag.open(path)
+        times: dict[str, list[int]] = {t: [] for t in bag.types}
+        stamps: dict[str, list[int]] = {t: [] for t in bag.types}
+        for topic, t, data in bag.scan(None):
+            times[topic].append(t)
+            stamps[topic].append(int.from_bytes(bytes(data[4:8]), "little", signed=True) * 10**9
+                                 + int.from_bytes(bytes(data[8:12]), "little"))
+        assert _episode_problems(path, episode_doc(path), bag, times, stamps) == episode_info(path).problems
+    assert episode_info(bad).problems
+
+
+@settings(max_examples=60, deadline=None)
+@given(frame_id=st.text(max_size=9), names=st.lists(st.text(min_size=0, max_size=12), max_size=8),
+       data=st.data())
+def test_joint_states_are_read_in_place_as_rosbags_reads_them(frame_id, names, data):
+    from rynn_teleop.recording.export import _JointStateReader  # noqa: PLC0415
+
+    positions = np.array(data.draw(st.lists(st.floats(allow_nan=False), min_size=len(names), max_size=len(names))))
+    msg = TS.types["sensor_msgs/msg/JointState"](
+        header=TS.types["std_msgs/msg/Header"](stamp=TS.types["builtin_interfaces/msg/Time"](sec=5, nanosec=7),
+                                               frame_id=frame_id),
+        name=names, position=positions, velocity=np.ones(len(names)), effort=np.zeros(0))
+    raw = memoryview(bytes(TS.serialize_cdr(msg, "sensor_msgs/msg/JointState")))
+    reader = _JointStateReader(TS)
+    for _ in range(2):  # parsed, then recognised
+        got_names, got_positions = reader.read(raw)
+        assert got_names == tuple(names) and np.array_equal(got_positions, positions)
 
 
 def test_a_missing_camera_topic_names_the_episode_and_topic(episodes, tmp_path):

@@ -485,6 +485,30 @@ def _cmd_recover(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .export import export_lerobot  # noqa: PLC0415 - PyAV and pyarrow only load for an export
+    from .lerobot import VideoOptions  # noqa: PLC0415
+
+    paths = [p for path in args.paths for p in _episodes_at(path)]
+    try:
+        video = VideoOptions(codec=args.codec, crf=args.crf, gop=args.gop, preset=args.preset or None)
+    except ValueError as exc:
+        raise RecordingError(f"export: {exc}") from exc
+    report = export_lerobot(
+        paths, args.out, args.repo_id, fps=args.fps, images=args.image or ["consumer"], video=video,
+        include_problems=args.include_problems, append=args.append, overwrite=args.overwrite, workers=args.workers,
+    )
+    for s in report.skipped:
+        print(f"{s.source}: skipped, {len(s.problems)} problem(s) (--include-problems exports it)\n"
+              + "\n".join(f"  - {p}" for p in s.problems))
+    for e in report.episodes:
+        print(f"{e.source}: episode {e.episode_index}, {e.frames} frames"
+              + (f" ({e.dropped_leading_frames} leading frames before every joint had a value)" if e.dropped_leading_frames else ""))
+    print(f"wrote {args.out}: {len(report.episodes)} episode(s), {report.total_frames} frames, "
+          f"{report.recorded_seconds:.1f} s of recording in {report.seconds:.1f} s ({report.speed:.1f}x real time)")
+    return 0 if report.episodes else 1
+
+
 def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
     """The argument parser of :func:`episodes_main`."""
     parser = argparse.ArgumentParser(prog=prog, description="Recorded episodes: list, info, check, recover.")
@@ -509,6 +533,25 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
     p.add_argument("path", type=Path, help="an episode directory, or an output directory of episodes")
     p.add_argument("--force", action="store_true", help="even if the recorder that started it still runs on this host")
     p.set_defaults(func=_cmd_recover)
+    p = sub.add_parser("export", help="write episodes as a LeRobot dataset (format v3.0) for policy training")
+    p.add_argument("paths", type=Path, nargs="+", metavar="EPISODE_DIRS",
+                   help="episode directories, or output directories of episodes")
+    p.add_argument("--format", choices=["lerobot"], default="lerobot", help="dataset format (default lerobot)")
+    p.add_argument("--out", type=Path, required=True, help="the dataset folder to create")
+    p.add_argument("--repo-id", required=True, help="the dataset's name, e.g. lab/pick_place (LeRobot repo_id)")
+    p.add_argument("--fps", type=int, default=30, help="frame rate of the first camera key [Hz] (default 30)")
+    p.add_argument("--image", action="append", choices=["physical", "generated", "consumer"],
+                   help="camera key (feed), repeatable; the first one's frames are the rows (default consumer)")
+    p.add_argument("--codec", default="libx264", help="video encoder (default libx264; libsvtav1 as LeRobot's default)")
+    p.add_argument("--crf", type=int, default=23, help="constant rate factor, lower is better quality (default 23)")
+    p.add_argument("--gop", type=int, default=2, help="frames between key frames (default 2)")
+    p.add_argument("--preset", default="veryfast", help="encoder speed preset (default veryfast; '' for the encoder's)")
+    p.add_argument("--workers", type=int, help="episodes converted at once (default: one per CPU)")
+    p.add_argument("--include-problems", action="store_true", help="export episodes whose check fails too")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--append", action="store_true", help="add to an existing dataset (indices continue)")
+    mode.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
+    p.set_defaults(func=_cmd_export)
     return parser
 
 
