@@ -25,7 +25,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -104,6 +103,7 @@ def main() -> None:
     from rclpy.qos import qos_profile_sensor_data  # noqa: PLC0415
     from sensor_msgs.msg import Image  # noqa: PLC0415
 
+    from rynn_teleop.demo import stop_groups  # noqa: PLC0415
     from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
 
     use_transport_profile()
@@ -158,13 +158,7 @@ def main() -> None:
             browser.close()
     finally:
         executor.shutdown(timeout_sec=2.0)
-        for proc in procs.values():
-            proc.send_signal(signal.SIGINT)
-        for proc in procs.values():
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_groups(list(procs.values()))
         node.destroy_node()
         rclpy.try_shutdown()
 
