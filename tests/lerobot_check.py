@@ -4,8 +4,9 @@ Usage: python tests/lerobot_check.py ROOT REPO_ID OUT.npz INDEX [INDEX ...]
 
 Writes OUT.npz with, per queried frame index I: ``I/image.<key>`` (H, W, 3) uint8, ``I/state``,
 ``I/action``, ``I/timestamp``, ``I/frame_index``, ``I/episode_index``, ``I/index``, and a JSON
-summary ``summary`` (features, lengths, fps, tasks, policy feature types, a delta-timestamp item's
-shapes). Exits non-zero with LeRobot's traceback if LeRobot rejects the dataset.
+summary ``summary`` (features, lengths, fps, tasks, policy feature types, each video key's feature
+``info`` as LeRobot's metadata holds it, a delta-timestamp item's shapes). A depth key comes back like any
+video key, ``I/image.<key>`` as LeRobot decodes it. Exits non-zero with LeRobot's traceback if LeRobot rejects the dataset.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ def main(argv: list[str]) -> int:
         "tasks": [str(t) for t in ds.meta.tasks.index],
         "policy_features": {k: str(v.type) for k, v in dataset_to_policy_features(ds.features).items()},
         "stats_keys": sorted(ds.meta.stats),
+        "feature_info": {k: ds.meta.info["features"][k].get("info") for k in image_keys},
         "chunk_action_shape": list(mid["action"].shape),
         "chunk_image_shape": list(mid[image_keys[0]].shape),
     }

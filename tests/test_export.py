@@ -24,7 +24,7 @@ from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES
 from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
-from rynn_teleop.recording.export import FEED_TOPICS, ExportError, export_lerobot
+from rynn_teleop.recording.export import DEPTH_TOPICS, FEED_TOPICS, ExportError, export_lerobot
 from rynn_teleop.recording.inspect import episodes_main
 from rynn_teleop.recording.lerobot import VideoOptions, encoder_available
 
@@ -62,6 +62,13 @@ def _image(stamp_ns: int, rgb: np.ndarray) -> bytes:
     return bytes(TS.serialize_cdr(msg, "sensor_msgs/msg/Image"))
 
 
+def _depth_image(stamp_ns: int, depth_mm: np.ndarray) -> bytes:
+    msg = TS.types["sensor_msgs/msg/Image"](header=_header(stamp_ns), height=depth_mm.shape[0], width=depth_mm.shape[1],
+                                             encoding="16UC1", is_bigendian=0, step=depth_mm.shape[1] * 2,
+                                             data=np.frombuffer(depth_mm.astype("<u2").tobytes(), np.uint8))
+    return bytes(TS.serialize_cdr(msg, "sensor_msgs/msg/Image"))
+
+
 def _string(text: str) -> bytes:
     return bytes(TS.serialize_cdr(TS.types["std_msgs/msg/String"](data=text), "std_msgs/msg/String"))
 
@@ -78,12 +85,29 @@ def frame_rgb(n: int) -> np.ndarray:
     return np.broadcast_to(colour, (H, W, 3)).copy()
 
 
+def frame_depth(n: int) -> np.ndarray:
+    """Depth image n [mm]: a slope from 0.4 m over 2 m, 10 mm farther each frame, a patch without reading (0)
+    and a patch at 3 m."""
+    y, x = np.mgrid[0:H, 0:W]
+    depth = 400 + 25 * x + 7 * y + 10 * n
+    depth[:4, :6] = 0
+    depth[-4:, -6:] = 3000
+    return depth.astype(np.uint16)
+
+
 def build_episode(output_dir: Path, *, digital: bool, seconds: float = 2.0, task: str = "pick the cube",
-                  outcome: str = "success", skip_frames: tuple[int, ...] = (), start_ns: int = T0) -> Path:
-    """Record one episode; returns its directory. Messages arrive a few ms after their stamps, out of order."""
+                  outcome: str = "success", skip_frames: tuple[int, ...] = (), start_ns: int = T0,
+                  depth: bool = False) -> Path:
+    """Record one episode; returns its directory. Messages arrive a few ms after their stamps, out of order.
+
+    With ``depth`` (physical only) the camera's aligned depth (``frame_depth``) goes with every colour frame,
+    same stamp, on the physical and the consumer depth topics."""
     topics = dict(RATES)
     feed = FEED_TOPICS["generated"] if digital else FEED_TOPICS["physical"]
     topics[feed] = 30.0
+    if depth:
+        assert not digital, "the generated feed has no depth"
+        topics.update({DEPTH_TOPICS["physical"]: None, DEPTH_TOPICS["consumer"]: None})
     rec = EpisodeRecorder(output_dir, topics, gap_rates=GAP_RATES, flush_period_s=10.0)
     path = rec.start(EpisodeMetadata(task=task, operator="test", notes="n", outcome=outcome,
                                      camera_sources=["generated" if digital else "physical"]), now_ns=start_ns)
@@ -120,6 +144,10 @@ def build_episode(output_dir: Path, *, digital: bool, seconds: float = 2.0, task
         data = _image(stamp, frame_rgb(n))
         msgs.append((tick + 4 * MS, feed, st, data))
         msgs.append((tick + 5 * MS, FEED_TOPICS["consumer"], st, data))
+        if depth:
+            ddata = _depth_image(stamp, frame_depth(n))
+            msgs.append((tick + 6 * MS, DEPTH_TOPICS["physical"], st, ddata))
+            msgs.append((tick + 7 * MS, DEPTH_TOPICS["consumer"], st, ddata))
     for t, topic, type_name, data in sorted(msgs, key=lambda m: m[0]):
         rec.submit(topic, type_name, data, t)
     rec.stop(now_ns=stop)
@@ -140,6 +168,23 @@ def exported(episodes, tmp_path_factory) -> tuple[Path, object]:
     out = tmp_path_factory.mktemp("datasets") / "ds"
     report = export_lerobot([episodes["digital"], episodes["physical"]], out, "test/rynn", fps=FPS,
                             images=["consumer"], workers=2)
+    return out, report
+
+
+DEPTH_MAX_M = 2.0  # the export's default [m]
+
+
+@pytest.fixture(scope="module")
+def depth_episode(tmp_path_factory) -> Path:
+    return build_episode(tmp_path_factory.mktemp("depth_episodes") / "d", digital=False, seconds=1.5,
+                         task="stack the cups", depth=True)
+
+
+@pytest.fixture(scope="module")
+def depth_exported(depth_episode, tmp_path_factory) -> tuple[Path, object]:
+    out = tmp_path_factory.mktemp("depth_datasets") / "ds"
+    report = export_lerobot([depth_episode], out, "test/depth", fps=FPS, images=["consumer"], depth="consumer",
+                            workers=1)
     return out, report
 
 
@@ -167,6 +212,13 @@ def joints_at(path: Path, topics: list[str], stamp: int) -> np.ndarray:
                     if s >= best[name][0]:
                         best[name] = (s, float(pos))
     return np.array([best[n][1] for n in CANONICAL_JOINT_NAMES])
+
+
+def depth_at(path: Path, topic: str, stamp: int) -> np.ndarray:
+    """The (H, W) depth image [mm] of ``topic`` with the newest header stamp at or before ``stamp``."""
+    s, msg = max(((s, m) for s, m in bag_messages(path, topic) if s <= stamp), key=lambda sm: sm[0])
+    assert msg.encoding == "16UC1"
+    return np.frombuffer(bytes(msg.data), "<u2").reshape(msg.height, msg.width)
 
 
 def read_rows(out: Path) -> dict[str, np.ndarray]:
@@ -250,6 +302,71 @@ def test_episode_metadata_keeps_our_id_source_outcome_and_camera_sources(exporte
     assert json.loads(rows[0]["rynn_teleop/camera_source_changes"])[0]["source"] == "generated"
     assert [r["tasks"] for r in rows] == [["pick the cube"], ["place the cube"]]
     assert rows[1]["dataset_from_index"] == rows[0]["dataset_to_index"]
+
+
+def test_depth_is_off_by_default(exported):
+    out, _ = exported
+    info = json.loads((out / "meta/info.json").read_text())
+    assert not [k for k in info["features"] if "depth" in k]
+    assert not (out / "videos/observation.images.consumer_depth").exists()
+    rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").column_names
+    assert "rynn_teleop/depth_max_m" not in rows
+
+
+def test_the_depth_key_holds_the_newest_depth_at_each_row_as_12_bit_codes(depth_exported, depth_episode):
+    out, report = depth_exported
+    (ep,) = report.episodes
+    key = "observation.images.consumer_depth"
+    info = json.loads((out / "meta/info.json").read_text())
+    feat = info["features"][key]
+    assert feat["dtype"] == "video" and feat["shape"] == [H, W, 3]
+    assert feat["info"]["video.codec"] == "hevc" and feat["info"]["video.pix_fmt"] == "gray12le"
+    assert feat["info"]["video.depth_min"] == 0.0
+    assert feat["info"]["video.depth_max"] == pytest.approx(DEPTH_MAX_M * 4095 / 4080)
+    assert feat["info"]["video.use_log"] is False and feat["info"]["video.shift"] == 0.0
+    assert feat["info"]["rynn_teleop/depth_scale_m"] == DEPTH_MAX_M
+    assert feat["info"]["rynn_teleop/depth_topic"] == DEPTH_TOPICS["consumer"]
+    episodes_meta = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
+    assert episodes_meta[0]["rynn_teleop/depth_max_m"] == DEPTH_MAX_M
+    assert episodes_meta[0]["rynn_teleop/depth_topic"] == DEPTH_TOPICS["consumer"]
+    assert episodes_meta[0][f"videos/{key}/to_timestamp"] == pytest.approx(ep.frames / FPS)
+    stats = json.loads((out / "meta/stats.json").read_text())
+    assert np.shape(stats[key]["mean"]) == (3, 1, 1)
+    assert 0.0 == np.min(stats[key]["min"]) and np.max(stats[key]["max"]) == 1.0  # no reading; saturated
+    rows = read_rows(out)
+    with av.open(str(out / f"videos/{key}/chunk-000/file-000.mp4")) as c:
+        codes = [f.to_ndarray(format="gray12le") for f in c.decode(video=0)]
+    assert len(codes) == ep.frames
+    step_mm = feat["info"]["video.depth_max"] * 1000 / 4095  # LeRobot 0.6's dequantisation: code / 4095 * depth_max
+    assert step_mm == pytest.approx(DEPTH_MAX_M * 1000 / 4080)
+    for r in (0, ep.frames // 2, ep.frames - 1):
+        truth = np.minimum(depth_at(depth_episode, DEPTH_TOPICS["consumer"], int(rows["stamp_ns"][r])), 2000)
+        assert np.abs(codes[r] * step_mm - truth).max() <= step_mm / 2 + 1e-6  # lossless stream: only the 12-bit step
+    assert (codes[0][:4, :6] == 0).all() and (codes[0][-4:, -6:] == 4080).all()  # no reading stays 0; far saturates
+
+
+def test_depth_asked_of_an_episode_without_it_names_the_episode_and_topic(episodes, tmp_path, capsys):
+    with pytest.raises(ExportError) as err:
+        export_lerobot([episodes["physical"]], tmp_path / "ds", "test/x", depth="consumer", workers=1)
+    assert err.value.episode == episodes["physical"] and err.value.topic == DEPTH_TOPICS["consumer"]
+    assert str(episodes["physical"]) in str(err.value) and DEPTH_TOPICS["consumer"] in str(err.value)
+    assert not (tmp_path / "ds").exists()
+    assert episodes_main(["export", str(episodes["physical"]), "--out", str(tmp_path / "ds"), "--repo-id", "test/x",
+                          "--depth", "physical", "--workers", "1"]) == 2
+    assert DEPTH_TOPICS["physical"] in capsys.readouterr().err
+    with pytest.raises(ExportError, match="no depth for feed 'generated'"):
+        export_lerobot([episodes["digital"]], tmp_path / "ds", "test/x", depth="generated", workers=1)
+
+
+def test_appending_needs_the_same_depth_key_and_range(depth_episode, episodes, tmp_path):
+    out = tmp_path / "ds"
+    export_lerobot([depth_episode], out, "test/x", depth="physical", depth_max_m=1.5, workers=1)
+    with pytest.raises(ExportError, match="depth-max-m 1.5"):
+        export_lerobot([depth_episode], out, "test/x", depth="physical", append=True, workers=1)
+    with pytest.raises(ExportError, match="camera keys"):
+        export_lerobot([episodes["physical"]], out, "test/x", append=True, workers=1)
+    report = export_lerobot([depth_episode], out, "test/x", depth="physical", depth_max_m=1.5, append=True, workers=1)
+    assert report.episodes[0].episode_index == 1
 
 
 def test_a_second_camera_key_takes_the_newest_frame_at_each_row(episodes, tmp_path):
@@ -452,6 +569,36 @@ def test_lerobot_loads_the_export_with_the_bag_s_frames_and_actions(exported, ep
         truth = np.frombuffer(bytes(frames[stamp].data), np.uint8).reshape(H, W, 3).astype(float)
         image = got[f"{q}/image.observation.images.consumer"].astype(float)
         assert np.abs(image - truth).mean() < 6.0  # lossy H.264; neighbouring frames differ by 25+ per channel
+
+
+def test_lerobot_loads_the_depth_key_within_its_quantisation_step(depth_exported, depth_episode, lerobot_python,
+                                                                   tmp_path):
+    out, report = depth_exported
+    (ep,) = report.episodes
+    key = "observation.images.consumer_depth"
+    queries = [0, ep.frames // 3, ep.frames - 1]
+    dump = tmp_path / "lerobot.npz"
+    proc = subprocess.run([lerobot_python, str(ROOT / "tests/lerobot_check.py"), str(out), "test/depth", str(dump),
+                           *map(str, queries)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"LeRobot rejected the export:\n{proc.stderr[-6000:]}"
+    got = np.load(dump)
+    summary = json.loads(str(got["summary"]))
+    assert summary["num_frames"] == ep.frames
+    assert summary["video_keys"] == ["observation.images.consumer", key]
+    assert summary["features"][key]["shape"] == [H, W, 3]
+    assert summary["policy_features"][key].endswith("VISUAL")
+    assert summary["feature_info"][key]["rynn_teleop/depth_scale_m"] == DEPTH_MAX_M
+    assert key in summary["stats_keys"]
+    rows = read_rows(out)
+    step_mm = DEPTH_MAX_M * 1000 / 255  # what LeRobot 0.4 decodes: 8-bit RGB
+    for q in queries:
+        image = got[f"{q}/image.{key}"].astype(float)  # (H, W, 3) 0..255
+        assert image.shape == (H, W, 3)
+        assert (image[..., 0] == image[..., 1]).all() and (image[..., 1] == image[..., 2]).all()
+        metres = image[..., 0] / 255.0 * DEPTH_MAX_M
+        truth = np.minimum(depth_at(depth_episode, DEPTH_TOPICS["consumer"], int(rows["stamp_ns"][q])), 2000) / 1000
+        err_mm = np.abs(metres - truth) * 1000
+        assert err_mm.max() <= 0.55 * step_mm and err_mm.mean() <= 0.3 * step_mm  # 8-bit rounding (+ 12-bit's)
 
 
 def test_lerobot_env_script_is_idempotent(lerobot_python):

@@ -10,6 +10,11 @@ header-stamp order. Each row holds
 * ``observation.images.<key>`` for every key in ``images`` (``physical``,
   ``generated``, ``consumer``): the row's own frame for the first key; for the
   others the newest frame stamped at or before the row's stamp;
+* with ``depth`` (``physical`` or ``consumer``; off by default),
+  ``observation.images.<depth>_depth``: the newest aligned depth image of that
+  feed (:data:`DEPTH_TOPICS`) stamped at or before the row's stamp, as a 12-bit
+  grey video of depth quantised linearly over 0..``depth_max_m``
+  (:func:`.lerobot.depth_video_feature` says how to read it back in metres);
 * ``observation.state``: the 54 measured joints (``/joint_states``, both
   drivers) in canonical order, each the newest value stamped at or before the
   row's stamp [rad];
@@ -29,8 +34,9 @@ one frame per row, encoded straight from the decoded messages with PyAV.
 
 Episodes are converted in parallel, one process per episode (``workers``),
 each in one pass over its bag for the check, the joints and the frame stamps,
-plus one pass per camera key for the frames. An episode lacking a needed topic
-(a camera key's feed, ``/joint_states``, ``/arms/command``, ``/hands/command``),
+plus one pass per camera key (and the depth key) for the frames. An episode
+lacking a needed topic (a camera key's feed, the depth topic, ``/joint_states``,
+``/arms/command``, ``/hands/command``),
 or whose first camera key does not run at ``fps``, stops the export with an
 :class:`ExportError` naming the episode and topic, and nothing is written;
 otherwise an episode whose integrity check (the problems ``episodes check``
@@ -62,6 +68,7 @@ from .cdr import has_header, header_stamp_ns
 from .errors import RecordingError
 from .lerobot import (
     DEFAULT_FEATURES,
+    DEPTH_ENCODER,
     EPISODES_PATH,
     INFO_PATH,
     STATS_PATH,
@@ -73,9 +80,13 @@ from .lerobot import (
     aggregate_stats,
     chunk_file,
     data_path,
+    depth_codes_to_rgb,
+    depth_video_feature,
+    depth_video_options,
     encoder_available,
     episode_stats_columns,
     info_doc,
+    quantize_depth,
     read_episodes,
     read_tasks,
     stats_from_json,
@@ -100,6 +111,15 @@ FEED_TOPICS: dict[str, str] = {
     "consumer": "/head_camera/color/image_raw",
 }
 """Camera key -> the recorded ``sensor_msgs/Image`` topic of that feed."""
+DEPTH_TOPICS: dict[str, str] = {
+    "physical": "/head_camera/physical/aligned_depth_to_color/image_raw",
+    "consumer": "/head_camera/aligned_depth_to_color/image_raw",
+}
+"""Depth feed -> the recorded ``sensor_msgs/Image`` topic of its depth registered to the colour image
+(16UC1 [mm], also mono16 or 32FC1 [m]). The generated feed has no depth; the consumer feed carries it
+while the physical source is active."""
+DEPTH_MAX_M = 2.0
+"""Default depth at the largest depth code [m]: a head camera looking at a table 0.5-1.5 m away."""
 MEASURED_TOPIC = "/joint_states"
 COMMAND_TOPICS = ("/arms/command", "/hands/command")
 SOURCE_TOPIC = "/head_camera/active_source"
@@ -213,6 +233,9 @@ class _Job:
     images: tuple[str, ...]
     video: VideoOptions
     include_problems: bool
+    depth: str | None = None  # depth feed, or None
+    depth_max_m: float = DEPTH_MAX_M
+    depth_video: VideoOptions | None = None
 
 
 @dataclass
@@ -224,8 +247,8 @@ class _Converted:
     state: np.ndarray  # (frames, 54) float32 [rad]
     action: np.ndarray  # (frames, 54) float32 [rad]
     stamp_ns: np.ndarray  # (frames,) int64
-    videos: dict[str, Path]  # camera key -> temporary MP4
-    sizes: dict[str, tuple[int, int]]  # camera key -> (height, width) [px]
+    videos: dict[str, Path]  # camera key (or depth key) -> temporary MP4
+    sizes: dict[str, tuple[int, int]]  # camera key (or depth key) -> (height, width) [px]
     codec: str
     image_stats: dict[str, Stats]
     dropped: int
@@ -458,6 +481,14 @@ def _convert(job: _Job) -> _Converted | _Skipped:
                               episode=path, topic=topic)
         if bag.types[topic] != IMAGE:
             raise ExportError(f"{path}: {topic} is {bag.types[topic]}, not {IMAGE}", episode=path, topic=topic)
+    depth_topic = DEPTH_TOPICS[job.depth] if job.depth else None
+    if depth_topic is not None:
+        if depth_topic not in bag.types:
+            raise ExportError(f"{path}: depth of the {job.depth!r} feed needs topic {depth_topic}, which the episode "
+                              "did not record", episode=path, topic=depth_topic)
+        if bag.types[depth_topic] != IMAGE:
+            raise ExportError(f"{path}: {depth_topic} is {bag.types[depth_topic]}, not {IMAGE}",
+                              episode=path, topic=depth_topic)
     for topic in (MEASURED_TOPIC, *COMMAND_TOPICS):
         if topic not in bag.types:
             raise ExportError(f"{path}: topic {topic} (joint {'state' if topic == MEASURED_TOPIC else 'commands'}) "
@@ -485,7 +516,8 @@ def _convert(job: _Job) -> _Converted | _Skipped:
     problems = _episode_problems(path, doc, bag, times, stamps)
     if problems and not job.include_problems:
         return _Skipped(path, job.position, tuple(problems))
-    image_stamps = {t: stamps[t] for t in image_topics}
+    key_topics = image_topics + ([depth_topic] if depth_topic else [])
+    image_stamps = {t: stamps[t] for t in key_topics}
 
     primary = image_topics[0]
     first_stamps = np.asarray(image_stamps[primary], np.int64)
@@ -504,14 +536,14 @@ def _convert(job: _Job) -> _Converted | _Skipped:
     action = commanded.sample(rows_ns)
     valid = ~np.isnan(state).any(axis=1) & ~np.isnan(action).any(axis=1)
     selections: dict[str, np.ndarray] = {primary: row_msg}
-    for topic in dict.fromkeys(image_topics[1:]):
+    for topic in dict.fromkeys(key_topics[1:]):
         key_stamps = np.asarray(image_stamps[topic], np.int64)
         order = np.argsort(key_stamps, kind="stable")
         pos = np.searchsorted(key_stamps[order], rows_ns, side="right") - 1
         valid &= pos >= 0
         selections[topic] = np.where(pos >= 0, order[np.maximum(pos, 0)], -1)
     if not valid.any():
-        raise ExportError(f"{path}: no frame of {primary} after every joint and camera key has a value",
+        raise ExportError(f"{path}: no frame of {primary} after every joint and camera (and depth) key has a value",
                           episode=path, topic=primary)
     start = int(np.argmax(valid))
     rows = np.arange(start, len(rows_ns))
@@ -533,6 +565,13 @@ def _convert(job: _Job) -> _Converted | _Skipped:
         target = job.work_dir / f"{key}.mp4"
         sel = selections[topic][rows]
         height, width, codec = _encode(bag, topic, sel, target, job, typestore, image_stats, key)
+        videos[key] = target
+        sizes[key] = (height, width)
+    if depth_topic is not None:
+        key = depth_key(job.depth)
+        target = job.work_dir / f"{key}.mp4"
+        height, width, _ = _encode(bag, depth_topic, selections[depth_topic][rows], target, job, typestore,
+                                   image_stats, key, depth_max_m=job.depth_max_m)
         videos[key] = target
         sizes[key] = (height, width)
 
@@ -572,8 +611,14 @@ def _encode(
     typestore: Any,
     image_stats: dict[str, Stats],
     key: str,
+    *,
+    depth_max_m: float | None = None,
 ) -> tuple[int, int, str]:
-    """Write the frames ``sel`` (message numbers on ``topic``, one per row) as one video; returns (height, width, codec)."""
+    """Write the frames ``sel`` (message numbers on ``topic``, one per row) as one video; returns (height, width, codec).
+
+    With ``depth_max_m`` the topic holds depth images, written as 12-bit codes (:func:`.lerobot.quantize_depth`)
+    with ``job.depth_video``; otherwise colour images, written with ``job.video``.
+    """
     path = bag.path.parent
     need: dict[int, int] = {}  # message number -> last row that uses it
     for r, m in enumerate(sel):
@@ -587,16 +632,17 @@ def _encode(
             if m not in need:
                 continue
             try:
-                rgb = decode_image(typestore.deserialize_cdr(data, IMAGE))
+                image = decode_image(typestore.deserialize_cdr(data, IMAGE), depth=depth_max_m is not None)
             except ValueError as exc:
                 raise ExportError(f"{path}: {topic}: {exc}", episode=path, topic=topic) from exc
-            cache[m] = rgb
+            cache[m] = image if depth_max_m is None else quantize_depth(image, depth_max_m)
             while nxt < len(sel) and int(sel[nxt]) in cache:
                 frame = cache[int(sel[nxt])]
                 if writer is None:
                     h, w = frame.shape[:2]
+                    options = job.video if depth_max_m is None else job.depth_video or depth_video_options(job.video.gop)
                     try:
-                        writer = VideoWriter(target, width=w, height=h, fps=job.fps, options=job.video)
+                        writer = VideoWriter(target, width=w, height=h, fps=job.fps, options=options)
                     except ValueError as exc:
                         raise ExportError(f"{path}: {topic}: {exc}", episode=path, topic=topic) from exc
                     sampler = ImageStatsSampler(len(sel), h, w)
@@ -605,7 +651,7 @@ def _encode(
                                       f"{writer.size[0]}x{writer.size[1]}", episode=path, topic=topic)
                 writer.write(frame)
                 assert sampler is not None
-                sampler.offer(nxt, frame)
+                sampler.offer(nxt, frame if depth_max_m is None else depth_codes_to_rgb(frame))
                 if need[int(sel[nxt])] == nxt:
                     del cache[int(sel[nxt])]
                 nxt += 1
@@ -626,13 +672,22 @@ def _encode(
 # -- the dataset -----------------------------------------------------------------------------
 
 
+def depth_key(feed: str) -> str:
+    """The video key name of a feed's depth (``observation.images.<name>``): ``<feed>_depth``, LeRobot's naming."""
+    return f"{feed}_depth"
+
+
 def _features(images: Sequence[str], sizes: Mapping[str, tuple[int, int]], fps: int, video: VideoOptions,
-              codec: str) -> dict[str, dict[str, Any]]:
+              codec: str, depth: str | None = None, depth_max_m: float = DEPTH_MAX_M) -> dict[str, dict[str, Any]]:
     """The dataset's features besides LeRobot's bookkeeping ones (``sizes``: key -> (height, width) [px])."""
     features: dict[str, dict[str, Any]] = {}
     for key in images:
         h, w = sizes[key]
         features[f"observation.images.{key}"] = video_feature(h, w, fps, _codec_name(codec), video.pix_fmt)
+    if depth:
+        h, w = sizes[depth_key(depth)]
+        features[f"observation.images.{depth_key(depth)}"] = depth_video_feature(h, w, fps, depth_max_m,
+                                                                                DEPTH_TOPICS[depth])
     features["observation.state"] = vector_feature(CANONICAL_JOINT_NAMES)
     features["action"] = vector_feature(CANONICAL_JOINT_NAMES)
     features["stamp_ns"] = {"dtype": "int64", "shape": [1], "names": None}
@@ -696,6 +751,8 @@ def export_lerobot(
     append: bool = False,
     overwrite: bool = False,
     workers: int | None = None,
+    depth: str | None = None,
+    depth_max_m: float = DEPTH_MAX_M,
 ) -> ExportReport:
     """Export episode directories as one LeRobot (v3.0) dataset at ``out``.
 
@@ -713,6 +770,14 @@ def export_lerobot(
         overwrite: replace an existing dataset at ``out``.
         workers: processes converting episodes at once (default: one per CPU, at most one per episode);
             with ``video.threads`` 0 each encoder gets CPUs / workers threads.
+        depth: add the depth of this feed (``physical`` or ``consumer``; :data:`DEPTH_TOPICS`) as the video
+            key ``observation.images.<depth>_depth``, one frame per row (the newest depth image stamped at or
+            before the row's stamp); None (default): no depth key.
+        depth_max_m: depth at the largest depth value [m] (0 < depth_max_m <= 65.535): depth is quantised
+            linearly over 0..depth_max_m, farther depth is stored as depth_max_m. The 8-bit RGB a LeRobot 0.4
+            reader decodes holds depth / depth_max_m in [0, 1] (steps of depth_max_m / 255; 0: no reading);
+            the 12-bit stream has steps of depth_max_m / 4080 (:func:`.lerobot.depth_video_feature`).
+            Recorded in the feature's ``info`` and in every episode's ``rynn_teleop/depth_max_m``.
 
     Returns:
         What was written and skipped, and how long it took.
@@ -720,8 +785,9 @@ def export_lerobot(
     Raises:
         ExportError: a bad argument; ``out`` exists (a non-empty folder without ``append`` or
             ``overwrite``, or a folder that is not a dataset with either); an episode lacks a
-            needed topic or its camera does not run at ``fps``; camera sizes differ between
-            episodes. Nothing is written then (with ``append``, the existing dataset is unchanged).
+            needed topic (with ``depth``, the depth topic) or its camera does not run at ``fps``;
+            camera (or depth) sizes differ between episodes. Nothing is written then (with ``append``,
+            the existing dataset is unchanged).
     """
     started = time.perf_counter()
     out = Path(out)
@@ -734,6 +800,14 @@ def export_lerobot(
         raise ExportError(f"unknown camera key(s) {', '.join(unknown)}; known: {', '.join(FEED_TOPICS)}")
     if len(set(images)) != len(images):
         raise ExportError(f"camera keys repeated: {', '.join(images)}")
+    if depth is not None and depth not in DEPTH_TOPICS:
+        raise ExportError(f"no depth for feed {depth!r}; depth exists for: {', '.join(DEPTH_TOPICS)}")
+    depth_max_m = float(depth_max_m)
+    if not 0.0 < depth_max_m <= 65.535:
+        raise ExportError(f"depth_max_m {depth_max_m} is outside (0, 65.535] m")
+    if depth is not None and not encoder_available(DEPTH_ENCODER):
+        raise ExportError(f"depth needs the video encoder {DEPTH_ENCODER!r}, which this PyAV build lacks")
+    video_keys = images + ((depth_key(depth),) if depth else ())
     if not 1 <= fps <= 1000:
         raise ExportError(f"fps {fps} is outside 1..1000 Hz")
     if workers is not None and int(workers) < 1:
@@ -768,8 +842,14 @@ def export_lerobot(
         if int(old_info.get("fps", 0)) != fps:
             raise ExportError(f"{out} is a {old_info.get('fps')} fps dataset; --fps {fps} cannot be appended to it")
         old_keys = sorted(k for k in old_info["features"] if k.startswith("observation.images."))
-        if old_keys != sorted(f"observation.images.{k}" for k in images):
-            raise ExportError(f"{out} has camera keys {', '.join(old_keys)}; append with the same --image keys")
+        if old_keys != sorted(f"observation.images.{k}" for k in video_keys):
+            raise ExportError(f"{out} has camera keys {', '.join(old_keys)}; append with the same --image keys "
+                              "and --depth")
+        if depth:
+            old_info_d = old_info["features"][f"observation.images.{depth_key(depth)}"].get("info", {})
+            old_max = old_info_d.get("rynn_teleop/depth_scale_m")
+            if old_max is None or float(old_max) != depth_max_m:
+                raise ExportError(f"{out} quantises depth over 0..{old_max} m; append with --depth-max-m {old_max}")
         old_rows = read_episodes(out / EPISODES_PATH) if (out / EPISODES_PATH).is_file() else []
         tasks = read_tasks(out / TASKS_PATH) if (out / TASKS_PATH).is_file() else []
         old_stats = stats_from_json(json.loads((out / STATS_PATH).read_text(encoding="utf-8"))) \
@@ -786,7 +866,9 @@ def export_lerobot(
     try:
         n_workers = _worker_count(workers, len(sources))
         job_video = video if video.threads else replace(video, threads=max(1, _cpu_count() // n_workers))
-        jobs = [_Job(p, i, work / f"{i:05d}", fps, images, job_video, include_problems) for i, p in enumerate(sources)]
+        depth_video = depth_video_options(video.gop, job_video.threads)
+        jobs = [_Job(p, i, work / f"{i:05d}", fps, images, job_video, include_problems, depth, depth_max_m, depth_video)
+                for i, p in enumerate(sources)]
         results = _run(jobs, n_workers)
         converted = [r for r in results if isinstance(r, _Converted)]
         report.skipped = [SkippedEpisode(r.source, r.problems) for r in results if isinstance(r, _Skipped)]
@@ -797,14 +879,15 @@ def export_lerobot(
 
         sizes = dict(converted[0].sizes)
         if old_info is not None:
-            sizes = {k: tuple(old_info["features"][f"observation.images.{k}"]["shape"][:2]) for k in images}
+            sizes = {k: tuple(old_info["features"][f"observation.images.{k}"]["shape"][:2]) for k in video_keys}
         for c in converted:
-            for key in images:
+            for key in video_keys:
                 if tuple(c.sizes[key]) != tuple(sizes[key]):
+                    topic = FEED_TOPICS[key] if key in FEED_TOPICS else DEPTH_TOPICS[str(depth)]
                     raise ExportError(f"{c.source}: camera key {key!r} is {c.sizes[key][1]}x{c.sizes[key][0]}, other "
                                       f"episodes of the dataset are {sizes[key][1]}x{sizes[key][0]}",
-                                      episode=c.source, topic=FEED_TOPICS[key])
-        features = _features(images, sizes, fps, video, converted[0].codec)
+                                      episode=c.source, topic=topic)
+        features = _features(images, sizes, fps, video, converted[0].codec, depth, depth_max_m)
         if old_info is not None:
             old_features = {k: v for k, v in old_info["features"].items() if k not in DEFAULT_FEATURES}
             if set(old_features) != set(features):
@@ -839,7 +922,7 @@ def export_lerobot(
             if extend:
                 written.append(root / data_path(ep))
             stats = {k: vector_stats(v) for k, v in columns.items()}
-            for key in images:
+            for key in video_keys:
                 stats[f"observation.images.{key}"] = c.image_stats[key]
                 target = root / video_path(f"observation.images.{key}", ep)
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -857,13 +940,16 @@ def export_lerobot(
                 "dataset_from_index": next_index,
                 "dataset_to_index": next_index + n,
             }
-            for key in images:
+            for key in video_keys:
                 vk = f"observation.images.{key}"
                 row.update({f"videos/{vk}/chunk_index": chunk, f"videos/{vk}/file_index": file,
                             f"videos/{vk}/from_timestamp": 0.0, f"videos/{vk}/to_timestamp": n / fps})
             row.update({"meta/episodes/chunk_index": 0, "meta/episodes/file_index": 0})
             row.update(episode_stats_columns(stats))
             row.update(_extra_columns(c))
+            if depth:
+                row.update({EXTRA_PREFIX + "depth_topic": DEPTH_TOPICS[depth],
+                            EXTRA_PREFIX + "depth_max_m": depth_max_m})
             new_rows.append(row)
             report.episodes.append(ExportedEpisode(
                 source=c.source, episode_index=ep, frames=n, dropped_leading_frames=c.dropped,
@@ -919,9 +1005,12 @@ def _uniform_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 __all__ = [
     "ExportError",
     "ExportReport",
+    "DEPTH_MAX_M",
+    "DEPTH_TOPICS",
     "ExportedEpisode",
     "FEED_TOPICS",
     "SkippedEpisode",
     "VideoOptions",
+    "depth_key",
     "export_lerobot",
 ]

@@ -497,6 +497,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     report = export_lerobot(
         paths, args.out, args.repo_id, fps=args.fps, images=args.image or ["consumer"], video=video,
         include_problems=args.include_problems, append=args.append, overwrite=args.overwrite, workers=args.workers,
+        depth=args.depth, depth_max_m=args.depth_max_m,
     )
     for s in report.skipped:
         print(f"{s.source}: skipped, {len(s.problems)} problem(s) (--include-problems exports it)\n"
@@ -542,6 +543,12 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
     p.add_argument("--fps", type=int, default=30, help="frame rate of the first camera key [Hz] (default 30)")
     p.add_argument("--image", action="append", choices=["physical", "generated", "consumer"],
                    help="camera key (feed), repeatable; the first one's frames are the rows (default consumer)")
+    p.add_argument("--depth", choices=["physical", "consumer"],
+                   help="add that feed's aligned depth as the key <feed>_depth (12-bit HEVC, linear over "
+                        "0..--depth-max-m; off by default)")
+    p.add_argument("--depth-max-m", type=float, default=2.0,
+                   help="depth at the largest depth value [m] (default 2.0: 2.0/255 m steps as LeRobot 0.4 decodes "
+                        "it, 2.0/4095 m in the stream)")
     p.add_argument("--codec", default="libx264", help="video encoder (default libx264; libsvtav1 as LeRobot's default)")
     p.add_argument("--crf", type=int, default=23, help="constant rate factor, lower is better quality (default 23)")
     p.add_argument("--gop", type=int, default=2, help="frames between key frames (default 2)")

@@ -59,6 +59,16 @@ IMAGE_STATS_MAX_SIDE = 150
 IMAGE_STATS_SAMPLES = 100
 """About this many frames per episode and camera key go into the image statistics."""
 
+DEPTH_QMAX = 4095
+"""Largest depth code: depth streams hold 12-bit codes (LeRobot's depth quantisation, ``DEPTH_QMAX``)."""
+DEPTH_CODE_AT_MAX = 255 * 16
+"""Code of the largest depth (``depth_max_m``): depth codes run linearly over 0..4080, so a code's top 8 bits
+(what a decoder to 8-bit RGB keeps: ``round(code / 16)``) are ``round(depth / depth_max_m * 255)``."""
+DEPTH_PIX_FMT = "gray12le"
+"""Pixel format of depth streams (one 12-bit full-range grey plane, LeRobot's depth default)."""
+DEPTH_ENCODER = "libx265"
+"""Encoder of depth streams: HEVC (Main 12 / RExt profile), lossless, as LeRobot's depth encoder."""
+
 DEFAULT_FEATURES: dict[str, dict[str, Any]] = {
     "timestamp": {"dtype": "float32", "shape": [1], "names": None},
     "frame_index": {"dtype": "int64", "shape": [1], "names": None},
@@ -113,6 +123,41 @@ def video_feature(height: int, width: int, fps: int, codec: str, pix_fmt: str) -
     }
 
 
+def depth_video_feature(height: int, width: int, fps: int, depth_max_m: float, topic: str) -> dict[str, Any]:
+    """A depth key stored as a 12-bit grey video (codes from :func:`quantize_depth`).
+
+    ``shape`` is (height, width, 3) [px] and ``video.is_depth_map`` false: LeRobot 0.4 decodes every stream
+    to 8-bit RGB, so a reader gets three equal channels of value ``depth / depth_max_m`` in [0, 1]
+    (``depth_max_m / 255`` m per step; 0: no reading; 1: ``depth_max_m`` or farther), and the statistics
+    describe that image. ``rynn_teleop/depth_scale_m`` (= ``depth_max_m``) is metres per unit of that value.
+    A reader of the grey plane itself (PyAV ``to_ndarray(format="gray12le")``, LeRobot 0.6's depth reader)
+    gets the 12-bit code ``c``: depth ``c / DEPTH_QMAX * video.depth_max`` [m] (``depth_max_m / 4080`` m per
+    step); ``video.depth_min`` (0), ``video.depth_max`` (``depth_max_m * 4095 / 4080``), ``video.shift`` (0)
+    and ``video.use_log`` (false) are those codes' parameters in LeRobot 0.6's depth quantiser.
+    """
+    return {
+        "dtype": "video",
+        "shape": [int(height), int(width), 3],
+        "names": ["height", "width", "channels"],
+        "info": {
+            "video.height": int(height),
+            "video.width": int(width),
+            "video.codec": "hevc",
+            "video.pix_fmt": DEPTH_PIX_FMT,
+            "video.is_depth_map": False,
+            "video.fps": int(fps),
+            "video.channels": 1,
+            "has_audio": False,
+            "video.depth_min": 0.0,
+            "video.depth_max": float(depth_max_m) * DEPTH_QMAX / DEPTH_CODE_AT_MAX,
+            "video.shift": 0.0,
+            "video.use_log": False,
+            "rynn_teleop/depth_scale_m": float(depth_max_m),
+            "rynn_teleop/depth_topic": topic,
+        },
+    }
+
+
 def info_doc(
     *,
     fps: int,
@@ -139,6 +184,41 @@ def info_doc(
         "video_path": VIDEO_PATH if has_video else None,
         "features": {**{k: dict(v) for k, v in features.items()}, **DEFAULT_FEATURES},
     }
+
+
+# -- depth -----------------------------------------------------------------------------------
+
+
+def quantize_depth(depth_mm: np.ndarray, depth_max_m: float) -> np.ndarray:
+    """Depth [mm] as 12-bit codes, linear: LeRobot's ``quantize_depth`` with ``depth_min=0``,
+    ``depth_max=depth_max_m * DEPTH_QMAX / DEPTH_CODE_AT_MAX``, ``shift=0``, ``use_log=False``, saturated at
+    ``DEPTH_CODE_AT_MAX``.
+
+    Args:
+        depth_mm: (H, W) depth [mm] (uint16; 0: no reading).
+        depth_max_m: depth of code ``DEPTH_CODE_AT_MAX`` [m]; farther depth gets that code.
+
+    Returns:
+        (H, W) uint16 codes ``round(depth / depth_max_m * DEPTH_CODE_AT_MAX)`` in 0..``DEPTH_CODE_AT_MAX``.
+    """
+    scale = DEPTH_CODE_AT_MAX / (float(depth_max_m) * 1000.0)
+    codes = np.rint(np.asarray(depth_mm, np.float64) * scale)
+    return np.minimum(codes, DEPTH_CODE_AT_MAX).astype(np.uint16)
+
+
+def depth_codes_to_rgb(codes: np.ndarray) -> np.ndarray:
+    """12-bit depth codes as the (H, W, 3) uint8 image a decoder to RGB makes of them (FFmpeg's full-range
+    12 -> 8 bit conversion: ``round(code / 16)``, three equal channels): what :class:`ImageStatsSampler`
+    describes for a depth key."""
+    grey = np.minimum((np.asarray(codes, np.uint16) + 8) >> 4, 255).astype(np.uint8)
+    return np.broadcast_to(grey[..., None], (*grey.shape, 3))
+
+
+def depth_video_options(gop: int, threads: int = 0) -> VideoOptions:
+    """How depth keys are encoded: ``DEPTH_ENCODER``, ``DEPTH_PIX_FMT``, lossless, marked full range
+    (decoders to RGB then map code c to ``round(c / 16)``, not to studio swing), ``gop`` frames between key frames."""
+    return VideoOptions(codec=DEPTH_ENCODER, crf=None, gop=gop, preset="veryfast", pix_fmt=DEPTH_PIX_FMT,
+                        threads=threads, extra={"x265-params": "lossless=1:range=full:log-level=error"})
 
 
 # -- statistics ------------------------------------------------------------------------------
@@ -404,9 +484,15 @@ def encoder_available(codec: str) -> bool:
     return True
 
 
-class VideoWriter:
-    """One MP4 video stream written frame by frame (RGB arrays in, no intermediate image files).
+_GREY_INPUT = {"gray": np.uint8, "gray10le": np.uint16, "gray12le": np.uint16, "gray16le": np.uint16}
 
+
+class VideoWriter:
+    """One MP4 video stream written frame by frame (arrays in, no intermediate image files).
+
+    Frames are (height, width, 3) uint8 RGB, or for a grey ``pix_fmt`` (``gray``, ``gray10le``,
+    ``gray12le``, ``gray16le``) (height, width) arrays of the stream's own values (uint8 for ``gray``,
+    uint16 otherwise), written unconverted with the stream marked full range.
     Frame ``i`` gets presentation time ``i / fps`` exactly, so a video has as many frames
     as were written and LeRobot finds frame ``i`` at timestamp ``i / fps``.
 
@@ -429,6 +515,8 @@ class VideoWriter:
             stream.height = int(height)
             stream.pix_fmt = options.pix_fmt
             stream.codec_context.time_base = Fraction(1, int(fps))
+            if options.pix_fmt in _GREY_INPUT:
+                stream.codec_context.color_range = 2  # full range (AVCOL_RANGE_JPEG): codes are not studio-swing
         except Exception:
             self._container.close()
             raise
@@ -436,16 +524,25 @@ class VideoWriter:
         self._time_base = Fraction(1, int(fps))
         self.codec = stream.codec_context.name
         self.size = (int(width), int(height))
+        self._grey = options.pix_fmt if options.pix_fmt in _GREY_INPUT else None
 
-    def write(self, rgb: np.ndarray) -> None:
-        """Append one (height, width, 3) uint8 RGB frame.
+    def write(self, image: np.ndarray) -> None:
+        """Append one frame: (height, width, 3) uint8 RGB, or (height, width) values for a grey stream.
 
         Raises:
             ValueError: the frame has another size or layout.
         """
-        if rgb.shape != (self.size[1], self.size[0], 3) or rgb.dtype != np.uint8:
-            raise ValueError(f"frame of shape {rgb.shape} {rgb.dtype}, expected ({self.size[1]}, {self.size[0]}, 3) uint8")
-        frame = av.VideoFrame.from_ndarray(rgb, format="rgb24")
+        if self._grey is None:
+            if image.shape != (self.size[1], self.size[0], 3) or image.dtype != np.uint8:
+                raise ValueError(f"frame of shape {image.shape} {image.dtype}, expected "
+                                 f"({self.size[1]}, {self.size[0]}, 3) uint8")
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+        else:
+            dtype = np.dtype(_GREY_INPUT[self._grey])
+            if image.shape != (self.size[1], self.size[0]) or image.dtype != dtype:
+                raise ValueError(f"frame of shape {image.shape} {image.dtype}, expected "
+                                 f"({self.size[1]}, {self.size[0]}) {dtype}")
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format=self._grey)
         frame.pts = self.frames
         frame.time_base = self._time_base
         for packet in self._stream.encode(frame):
