@@ -177,6 +177,24 @@ def test_episodes_are_numbered_and_discard_removes_the_directory(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["episode_0001", "episode_0002"]
 
 
+def test_progress_of_the_episode_being_recorded(tmp_path):
+    """What the console shows while recording: name, elapsed time, messages so far, problems so far."""
+    rec = EpisodeRecorder(tmp_path, {"/x": 10.0, "/y": 10.0})
+    assert rec.progress(T0) is None  # between episodes
+    rec.start(EpisodeMetadata(), now_ns=T0)
+    for k in range(3):
+        assert rec.submit("/x", STR, string(f"m{k}"), T0 + k * MS)
+    rec.writer.drain()
+    early = rec.progress(T0 + 1_000 * MS)
+    assert (early.name, early.elapsed_s, early.messages, early.problems) == ("episode_0001", 1.0, 3, [])
+    rec.writer.note_dropped("/x", 2)
+    later = rec.progress(T0 + 3_000 * MS)  # past 2 s: a silent configured topic is a problem
+    assert later.problems == ["/x: 2 dropped", "/y: nothing received"]
+    summary = rec.stop(now_ns=T0 + 3_000 * MS)
+    assert yaml.safe_load((summary.path / "episode.yaml").read_text())["outcome"] == ""  # not labelled
+    assert rec.progress() is None
+
+
 def test_a_configured_topic_that_never_appears_is_reported_at_stop(tmp_path):
     rates = {"/joint_states": 200.0, "/hands/command": 100.0}
     _, summary = record(tmp_path, [m for m in stream() if m[0] == "/joint_states"], rates=rates)

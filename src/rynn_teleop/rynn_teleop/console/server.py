@@ -211,7 +211,7 @@ class ConsoleServer:
 
     def _notify(self, stream: str) -> None:  # any thread
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if self.clients and loop is not None and not loop.is_closed():  # no browser: nothing to wake
             loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._wake(stream)))
 
     async def _wake(self, stream: str) -> None:

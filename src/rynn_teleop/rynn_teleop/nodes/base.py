@@ -40,6 +40,7 @@ class Taken(NamedTuple):
     sequence: int | None  # the publisher's sequence number of this message (None when the RMW does not tell)
 
 
+SAMPLE_LEAD_S = 0.001  # [s] a synthetic sample is due this long before the loop tick that reads it
 _THIS_THREAD = threading.local()  # .loop: the ControlLoop running on this thread
 
 
@@ -217,6 +218,12 @@ class TeleopNode(Node):
         [s] (see :meth:`ControlLoop.due_time`). Outside a loop tick: ``now``."""
         loop = getattr(_THIS_THREAD, "loop", None)
         return now if loop is None else loop.due_time(now)
+
+    def start_grid_on_this_tick(self, source: Any, now: float) -> None:
+        """Inside a loop tick: ``source.start(t0)`` (a synthetic source sampling on a grid at the loop's period)
+        with ``t0`` :data:`SAMPLE_LEAD_S` before this tick's due time, so a sample is due just before every
+        tick however late this one started (``now``: the node clock [s] at this tick)."""
+        source.start(self.tick_due_time(now) - SAMPLE_LEAD_S)
 
     def stop_loops(self) -> None:
         """Stop the node's loops (a running tick ends first). Idempotent. A subclass that closes what its

@@ -189,9 +189,9 @@ class HandRetargetNode(TeleopNode):
 
     def _poll(self) -> None:
         now = self.now_s()
-        if self._align_on_first_poll:  # synthetic: its frame grid on this loop's ticks, each frame due 1 ms early
+        if self._align_on_first_poll:  # synthetic: its frame grid on this loop's ticks
             self._align_on_first_poll = False
-            self.source.start(self.tick_due_time(now) - 0.001)
+            self.start_grid_on_this_tick(self.source, now)
         samples = [s for s in self.source.read(now) if s.side in self.pipelines]
         kept, dropped = split_backlog(samples, self.params["max_backlog_s"])
         for side, n in dropped.items():

@@ -108,9 +108,9 @@ class HeadCameraNode(TeleopNode):
         """Publish the frames captured since the last call; a failing read is counted and reported
         (ERROR in /diagnostics), never ends the timer."""
         now = self.now_s()
-        if self._align_on_first_tick:  # synthetic: put its frame grid on this timer's ticks
+        if self._align_on_first_tick:  # synthetic: its frame grid on this loop's ticks
             self._align_on_first_tick = False
-            self.source.start(self.tick_due_time(now) - 0.001)  # frames due 1 ms before each tick: timer jitter never misses one
+            self.start_grid_on_this_tick(self.source, now)
         try:
             frames = self.source.read(now)
         except Exception as exc:  # noqa: BLE001 - see above

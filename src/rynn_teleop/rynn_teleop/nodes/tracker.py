@@ -168,10 +168,10 @@ class TrackerNode(TeleopNode):
 
     def _tick(self) -> None:
         now = self.now_s()
-        if self._align_on_first_tick:  # synthetic: its sample grid on this loop's ticks, each sample due 1 ms early
+        if self._align_on_first_tick:  # synthetic: its sample grid on this loop's ticks
             self._align_on_first_tick = False
             self._pending = []  # discovery samples of the timeline restarted here
-            self.source.start(self.tick_due_time(now) - 0.001)
+            self.start_grid_on_this_tick(self.source, now)
         samples, self._pending = self._pending + self.source.read(now), []
         frames, dropped = drop_late_frames(group_frames(samples), now, self.params["max_lag_s"])
         if dropped:

@@ -45,6 +45,7 @@ lists) fails is skipped with its problems unless ``include_problems``.
 
 from __future__ import annotations
 
+import io
 import json
 import multiprocessing
 import os
@@ -60,7 +61,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from mcap.data_stream import ReadDataStream
 from mcap.reader import make_reader
+from mcap.records import Chunk
+from mcap.stream_reader import get_chunk_data_stream
 
 from ..core.robot_model import CANONICAL_JOINT_NAMES
 from ..sources.camera.replay import decode_image
@@ -357,7 +361,7 @@ class _Bag:
                     continue
                 f.seek(ci.chunk_start_offset + _RECORD.size)
                 body = f.read(ci.chunk_length - _RECORD.size)
-                records = _chunk_records(body, ci.compression, self.path)
+                records = _chunk_records(body, self.path)
                 end = len(records)
                 pos = 0
                 while pos + _RECORD.size <= end:
@@ -418,25 +422,13 @@ class _JointStateReader:
             return tuple(msg.name), np.asarray(msg.position, np.float64)
 
 
-def _chunk_records(body: bytes, compression: str, path: Path) -> memoryview:
-    """The records of a chunk record's content (chunk header skipped, decompressed)."""
-    # message_start_time, message_end_time, uncompressed_size (u64 each), uncompressed_crc (u32), compression (string)
-    (uncompressed,) = struct.unpack_from("<Q", body, 16)
-    (name_len,) = struct.unpack_from("<I", body, 28)
-    pos = 32 + name_len
-    (records_len,) = struct.unpack_from("<Q", body, pos)
-    data = memoryview(body)[pos + 8: pos + 8 + records_len]
-    if compression == "":
-        return data
-    if compression == "zstd":
-        import zstandard  # noqa: PLC0415
-
-        return memoryview(zstandard.ZstdDecompressor().decompress(data, max_output_size=uncompressed))
-    if compression == "lz4":
-        import lz4.frame  # noqa: PLC0415
-
-        return memoryview(lz4.frame.decompress(data))
-    raise ExportError(f"{path}: chunk compression {compression!r} is not supported")
+def _chunk_records(body: bytes, path: Path) -> memoryview:
+    """The records of a chunk record's content, decompressed by the mcap library."""
+    try:
+        stream, length = get_chunk_data_stream(Chunk.read(ReadDataStream(io.BytesIO(body))))
+    except Exception as exc:  # noqa: BLE001 - unsupported compression, a cut chunk
+        raise ExportError(f"{path}: a chunk cannot be read ({exc})", episode=path) from exc
+    return memoryview(stream.read(length))
 
 
 def _episode_problems(path: Path, doc: Mapping[str, Any], bag: _Bag, times: Mapping[str, list[int]],

@@ -135,27 +135,17 @@ def depth_video_feature(height: int, width: int, fps: int, depth_max_m: float, t
     step); ``video.depth_min`` (0), ``video.depth_max`` (``depth_max_m * 4095 / 4080``), ``video.shift`` (0)
     and ``video.use_log`` (false) are those codes' parameters in LeRobot 0.6's depth quantiser.
     """
-    return {
-        "dtype": "video",
-        "shape": [int(height), int(width), 3],
-        "names": ["height", "width", "channels"],
-        "info": {
-            "video.height": int(height),
-            "video.width": int(width),
-            "video.codec": "hevc",
-            "video.pix_fmt": DEPTH_PIX_FMT,
-            "video.is_depth_map": False,
-            "video.fps": int(fps),
-            "video.channels": 1,
-            "has_audio": False,
-            "video.depth_min": 0.0,
-            "video.depth_max": float(depth_max_m) * DEPTH_QMAX / DEPTH_CODE_AT_MAX,
-            "video.shift": 0.0,
-            "video.use_log": False,
-            "rynn_teleop/depth_scale_m": float(depth_max_m),
-            "rynn_teleop/depth_topic": topic,
-        },
-    }
+    feature = video_feature(height, width, fps, "hevc", DEPTH_PIX_FMT)
+    feature["info"].update({
+        "video.channels": 1,
+        "video.depth_min": 0.0,
+        "video.depth_max": float(depth_max_m) * DEPTH_QMAX / DEPTH_CODE_AT_MAX,
+        "video.shift": 0.0,
+        "video.use_log": False,
+        "rynn_teleop/depth_scale_m": float(depth_max_m),
+        "rynn_teleop/depth_topic": topic,
+    })
+    return feature
 
 
 def info_doc(
