@@ -142,3 +142,40 @@ def test_receive_times_are_on_the_node_clock_with_simulated_time(context):
         assert wait_for(lambda: taken.extend(node.take_all(sub)) or taken, 5.0)
     # received a moment before the take, on the simulated clock (which stands still at 1000 s)
     assert sim_ns - 2_000_000_000 < taken[0].received_ns <= sim_ns
+
+
+def test_event_loop_hands_over_each_message_as_it_arrives_holding_the_node_lock(context):
+    node, sub, pub_node, pub = _pair(context, 100, raw=True)
+    other = node.create_polled_subscription(JointState, "/polled_other", 100, raw=True)
+    pub_other = pub_node.create_publisher(JointState, "/polled_other", 100)
+    assert wait_for(lambda: pub_other.get_subscription_count() > 0, 10.0)
+    got: list[tuple[str, float, bool]] = []
+
+    def on_ready(s):
+        owned = node.lock._is_owned()
+        for taken in node.take_all(s):
+            value = deserialize_message(taken.message, JointState).position[0]
+            if value < 0:
+                raise RuntimeError("bad value")
+            got.append(("main" if s is sub else "other", value, owned))
+
+    loop = node.create_event_loop([sub, other], on_ready, "relay")
+    for k in range(10):
+        pub.publish(JointState(position=[float(k)]))
+        pub_other.publish(JointState(position=[100.0 + k]))
+        time.sleep(0.01)
+    assert wait_for(lambda: len(got) >= 20, 10.0)
+    assert [v for s, v, _ in got if s == "main"] == [float(k) for k in range(10)]
+    assert [v for s, v, _ in got if s == "other"] == [100.0 + k for k in range(10)]
+    assert all(owned for _, _, owned in got)
+    pub.publish(JointState(position=[-1.0]))  # the callback raises: kept, and the loop goes on
+    assert wait_for(lambda: node.loop_exceptions, 5.0)
+    pub.publish(JointState(position=[42.0]))
+    assert wait_for(lambda: got[-1][1] == 42.0, 5.0)
+    started = time.monotonic()
+    node.stop_loops()
+    assert not loop.running and time.monotonic() - started < 1.0  # the guard condition ends the wait at once
+    pub.publish(JointState(position=[43.0]))
+    time.sleep(0.3)
+    assert got[-1][1] == 42.0
+    node.destroy_node()

@@ -16,20 +16,18 @@ Times are caller-supplied [s].
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Mapping, NamedTuple, Sequence
 
 import numpy as np
-import pinocchio as pin
 
 from ..errors import ConfigurationError
 from ..sources.trackers.base import ROLES, SIDES, TrackerSample
-from .transforms import invert, is_rigid
+from .transforms import invert, is_rigid, rows_rigid
 
 RIGID_TOLERANCE = 1e-3  # [-] orthonormality tolerance of an accepted tracker rotation (float32 sources)
 _ROLE_INDEX = {role: i for i, role in enumerate(ROLES)}
-_EYE3 = np.eye(3)
-_BOTTOM = np.array([0.0, 0.0, 0.0, 1.0])
 
 
 class RelativePoses(NamedTuple):
@@ -57,55 +55,80 @@ class LateFrames(NamedTuple):
 def rigid_mask(matrices: np.ndarray, tol: float = RIGID_TOLERANCE) -> np.ndarray:
     """(n,) True where ``matrices`` (n, 4, 4) is a finite rigid transform (orthonormal rotation with
     det +1 and bottom row (0, 0, 0, 1), each within ``tol``): :func:`~.transforms.is_rigid` for a batch."""
-    m = np.asarray(matrices, dtype=float)
-    R = m[:, :3, :3]
-    with np.errstate(invalid="ignore"):
-        orthonormal = np.abs(np.einsum("nki,nkj->nij", R, R) - _EYE3).max(axis=(1, 2)) <= tol
-        det = np.abs(np.linalg.det(R) - 1.0) <= tol
-        bottom = np.abs(m[:, 3] - _BOTTOM).max(axis=1) <= tol
-    return np.isfinite(m).all(axis=(1, 2)) & orthonormal & det & bottom
+    m = np.asarray(matrices, dtype=float).reshape(-1, 4, 4)
+    return np.array([rows_rigid(rows, tol) for rows in m.tolist()], dtype=bool)
+
+
+_NAN_MATRIX = ((math.nan,) * 4,) * 4
 
 
 def frame_matrices(positions: np.ndarray, quaternions: np.ndarray) -> np.ndarray:
     """(n, 4, 4) transforms of ``positions`` (n, 3) [m] and ``quaternions`` (n, 4) (x, y, z, w; normalised
-    here); a row whose values are not finite or whose quaternion is zero is all-NaN (no sample)."""
+    here); a row whose values are not finite or whose quaternion is zero is all-NaN (no sample).
+
+    Finite rows are rigid by construction (a normalised quaternion's rotation matrix)."""
     p = np.asarray(positions, dtype=float).reshape(-1, 3)
     q = np.asarray(quaternions, dtype=float).reshape(-1, 4)
-    n = np.sqrt((q * q).sum(axis=1))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        q = q / n[:, None]
-    x, y, z, w = q.T
-    out = np.zeros((len(p), 4, 4))
-    out[:, 0, 0] = 1 - 2 * (y * y + z * z)
-    out[:, 0, 1] = 2 * (x * y - z * w)
-    out[:, 0, 2] = 2 * (x * z + y * w)
-    out[:, 1, 0] = 2 * (x * y + z * w)
-    out[:, 1, 1] = 1 - 2 * (x * x + z * z)
-    out[:, 1, 2] = 2 * (y * z - x * w)
-    out[:, 2, 0] = 2 * (x * z - y * w)
-    out[:, 2, 1] = 2 * (y * z + x * w)
-    out[:, 2, 2] = 1 - 2 * (x * x + y * y)
-    out[:, :3, 3] = p
-    out[:, 3, 3] = 1.0
-    bad = ~(np.isfinite(p).all(axis=1) & np.isfinite(q).all(axis=1) & (n >= 1e-9))
-    out[bad] = np.nan
-    return out
+    if len(p) != len(q):
+        raise ValueError(f"{len(p)} positions but {len(q)} quaternions")
+    rows = []
+    for (px, py, pz), (x, y, z, w) in zip(p.tolist(), q.tolist()):  # floats: a few poses per frame
+        n = math.sqrt(x * x + y * y + z * z + w * w)
+        if not (n >= 1e-9 and math.isfinite(n + px + py + pz)):
+            rows.append(_NAN_MATRIX)
+            continue
+        x, y, z, w = x / n, y / n, z / n, w / n
+        rows.append(((1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w), px),
+                     (2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w), py),
+                     (2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y), pz),
+                     (0.0, 0.0, 0.0, 1.0)))
+    return np.array(rows, dtype=float).reshape(-1, 4, 4)
+
+
+def _quaternion(m: list) -> tuple[float, float, float, float]:
+    """Unit quaternion (x, y, z, w), w >= 0, of the rotation part of a rigid (4, 4) transform given as nested
+    float lists: Eigen's matrix -> quaternion conversion (Shepperd's method), then normalised."""
+    (m00, m01, m02, _), (m10, m11, m12, _), (m20, m21, m22, _) = m[0], m[1], m[2]
+    trace = m00 + m11 + m22
+    if trace > 0.0:
+        t = math.sqrt(trace + 1.0)
+        w = 0.5 * t
+        t = 0.5 / t
+        x, y, z = (m21 - m12) * t, (m02 - m20) * t, (m10 - m01) * t
+    else:
+        diag = (m00, m11, m22)
+        i = 0
+        if m11 > m00:
+            i = 1
+        if m22 > diag[i]:
+            i = 2
+        j, k = (i + 1) % 3, (i + 2) % 3
+        t = math.sqrt(diag[i] - diag[j] - diag[k] + 1.0)
+        c = [0.0, 0.0, 0.0]
+        c[i] = 0.5 * t
+        t = 0.5 / t
+        w = (m[k][j] - m[j][k]) * t
+        c[j] = (m[j][i] + m[i][j]) * t
+        c[k] = (m[k][i] + m[i][k]) * t
+        x, y, z = c
+    n = math.sqrt(x * x + y * y + z * z + w * w)  # a rotation within the rigid tolerance
+    x, y, z, w = x / n, y / n, z / n, w / n
+    return (-x, -y, -z, -w) if w < 0 else (x, y, z, w)
 
 
 def frame_poses(matrices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Inverse of :func:`frame_matrices`: (n, 4, 4) rigid transforms -> positions (n, 3) [m] and unit
     quaternions (n, 4) (x, y, z, w, with w >= 0); a row with a non-finite value gives all-NaN rows."""
     m = np.asarray(matrices, dtype=float).reshape(-1, 4, 4)
-    finite = np.isfinite(m).all(axis=(1, 2)).tolist()
-    quat = np.full((len(m), 4), np.nan)
-    for i, ok in enumerate(finite):
-        if ok:
-            quat[i] = pin.Quaternion(m[i, :3, :3]).coeffs()  # (x, y, z, w)
-    quat /= np.sqrt((quat * quat).sum(axis=1))[:, None]  # a rotation within the rigid tolerance
-    quat[quat[:, 3] < 0] *= -1.0
-    position = m[:, :3, 3].copy()
-    position[~np.asarray(finite, dtype=bool)] = np.nan
-    return position, quat
+    positions, quats = [], []
+    for rows in m.tolist():
+        if math.isfinite(sum(sum(r) for r in rows)):
+            positions.append((rows[0][3], rows[1][3], rows[2][3]))
+            quats.append(_quaternion(rows))
+        else:
+            positions.append(_NAN_MATRIX[0][:3])
+            quats.append(_NAN_MATRIX[0])
+    return np.array(positions, dtype=float).reshape(-1, 3), np.array(quats, dtype=float).reshape(-1, 4)
 
 
 def group_frames(samples: Sequence[TrackerSample]) -> list[TrackerFrame]:
@@ -321,11 +344,10 @@ class ChestRelativeArms:
             self.malformed += 1
             return []
         self.frames += 1
-        finite = np.isfinite(matrices).all(axis=(1, 2))
-        rigid = rigid_mask(matrices).tolist()
-        for i, role in enumerate(ROLES):
-            if finite[i]:
-                self.trackers._store(role, float(stamp), matrices[i], rigid[i])
+        stamp = float(stamp)
+        for i, (role, rows) in enumerate(zip(ROLES, matrices.tolist())):
+            if math.isfinite(sum(sum(r) for r in rows)):
+                self.trackers._store(role, stamp, matrices[i], rows_rigid(rows, RIGID_TOLERANCE))
         out = []
         for side in SIDES:
             rel = self.trackers.relative(side, stamp)

@@ -11,6 +11,7 @@ which matters at 120 Hz x 9 poses in the tracker node.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -69,16 +70,28 @@ def invert(T: np.ndarray) -> np.ndarray:
 
 
 def is_rigid(T: np.ndarray, tol: float = 1e-6) -> bool:
-    """True if ``T`` is a finite (4, 4) rigid transform (orthonormal, det +1)."""
+    """True if ``T`` is a finite (4, 4) rigid transform: rotation orthonormal (every entry of ``R^T R - I``
+    within ``tol``) with determinant +1 (within ``tol``), bottom row (0, 0, 0, 1) (each entry within ``tol``)."""
     T = np.asarray(T)
-    if T.shape != (4, 4) or not np.all(np.isfinite(T)):
+    if T.shape != (4, 4):
         return False
-    R = T[:3, :3]
-    return bool(
-        np.abs(R.T @ R - _EYE3).max() <= tol
-        and abs(np.linalg.det(R) - 1.0) <= tol
-        and np.abs(T[3] - _BOTTOM).max() <= tol
-    )
+    return rows_rigid(T.tolist(), tol)
+
+
+def rows_rigid(rows: list, tol: float) -> bool:
+    """:func:`is_rigid` of a (4, 4) transform given as nested lists of floats (``T.tolist()``).
+
+    Plain float arithmetic: for one small matrix it avoids the per-call cost of numpy reductions.
+    """
+    (a, b, c, tx), (d, e, f, ty), (g, h, i, tz), (p, q, r, s) = rows
+    if not math.isfinite(a + b + c + d + e + f + g + h + i + tx + ty + tz + p + q + r + s):
+        return False  # NaN or infinity somewhere (a sum of finite floats that overflows is not rigid either)
+    # R^T R - I entry by entry (columns (a, d, g), (b, e, h), (c, f, i)), then det R and the bottom row
+    det = a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
+    return (abs(a * a + d * d + g * g - 1.0) <= tol and abs(b * b + e * e + h * h - 1.0) <= tol
+            and abs(c * c + f * f + i * i - 1.0) <= tol and abs(a * b + d * e + g * h) <= tol
+            and abs(a * c + d * f + g * i) <= tol and abs(b * c + e * f + h * i) <= tol
+            and abs(det - 1.0) <= tol and abs(p) <= tol and abs(q) <= tol and abs(r) <= tol and abs(s - 1.0) <= tol)
 
 
 _EYE3 = np.eye(3)

@@ -46,6 +46,7 @@ from ..core.params import FLOAT_LIST, Param, ParamSchema
 from ..core.robot_model import GROUPS, N_ARM, JointLimits
 from ..core.trackers import frame_matrices
 from ..errors import ParameterError, RynnTeleopError
+from ..recording.cdr import pose_array
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import stamp_to_seconds
@@ -181,10 +182,11 @@ class ArmIKNode(TeleopNode):
             )
         self.names = list(self.ctl.joint_names)
         self._ik_times: deque[float] = deque(maxlen=2000)
+        self.malformed_frames = 0  # tracker messages whose bytes are not a PoseArray
 
         prefix = p["operator_prefix"].rstrip("/")
         # tracker frames are drained at each control cycle, oldest first: no executor wake-up per frame
-        self._frames_sub = self.create_polled_subscription(PoseArray, f"{prefix}/trackers", POSE_QOS)
+        self._frames_sub = self.create_polled_subscription(PoseArray, f"{prefix}/trackers", POSE_QOS, raw=True)
         # best effort: accepts reliable and best-effort pedal publishers alike
         self.create_subscription(Bool, f"{prefix}/clutch", self._on_clutch, qos_profile_sensor_data)
         self._joint_states_sub = None  # measured positions are needed only until the first command
@@ -258,9 +260,13 @@ class ArmIKNode(TeleopNode):
         now_time = self.get_clock().now()
         now = now_time.nanoseconds * 1e-9
         session = self.session
-        for taken in self.take_all(self._frames_sub):
-            msg = taken.message
-            session.add_frame(stamp_to_seconds(msg.header.stamp), frame_matrices(*frame_arrays(msg)))
+        for taken in self.take_all(self._frames_sub):  # CDR bytes: the poses are read straight into arrays
+            try:
+                stamp_ns, positions, quaternions = pose_array(taken.message)
+            except ValueError:
+                self.malformed_frames += 1
+                continue
+            session.add_frame(stamp_ns * 1e-9, frame_matrices(positions, quaternions))
         if self._joint_states_sub is not None:
             for taken in self.take_all(self._joint_states_sub):
                 msg = taken.message
@@ -285,6 +291,8 @@ class ArmIKNode(TeleopNode):
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_values(self):
         values = self.session.diagnostic_values()
+        if self.malformed_frames:
+            values["tracker_messages_unreadable"] = self.malformed_frames
         if self._ik_times:
             t = np.fromiter(self._ik_times, float)
             values["ik_time_p50_ms"] = f"{1e3 * np.percentile(t, 50):.3f}"
@@ -295,15 +303,6 @@ class ArmIKNode(TeleopNode):
         status = self.session.status(self.params["joint_states_topic"])
         level = {"ok": DiagnosticStatus.OK, "warning": DiagnosticStatus.WARN}.get(status.level, DiagnosticStatus.ERROR)
         return level, status.message
-
-
-def frame_arrays(msg: PoseArray) -> tuple[np.ndarray, np.ndarray]:
-    """A tracker frame's poses -> positions (n, 3) [m] and quaternions (n, 4) (x, y, z, w)."""
-    poses = msg.poses
-    positions = np.array([(p.position.x, p.position.y, p.position.z) for p in poses]).reshape(-1, 3)
-    quaternions = np.array([(p.orientation.x, p.orientation.y, p.orientation.z, p.orientation.w)
-                            for p in poses]).reshape(-1, 4)
-    return positions, quaternions
 
 
 def main(args=None) -> int:

@@ -13,11 +13,14 @@ import inspect
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from typing import Any, Callable, ClassVar, Iterator, Mapping, NamedTuple
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException
+from rclpy.guard_condition import GuardCondition
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.clock import ClockType
 from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
 from rclpy.node import Node
@@ -106,6 +109,76 @@ class ControlLoop:
         return self._thread.is_alive()
 
 
+class EventLoop:
+    """Message-driven work of one node on its own thread, off the executor.
+
+    The thread waits on an rcl wait set of just ``subscriptions`` (polled ones:
+    :meth:`TeleopNode.create_polled_subscription`) and a guard condition that stops it, and for each
+    subscription with messages waiting calls ``callback(subscription)`` holding :attr:`TeleopNode.lock`; the
+    callback drains it (:meth:`TeleopNode.take_all`). A wake costs one wait and the takes, not the executor's
+    rebuild of a wait set over every entity of the node. An exception raised by the callback is logged and
+    kept in :attr:`TeleopNode.loop_exceptions`; the loop goes on.
+    """
+
+    WAKE_TIMEOUT_NS = 500_000_000  # [ns] longest wait before the loop looks at the context again
+
+    def __init__(self, node: "TeleopNode", subscriptions: list[Subscription], callback: Callable[[Subscription], None],
+                 name: str) -> None:
+        self.node = node
+        self.name = name
+        self.callback = callback
+        self._subscriptions = list(subscriptions)
+        self._stop = threading.Event()
+        self._guard = GuardCondition(None, None, context=node.context)  # not the node's: the executor ignores it
+        self._thread = threading.Thread(target=self._run, name=f"{node.get_name()}:{name}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        context, stop, lock = self.node.context, self._stop, self.node.lock
+        with ExitStack() as held:  # the handles stay valid while the loop waits on them
+            handles = [sub.handle for sub in self._subscriptions]
+            guard = self._guard.handle
+            for handle in (*handles, guard, context.handle):
+                held.enter_context(handle)
+            by_pointer = {handle.pointer: sub for handle, sub in zip(handles, self._subscriptions)}
+            wait_set = _rclpy.WaitSet(len(handles), 1, 0, 0, 0, 0, context.handle)
+            while not stop.is_set():
+                wait_set.clear_entities()
+                for handle in handles:
+                    wait_set.add_subscription(handle)
+                wait_set.add_guard_condition(guard)
+                wait_set.wait(self.WAKE_TIMEOUT_NS)
+                if stop.is_set() or not context.ok():
+                    break
+                ready = [by_pointer[p] for p in wait_set.get_ready_entities("subscription") if p in by_pointer]
+                if not ready:
+                    continue
+                with lock:
+                    for sub in ready:
+                        try:
+                            self.callback(sub)
+                        except Exception as exc:  # noqa: BLE001 - reported, the loop goes on
+                            if not context.ok() or stop.is_set():
+                                return
+                            self.node.loop_exceptions.append(exc)
+                            self.node.get_logger().error(f"event loop {self.name!r} raised: {exc!r}",
+                                                         throttle_duration_sec=1.0)
+
+    def cancel(self, timeout: float = 2.0) -> None:
+        """Stop the loop and wait (at most ``timeout`` [s]) for a running callback to end. Idempotent."""
+        self._stop.set()
+        try:
+            self._guard.trigger()
+        except Exception:  # noqa: BLE001 - the context is gone already: the wait ends by its timeout
+            pass
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    @property
+    def running(self) -> bool:
+        return self._thread.is_alive()
+
+
 def _locked(lock: threading.RLock, callback: Callable) -> Callable:
     """``callback`` run holding ``lock``, with the same number of positional parameters (rclpy passes a
     subscription's MessageInfo only to a callback that takes two)."""
@@ -152,7 +225,7 @@ class TeleopNode(Node):
     def __init__(self, **node_kwargs: Any) -> None:
         """``node_kwargs`` go to ``rclpy.node.Node`` (context, parameter_overrides, namespace...)."""
         self.lock = threading.RLock()
-        self.loops: list[ControlLoop] = []
+        self.loops: list[ControlLoop | EventLoop] = []
         self.loop_exceptions: list[BaseException] = []  # exceptions raised by loop ticks
         super().__init__(self.SCHEMA.node_name, **node_kwargs)
         self.params: dict[str, Any] = declare_schema(self, self.SCHEMA)
@@ -212,6 +285,14 @@ class TeleopNode(Node):
         self.loops.append(loop)
         return loop
 
+    def create_event_loop(self, subscriptions: list[Subscription], callback: Callable[[Subscription], None],
+                          name: str = "events") -> EventLoop:
+        """Call ``callback(subscription)`` on its own thread (:class:`EventLoop`) whenever messages wait in one of
+        ``subscriptions`` (polled ones, created by :meth:`create_polled_subscription`), until :meth:`destroy_node`."""
+        loop = EventLoop(self, subscriptions, callback, name)
+        self.loops.append(loop)
+        return loop
+
     @staticmethod
     def tick_due_time(now: float) -> float:
         """Inside a loop tick (:meth:`create_loop`): when this tick was due [s], on the clock that reads ``now``
@@ -264,11 +345,16 @@ class TeleopNode(Node):
         while strays:
             yield _on_clock(strays.pop(0), offset, now_ns)
         with sub.handle:
+            take, msg_type, raw = sub.handle.take_message, sub.msg_type, sub.raw
             for _ in range(limit):
-                taken = sub.handle.take_message(sub.msg_type, sub.raw)
+                taken = take(msg_type, raw)
                 if taken is None:
                     return
-                yield _on_clock(_taken(*taken), offset, now_ns)
+                msg, info = taken  # info: the RMW message info as a dict
+                received = info.get("received_timestamp") or 0
+                gid = info.get("publisher_gid")
+                yield Taken(msg, received + offset if received else now_ns, bytes(gid["data"]) if gid else b"",
+                            info.get("publication_sequence_number"))
 
     def _system_clock_offset(self) -> int:
         """Node clock minus system clock [ns]: 0 unless simulated time drives the node clock. Estimated from

@@ -74,12 +74,17 @@ class CameraSwitchNode(TeleopNode):
         self.meter("output", latency_budget_ms=LATENCY_BUDGET_MS)
         self._active_pub = self.create_publisher(String, f"{out}/active_source", LATCHED)
         self.forwarded = {s: 0 for s in SOURCES}
+        self._inputs: dict[int, tuple[str, str]] = {}  # id(subscription) -> (source, stream)
+        subs = []
         for source in SOURCES:
             ns = p[f"{source}_ns"].rstrip("/")
             for stream, topic, kind in STREAMS:
                 # raw: the serialized bytes are forwarded as they are (no (de)serialization of 1 MB images)
-                self.create_subscription(kind, f"{ns}/{topic}",
-                                         lambda m, s=source, st=stream: self._forward(s, st, m), qos, raw=True)
+                sub = self.create_polled_subscription(kind, f"{ns}/{topic}", qos, raw=True)
+                self._inputs[id(sub)] = (source, stream)
+                subs.append(sub)
+        # forwarded as they arrive, by a thread woken by the middleware (not one executor callback per message)
+        self._relay = self.create_event_loop(subs, self._on_ready, "relay")
         for name, target in (("use_physical", "physical"), ("use_generated", "generated"), ("toggle", None)):
             self.create_service(Trigger, f"~/{name}", lambda req, res, t=target: self._srv_select(t, res))
         self.add_post_set_parameters_callback(self._on_parameters)
@@ -125,6 +130,11 @@ class CameraSwitchNode(TeleopNode):
         return SetParametersResult(successful=True)
 
     # ------------------------------------------------------------------ frames
+    def _on_ready(self, sub) -> None:
+        source, stream = self._inputs[id(sub)]
+        for taken in self.take_all(sub):
+            self._forward(source, stream, taken.message)
+
     def _forward(self, source: str, stream: str, raw: bytes) -> None:
         """Forward one serialized message (CDR) of ``source`` if it is the active one."""
         now = self.now_s()

@@ -14,6 +14,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import numpy as np
+
 HEADER_TYPE = "std_msgs/msg/Header"
 _LE = struct.Struct("<iI")
 _BE = struct.Struct(">iI")
@@ -74,3 +76,33 @@ def has_header(typestore: Any, type_name: str) -> bool:
             found = name == "header" and detail == HEADER_TYPE
         _has_header[key] = found
     return found
+
+
+def pose_array(raw: bytes | bytearray | memoryview) -> tuple[int, np.ndarray, np.ndarray]:
+    """A serialized (CDR) ``geometry_msgs/PoseArray`` -> (``header.stamp`` [ns], positions (n, 3) [m],
+    quaternions (n, 4) (x, y, z, w)), without building the message.
+
+    Layout (offsets from the start of the data, after the 4-byte encapsulation header): stamp (8 bytes),
+    ``frame_id`` (uint32 length with the NUL, the bytes), padding to 4, the pose count (uint32), padding to 8,
+    then 7 float64 per pose (position x, y, z, orientation x, y, z, w).
+
+    Raises:
+        ValueError: the bytes are too short for the header or for the poses they announce.
+    """
+    if len(raw) < 16:
+        raise ValueError(f"a PoseArray needs at least 16 bytes, got {len(raw)}")
+    little = bool(raw[1] & 1)
+    u32 = _U32[little]
+    sec, nanosec = (_LE if little else _BE).unpack_from(raw, 4)
+    (n,) = u32.unpack_from(raw, 12)
+    pos = 4 + ((12 + n + 3) & ~3)
+    if pos + 4 > len(raw):
+        raise ValueError("PoseArray bytes end inside the header")
+    (count,) = u32.unpack_from(raw, pos)
+    if count == 0:
+        return sec * 1_000_000_000 + nanosec, np.empty((0, 3)), np.empty((0, 4))
+    start = 4 + ((pos + 7) & ~7)  # the first float64, aligned to 8 from the start of the data
+    if start + 56 * count > len(raw):
+        raise ValueError(f"PoseArray announces {count} poses but holds {max(len(raw) - start, 0)} bytes of them")
+    values = np.frombuffer(raw, dtype="<f8" if little else ">f8", count=7 * count, offset=start).reshape(count, 7)
+    return sec * 1_000_000_000 + nanosec, values[:, :3].astype(float), values[:, 3:].astype(float)
