@@ -339,22 +339,26 @@ class TeleopNode(Node):
         the node's clock by the offset between the two clocks at the take. Messages come in sequence order, so
         their receive times may step back (a reliable message repaired after a loss arrived after later ones).
         """
-        now_ns = self.get_clock().now().nanoseconds
-        offset = self._system_clock_offset()
         strays = self._polled[id(sub)]
-        while strays:
-            yield _on_clock(strays.pop(0), offset, now_ns)
+        if strays:
+            now_ns, offset = self.get_clock().now().nanoseconds, self._system_clock_offset()
+            while strays:
+                yield _on_clock(strays.pop(0), offset, now_ns)
         with sub.handle:
             take, msg_type, raw = sub.handle.take_message, sub.msg_type, sub.raw
+            taken = take(msg_type, raw)
+            if taken is None:
+                return  # nothing waiting: no clock read
+            now_ns, offset = self.get_clock().now().nanoseconds, self._system_clock_offset()
             for _ in range(limit):
-                taken = take(msg_type, raw)
-                if taken is None:
-                    return
                 msg, info = taken  # info: the RMW message info as a dict
                 received = info.get("received_timestamp") or 0
                 gid = info.get("publisher_gid")
                 yield Taken(msg, received + offset if received else now_ns, bytes(gid["data"]) if gid else b"",
                             info.get("publication_sequence_number"))
+                taken = take(msg_type, raw)
+                if taken is None:
+                    return
 
     def _system_clock_offset(self) -> int:
         """Node clock minus system clock [ns]: 0 unless simulated time drives the node clock. Estimated from
