@@ -71,6 +71,11 @@ class RetargetResult(NamedTuple):
 _SEGMENTS = tuple((c[k], c[k + 1]) for c in hs.CHAINS for k in (1, 2, 3))
 _WRIST_TIPS = tuple((hs.WRIST, t) for t in hs.TIPS)
 _PINCHES = tuple((hs.TIPS[0], t) for t in hs.TIPS[1:])
+_ROLL_1, _ROLL_2 = np.array([1, 2, 0]), np.array([2, 0, 1])  # xyz index i -> (i + 1) % 3, (i + 2) % 3
+_EYE = np.eye(N_HAND)
+_EYE.flags.writeable = False
+# reductions without the ndarray-method wrappers (same results)
+_any, _all, _max = np.logical_or.reduce, np.logical_and.reduce, np.maximum.reduce
 
 
 class HandRetargeter:
@@ -114,10 +119,13 @@ class HandRetargeter:
         self._cols = np.array([[model.joints[model.getJointId(f"{side}_finger{f}_joint{k}")].idx_v
                                 for k in range(1, 5)] for f in range(1, 6)])  # (5, 4) velocity columns
         self._moving_index = np.array([1 + 4 * f + k for f in range(5) for k in (1, 2, 3)])
+        self._tip_offset = self._tip_xyz[:, :, None]  # (5, 3, 1)
+        self._j34 = [j for pair in zip(self._j3, self._j4) for j in pair]  # joint 3, joint 4 of finger 1, ...
         self.neutral_points = self.keypoints(np.zeros(N_HAND))
         if hs.check(self.neutral_points) is not None:
             raise ConfigurationError(f"the {side} robot hand's own keypoints do not form a palm")
         self._robot_palm = hs.palm_frame(self.neutral_points)
+        self._robot_palm_rt = self._robot_palm[:3, :3].T  # its rotation, transposed
         seg = self.neutral_points
         self._segment_length = np.array([np.linalg.norm(seg[b] - seg[a]) for a, b in _SEGMENTS])
         self._chain_length = np.array([
@@ -127,77 +135,92 @@ class HandRetargeter:
         self._a = np.array([a for a, _ in pairs])
         self._b = np.array([b for _, b in pairs])
         self._n_seg, self._n_tip = len(_SEGMENTS), len(_WRIST_TIPS)
-        self._bone_child = np.array([c for _, c in hs.BONES])
-        self._bone_parent = np.array([p for p, _ in hs.BONES])
         self._seg_bones = np.array([hs.BONES.index(pair) for pair in _SEGMENTS])  # segments are bones 2-4 of a chain
+        self._segment_length53 = self._segment_length.reshape(5, 3)  # per finger
+        if list(self._seg_bones) != [4 * f + k for f in range(5) for k in (1, 2, 3)]:
+            raise ConfigurationError("finger segments must be bones 2-4 of each chain")
+        # rows: (wrist -> tip) = tip of each finger (5), then (thumb tip -> tip) = tip - thumb tip (4)
+        self._tip_pinch = np.vstack([np.eye(5), hs.difference_matrix([(0, f) for f in range(1, 5)], 5)])
+        # their scales: each finger's (5), then the mean of the thumb's and the finger's (4); 0.5 x + 0.5 y is
+        # 0.5 (x + y) bit for bit
+        self._tip_pinch_scale = np.vstack([np.eye(5), 0.5 * np.abs(self._tip_pinch[5:])])
         self._weights = np.array([settings.segment_weight] * self._n_seg + [settings.tip_weight] * (len(pairs) - self._n_seg))
-        # Residual Jacobian assembly: moving points are numbered finger * 3 + (0 PIP, 1 DIP, 2 TIP).
         n = len(pairs)
         self._n_res = n
-        self._difference = np.zeros((n, 15))  # residual r = P[b] - P[a] over the moving points
-        for rows, pts, sign in (self._endpoint_map(self._b) + (1.0,), self._endpoint_map(self._a) + (-1.0,)):
-            self._difference[rows[:, 0], pts] += sign
-        self._point_rows = np.arange(15)[:, None]
-        self._point_cols = np.repeat(self._cols, 3, axis=0)  # (15, 4): moving point -> its finger's columns
+        self._residual_difference = hs.difference_matrix(pairs, hs.N_POINTS)  # P -> P[b] - P[a], exactly
+        # Residual Jacobian assembly: moving points are numbered finger * 3 + (0 PIP, 1 DIP, 2 TIP); the
+        # residual P[b] - P[a] has the Jacobian (+1 at its end point, -1 at its start point) over them.
+        self._difference = np.zeros((n, 15))
+        for r, (start, end) in enumerate(zip(self._moving_number(self._a), self._moving_number(self._b))):
+            for m, sign in ((end, 1.0), (start, -1.0)):
+                if m is not None:
+                    self._difference[r, m] = sign
+        # Gathers (flat indices) for _point_jacobians, each entry (moving point m, xyz i, column c): from data.J
+        # extended by a zero column (6, 21), the rows v_i, w_(i+1), w_(i+2) at c where point m depends on
+        # joint c (its finger's joints, but for the PIP not the DIP joint), else the zero column; from the
+        # keypoints (21, 3), the coordinates p_(i+2), p_(i+1) of point m.
+        self._J_extended = np.zeros((6, N_HAND + 1))
+        column = np.full((15, N_HAND), N_HAND)
+        for m in range(15):
+            finger, kind = divmod(m, 3)
+            joints = self._cols[finger, :3] if kind == 0 else self._cols[finger]
+            column[m, joints] = joints
+        i = np.arange(3)
+        rows = np.stack([i, 3 + (i + 1) % 3, 3 + (i + 2) % 3])  # (3 parts, 3 xyz)
+        self._J_gather = rows[:, None, :, None] * (N_HAND + 1) + column[None, :, None, :]  # (3, 15, 3, 20)
+        coords = np.stack([(i + 2) % 3, (i + 1) % 3])  # (2 parts, 3 xyz)
+        self._p_gather = self._moving_index[None, :, None, None] * 3 + coords[:, None, :, None]  # (2, 15, 3, 1)
 
     @staticmethod
-    def _endpoint_map(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For the residuals whose endpoint moves: residual rows (m, 1) and moving-point numbers (m,)."""
-        rows, pts = [], []
-        for r, i in enumerate(points):
-            if i == hs.WRIST or (i - 1) % 4 == 0:  # wrist and MCP/CMC are fixed
-                continue
-            finger, kind = (i - 1) // 4, (i - 1) % 4 - 1
-            rows.append(r)
-            pts.append(finger * 3 + kind)
-        return np.array(rows)[:, None], np.array(pts)
+    def _moving_number(points: np.ndarray) -> list[int | None]:
+        """Moving-point number (finger * 3 + 0 PIP, 1 DIP, 2 TIP) of each keypoint index, None for fixed points."""
+        return [None if i == hs.WRIST or (i - 1) % 4 == 0 else (i - 1) // 4 * 3 + (i - 1) % 4 - 1 for i in points]
 
     # ------------------------------------------------------------------ kinematics
-    def _moving(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Positions (21, 3) [m] and Jacobians (15, 3, 4) of the moving points at ``q`` (palm frame).
-
-        Moving point ``finger * 3 + k`` (k: 0 PIP, 1 DIP, 2 TIP) depends on its finger's 4 joints.
-        """
+    def _positions(self, q: np.ndarray) -> np.ndarray:
+        """Keypoints (21, 3) [m] at ``q`` (palm frame); leaves ``self.data`` at ``q`` for :meth:`_point_jacobians`."""
         data = self.data
         pin.computeJointJacobians(self.model, data, q)
         oMi = data.oMi
-        H4 = np.array([oMi[j].homogeneous for j in self._j4])  # (5, 4, 4)
+        H = np.array([oMi[j].homogeneous for j in self._j34]).reshape(5, 2, 4, 4)  # joints 3 and 4 per finger
         P = self._fixed.copy()
         pts = P[1:].reshape(5, 4, 3)[:, 1:]  # view: PIP, DIP, TIP of each finger (5, 3, 3)
-        pts[:, 0] = [oMi[j].translation for j in self._j3]
-        pts[:, 1] = H4[:, :3, 3]
-        pts[:, 2] = (H4[:, :3, :3] @ self._tip_xyz[:, :, None])[:, :, 0] + H4[:, :3, 3]
-        # point Jacobian column of joint j for point p: v_j + w_j x p (joint Jacobians at the world origin)
-        J = data.J
-        Jc = J[:, self._cols]  # (6, 5 fingers, 4 joints)
-        v, w = Jc[:3, :, None, :], Jc[3:, :, None, :]  # (3, 5, 1, 4)
-        p = pts.transpose(2, 0, 1)[:, :, :, None]  # (3, 5, 3 points, 1)
-        block = np.empty((3, 5, 3, 4))  # (xyz, finger, point, joint) = v + w x p, written out (np.cross is slow)
-        block[0] = v[0] + w[1] * p[2] - w[2] * p[1]
-        block[1] = v[1] + w[2] * p[0] - w[0] * p[2]
-        block[2] = v[2] + w[0] * p[1] - w[1] * p[0]
-        block[:, :, 0, 3] = 0.0  # the PIP does not depend on the DIP joint
-        return P, block.transpose(1, 2, 3, 0).reshape(15, 4, 3)
+        pts[:, :2] = H[:, :, :3, 3]  # PIP, DIP: origins of joints 3 and 4
+        H4 = H[:, 1]
+        np.add((H4[:, :3, :3] @ self._tip_offset)[:, :, 0], H4[:, :3, 3], out=pts[:, 2])  # TIP: R4 tip + t4
+        return P
+
+    def _point_jacobians(self, P: np.ndarray) -> np.ndarray:
+        """(15, 3, 20) Jacobians of the moving points (number finger * 3 + 0 PIP, 1 DIP, 2 TIP) at the ``q`` of
+        the last :meth:`_positions` call, whose keypoints are ``P``."""
+        # point Jacobian column of joint j for point p: v_j + w_j x p (joint Jacobians at the world origin),
+        # 0 for the joints it does not depend on; the cross product is written out over rolled rows
+        # (np.cross is slow): (w x p)_i = w_(i+1) p_(i+2) - w_(i+2) p_(i+1)
+        J = self._J_extended
+        J[:, :N_HAND] = self.data.J
+        parts = J.take(self._J_gather)  # v, w_(i+1), w_(i+2): (3, 15, 3, 20)
+        cross = parts[1:] * P.take(self._p_gather)  # w_(i+1) p_(i+2), w_(i+2) p_(i+1)
+        jacobian = parts[0] + cross[0]
+        jacobian -= cross[1]
+        return jacobian
 
     def keypoints(self, q: np.ndarray) -> np.ndarray:
         """The robot's 21 keypoints (21, 3) [m] in the palm frame at joint angles ``q`` (20,)."""
-        return self._moving(np.asarray(q, dtype=float))[0]
+        return self._positions(np.asarray(q, dtype=float))
 
     def point_jacobians(self, q: np.ndarray) -> np.ndarray:
         """(21, 3, 20) Jacobians of the 21 keypoints at ``q`` (for tests and tools)."""
-        _, block = self._moving(np.asarray(q, dtype=float))
+        P = self._positions(np.asarray(q, dtype=float))
         out = np.zeros((hs.N_POINTS, 3, N_HAND))
-        for m in range(15):
-            finger, kind = divmod(m, 3)
-            out[1 + 4 * finger + 1 + kind][:, self._cols[finger]] = block[m].T
+        out[self._moving_index] = self._point_jacobians(P)
         return out
 
-    def _residual_jacobian(self, block: np.ndarray) -> np.ndarray:
-        """(n, 3, 20) Jacobian of the residual vectors P[b] - P[a], from the moving points' blocks."""
-        dense = np.zeros((15, N_HAND, 3))
-        dense[self._point_rows, self._point_cols] = block  # each moving point's 4 joint columns
-        # residual = (+1 at its end point, -1 at its start point) over the 15 moving points
-        return (self._difference @ dense.reshape(15, -1)).reshape(-1, N_HAND, 3).transpose(0, 2, 1)
+    def _residual_jacobian(self, P: np.ndarray, sw: np.ndarray) -> np.ndarray:
+        """(3n, 20) weighted Jacobian of the residual vectors ``sw * (P[b] - P[a])`` (rows residual-major, then
+        xyz) at the ``q`` of the last :meth:`_positions` call (keypoints ``P``); ``sw``: (n, 1, 1)."""
+        # the +-1 combination of the points' rows is exact: the same bits as subtracting them
+        residual = self._difference @ self._point_jacobians(P).reshape(15, -1)
+        return (residual.reshape(-1, 3, N_HAND) * sw).reshape(-1, N_HAND)
 
     # ------------------------------------------------------------------ targets
     def targets(self, human: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -205,64 +228,97 @@ class HandRetargeter:
 
         ``human``: (21, 3) keypoints in any frame; must pass :func:`hand_skeleton.check`.
         """
-        s = self.settings
-        T = hs.palm_frame(human)
-        if T is None:
+        human = np.asarray(human, dtype=float)
+        R = hs._palm_axes(human)
+        if R is None:
             raise ValueError("degenerate palm")
-        # human bone vectors, rotated from their palm frame into the robot's palm frame
-        bones = (human[self._bone_child] - human[self._bone_parent]) @ (T[:3, :3] @ self._robot_palm[:3, :3].T)
-        length = np.maximum(np.sqrt((bones * bones).sum(axis=1)), 1e-9)  # (20,) [m], coincident points guarded
-        scale = np.minimum(np.maximum(self._chain_length / length.reshape(5, 4).sum(axis=1), s.min_scale), s.max_scale)
-        tip = bones.reshape(5, 4, 3).sum(axis=1)  # wrist -> tip per finger
-        pinch = tip[1:] - tip[0]  # thumb tip -> finger tips
-        n_seg, n_tip = self._n_seg, self._n_tip
+        return self._targets(R, hs.bone_vectors(human))
+
+    def _targets(self, R: np.ndarray, bones: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`targets` of a skeleton with palm axes ``R`` (3, 3) and bone vectors ``bones`` (20, 3) [m]
+        (:func:`hand_skeleton.check_details`)."""
+        s = self.settings
+        # rows 0-19: the human bone vectors, rotated from their palm frame into the robot's palm frame;
+        # rows 20-28: wrist -> tip per finger (5), then thumb tip -> finger tips (4)
+        vectors = np.empty((hs.N_BONES + 9, 3))
+        rotated = vectors[:hs.N_BONES]
+        bones4 = rotated.reshape(5, 4, 3)  # per finger
+        tip_pinch = vectors[hs.N_BONES:]
+        bones.dot(R.dot(self._robot_palm_rt), out=rotated)
+        self._tip_pinch.dot(np.add.reduce(bones4, 1), out=tip_pinch)
+        norms = np.add.reduce(vectors * vectors, 1)
+        np.sqrt(norms, out=norms)  # lengths [m] of the rows of vectors
+        length = norms[:hs.N_BONES]
+        np.maximum(length, 1e-9, out=length)  # coincident points guarded
+        length4 = length.reshape(5, 4)
+        scale = self._chain_length / np.add.reduce(length4, 1)
+        np.minimum(np.maximum(scale, s.min_scale, out=scale), s.max_scale, out=scale)
+        n_seg = self._n_seg
         target = np.empty((self._n_res, 3))
-        target[:n_seg] = bones[self._seg_bones] * (self._segment_length / length[self._seg_bones])[:, None]
-        target[n_seg:n_seg + n_tip] = tip * scale[:, None]
-        target[n_seg + n_tip:] = pinch * (0.5 * (scale[0] + scale[1:]))[:, None]
+        # segments: bones 2-4 of each chain, at the robot's segment lengths
+        np.multiply(bones4[:, 1:], (self._segment_length53 / length4[:, 1:])[:, :, None],
+                    out=target[:n_seg].reshape(5, 3, 3))
+        # wrist -> tip and thumb tip -> tip, scaled by the finger's chain length ratio, and the mean of the
+        # thumb's and the finger's
+        np.multiply(tip_pinch, self._tip_pinch_scale.dot(scale)[:, None], out=target[n_seg:])
+        closeness = norms[hs.N_BONES + 5:]  # from the thumb tip -> finger tip distances
+        closeness /= s.pinch_threshold
+        np.maximum(np.subtract(1.0, closeness, out=closeness), 0.0, out=closeness)
         weights = self._weights.copy()
-        closeness = np.maximum(1.0 - np.sqrt((pinch * pinch).sum(axis=1)) / s.pinch_threshold, 0.0)
-        weights[n_seg + n_tip:] += (s.pinch_weight - s.tip_weight) * closeness
+        weights[n_seg + self._n_tip:] += (s.pinch_weight - s.tip_weight) * closeness
         return target, weights
 
     # ------------------------------------------------------------------ solve
-    def _bounded_step(self, A: np.ndarray, g: np.ndarray, q: np.ndarray) -> np.ndarray | None:
-        """Gauss-Newton step of ``A dq = -g`` within the joint limits (active set).
+    def _bounded_step(self, JtJ: np.ndarray, mu: float, g: np.ndarray, q: np.ndarray,
+                      limits: tuple[list[float], list[float]]) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """Gauss-Newton step of ``A dq = -g``, ``A = JtJ + mu I`` (symmetric), within the joint limits (active set).
 
         A joint at a bound whose gradient pushes outwards stays there; a joint
         the step would carry past a bound stops at the bound and the others
-        are solved again given that (at most a few rounds).
+        are solved again given that (at most a few rounds). ``limits``: the
+        lower and upper limits [rad] as lists.
+
+        Returns:
+            the step, and ``q + step`` where that is known to be within the limits (else None); None if
+            ``A`` is not positive definite.
         """
-        lower, upper = self.lower, self.upper
-        if not ((q <= lower).any() or (q >= upper).any()):
-            _, delta, info = dposv(A, -g)  # the usual case: nothing at a bound
-            if info != 0:
+        if not _reaches(q.tolist(), *limits):
+            delta = _spd_solve(JtJ + mu * _EYE, -g)  # the usual case: nothing at a bound
+            if delta is None:
                 return None
-            if not ((q + delta < lower).any() or (q + delta > upper).any()):
-                return delta
-        fixed = ((q <= lower) & (g > 0)) | ((q >= upper) & (g < 0))
+            trial = q + delta
+            if not _leaves(trial.tolist(), *limits):
+                return delta, trial
+        # the active set is kept in Python lists: cheaper than numpy calls on 20 flags
+        lower, upper = limits
+        A = JtJ + mu * _EYE
+        x = q.tolist()
+        fixed = [(v <= lo and gi > 0) or (v >= hi and gi < 0) for v, lo, hi, gi in zip(x, lower, upper, g.tolist())]
         delta = np.zeros(N_HAND)
         for _ in range(5):
-            if fixed.all():
-                return delta
-            if fixed.any():
-                free = ~fixed
-                rhs = -(g[free] + A[np.ix_(free, fixed)] @ delta[fixed])
-                _, d, info = dposv(A[np.ix_(free, free)], rhs)
-                if info != 0:
+            if all(fixed):
+                return delta, None
+            if any(fixed):
+                free = [i for i, f in enumerate(fixed) if not f]
+                held = [i for i, f in enumerate(fixed) if f]
+                A_free = A.take(free, axis=0)  # rows of the free joints; take keeps sub-matrices C-ordered
+                d = _spd_solve(A_free.take(free, axis=1),
+                               -(g.take(free) + A_free.take(held, axis=1).dot(delta.take(held))))
+                if d is None:
                     return None
                 delta[free] = d
             else:
-                _, delta, info = dposv(A, -g)
-                if info != 0:
+                delta = _spd_solve(A.copy(), -g)
+                if delta is None:
                     return None
-            trial = q + delta
-            out = ~fixed & ((trial < lower) | (trial > upper))
-            if not out.any():
-                return delta
-            delta[out] = np.minimum(np.maximum(trial[out], lower[out]), upper[out]) - q[out]
-            fixed |= out
-        return delta
+            trial = (q + delta).tolist()
+            out = [i for i, (f, t, lo, hi) in enumerate(zip(fixed, trial, lower, upper)) if not f and (t < lo or t > hi)]
+            if not out:
+                return delta, None
+            for i in out:  # stop at the bound
+                delta[i] = min(max(trial[i], lower[i]), upper[i]) - x[i]
+                fixed[i] = True
+        return delta, None
 
     def retarget(self, human: np.ndarray, q_init: np.ndarray | None = None) -> RetargetResult:
         """Joint angles (20,) whose keypoint vectors best match the human skeleton's.
@@ -282,60 +338,85 @@ class HandRetargeter:
         human = np.asarray(human, dtype=float)
         if human.shape != (hs.N_POINTS, 3) or not np.isfinite(human).all():
             raise ValueError(f"expected 21 finite 3-D points, got shape {human.shape}")
+        R = hs._palm_axes(human)
+        if R is None:
+            raise ValueError("degenerate palm")
+        return self._solve(R, hs.bone_vectors(human), q_init)
+
+    def _solve(self, R: np.ndarray, bones: np.ndarray, q_init: np.ndarray | None) -> RetargetResult:
+        """:meth:`retarget` of a skeleton with palm axes ``R`` (3, 3) and bone vectors ``bones`` (20, 3) [m]
+        (:func:`hand_skeleton.check_details`)."""
         s = self.settings
-        target, weights = self.targets(human)  # ValueError for a degenerate palm
+        target, weights = self._targets(R, bones)
         sw = np.sqrt(weights)[:, None]
         swJ = sw[:, :, None]
-        a, b = self._a, self._b
+        difference = self._residual_difference
+        lower, upper = self.lower, self.upper
         if q_init is None:
             # cold start: from mid-range (from 0, on the thumb's bounds, it can stall), no pull
             # towards it, and converged tightly, since the following frames start from it
-            q_prev = 0.5 * (self.lower + self.upper)
+            q_prev = 0.5 * (lower + upper)
             prior, cost_tolerance, step_tolerance = 0.0, 1e-9, 1e-6
         else:
-            q_prev = np.minimum(np.maximum(q_init, self.lower), self.upper)
+            q_prev = np.minimum(np.maximum(q_init, lower), upper)
             prior, cost_tolerance, step_tolerance = s.previous_weight, s.cost_tolerance, s.step_tolerance
         q = q_prev.copy()
-        eye = np.eye(N_HAND)
+        max_step, damping = s.max_step, s.damping
+        prior_eye = prior * _EYE
+        limits = lower.tolist(), upper.tolist()
 
-        def evaluate(q: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-            P, block = self._moving(q)
-            r = ((P[b] - P[a] - target) * sw).reshape(-1)
+        def evaluate(q: np.ndarray) -> tuple[float, float, np.ndarray, np.ndarray, np.ndarray]:
+            """Cost at ``q``, its residual part r.r, weighted residual r (3n,), keypoints (21, 3), ``q - q_prev``."""
+            P = self._positions(q)
+            r = difference.dot(P)  # P[b] - P[a]
+            r -= target
+            r *= sw
+            r = r.reshape(-1)
             d = q - q_prev
-            return float(r @ r) + prior * float(d @ d), r, block
+            rr = float(r.dot(r))
+            return rr + prior * float(d.dot(d)), rr, r, P, d
 
-        cost, r, block = evaluate(q)
-        mu = s.damping
+        cost, rr, r, P, d = evaluate(q)
+        mu = damping
         iterations = 0
         stale = True  # the normal equations must be (re)built at q
         while iterations < s.max_iterations:
             if stale:
-                Jr = (self._residual_jacobian(block) * swJ).reshape(-1, N_HAND)
-                g = Jr.T @ r + prior * (q - q_prev)
-                JtJ = Jr.T @ Jr + prior * eye
-            dq = self._bounded_step(JtJ + mu * eye, g, q)
-            if dq is None:
+                # the last evaluation was at q (stale is only set after one), so self.data is at q
+                Jr = self._residual_jacobian(P, swJ)
+                JrT = Jr.T
+                g = JrT.dot(r)
+                g += prior * d
+                JtJ = JrT.dot(Jr)
+                JtJ += prior_eye
+            bounded = self._bounded_step(JtJ, mu, g, q, limits)
+            if bounded is None:
                 break
-            peak = np.abs(dq).max()
-            if peak > s.max_step:
-                dq *= s.max_step / peak
-                peak = s.max_step
-            q_new = np.minimum(np.maximum(q + dq, self.lower), self.upper)
+            dq, q_new = bounded
+            peak = _max(np.abs(dq))
+            if peak > max_step:
+                dq *= max_step / peak
+                peak = max_step
+                q_new = None
+            if q_new is None:  # else q + dq is known to be within the limits already
+                q_new = q + dq
+                np.minimum(np.maximum(q_new, lower, out=q_new), upper, out=q_new)
             iterations += 1
             step = q_new - q
-            predicted = -(2.0 * float(g @ step) + float(step @ JtJ @ step))  # decrease the linear model promises
+            # decrease the linear model promises
+            predicted = -(2.0 * float(g.dot(step)) + float(step.dot(JtJ).dot(step)))
             if peak < step_tolerance or (stale and predicted <= cost_tolerance * cost):
                 # a small step in the region where the model is accurate: take it without another evaluation
                 q = q_new
                 break
-            cost_new, r_new, block_new = evaluate(q_new)
+            cost_new, rr_new, r_new, P_new, d_new = evaluate(q_new)
             gain = (cost - cost_new) / predicted if predicted > 0 else -1.0
             if gain > 0:  # accept
                 improvement = cost - cost_new
-                q, cost, r, block = q_new, cost_new, r_new, block_new
+                q, cost, rr, r, P, d = q_new, cost_new, rr_new, r_new, P_new, d_new
                 stale = True
                 # Levenberg-Marquardt (Nielsen): trust the model more when it predicted well
-                mu = max(mu * max(1.0 / 3.0, 1.0 - (2.0 * gain - 1.0) ** 3), s.damping)
+                mu = max(mu * max(1.0 / 3.0, 1.0 - (2.0 * gain - 1.0) ** 3), damping)
                 if improvement <= cost_tolerance * cost:
                     break  # no longer paying for itself
             else:  # reject and retry from the same point with more damping
@@ -343,7 +424,41 @@ class HandRetargeter:
                 stale = False
                 if mu > 1.0:
                     break
-        return RetargetResult(q, float(r @ r), iterations)
+        return RetargetResult(q, rr, iterations)
+
+
+def _reaches(x: list[float], lower: list[float], upper: list[float]) -> bool:
+    """Whether any ``x[i] <= lower[i]`` or ``x[i] >= upper[i]`` (Python floats: cheaper than numpy on 20)."""
+    for v, lo, hi in zip(x, lower, upper):
+        if v <= lo or v >= hi:
+            return True
+    return False
+
+
+def _leaves(x: list[float], lower: list[float], upper: list[float]) -> bool:
+    """Whether any ``x[i] < lower[i]`` or ``x[i] > upper[i]`` (Python floats)."""
+    for v, lo, hi in zip(x, lower, upper):
+        if v < lo or v > hi:
+            return True
+    return False
+
+
+def _exceeds(change: list[float], velocity: list[float], dt: float) -> bool:
+    """Whether any ``|change[i]| > velocity[i] * dt`` (Python floats)."""
+    for c, v in zip(change, velocity):
+        if abs(c) > v * dt:
+            return True
+    return False
+
+
+def _spd_solve(A: np.ndarray, b: np.ndarray) -> np.ndarray | None:
+    """x with ``A x = b`` (LAPACK dposv) for a C-ordered symmetric ``A``, None if it is not positive definite.
+
+    ``A`` and ``b`` are overwritten. ``A.T`` is ``A`` for a symmetric matrix and is Fortran-ordered, as LAPACK
+    wants it, so it is factored in place instead of through a copy.
+    """
+    _, x, info = dposv(A.T, b, overwrite_a=1, overwrite_b=1)
+    return x if info == 0 else None
 
 
 class HandCommand(NamedTuple):
@@ -404,20 +519,20 @@ class HandPipeline:
 
     def step(self, points: np.ndarray, stamp: float | None = None) -> HandCommand:
         """Process one frame captured at ``stamp`` [s] (needed for the velocity limit)."""
-        problem = hs.check(points, self.side)
-        if problem is not None:
-            return self._hold(problem.reason)
+        points = np.asarray(points, dtype=float)
+        checked = hs.check_details(points, self.side)
+        if checked.problem is not None:
+            return self._hold(checked.problem.reason)
         t0 = time.perf_counter()
         try:
-            result = self.retargeter.retarget(np.asarray(points, dtype=float), self._solution)
+            result = self.retargeter._solve(checked.axes, checked.bones, self._solution)  # = retarget(points, ...)
         except ValueError:
             result = None
         elapsed = time.perf_counter() - t0
         r = self.retargeter
-        if result is None or not np.all(np.isfinite(result.q)):
+        if result is None or not _all(np.isfinite(result.q)):
             return self._hold("solver", elapsed)
-        self._solution = result.q
-        q = np.minimum(np.maximum(result.q, r.lower), r.upper)
+        self._solution = q = result.q  # within the limits: every iterate is clipped to them
         if self.smoother is None:
             self.smoother = ExponentialSmoother(self._ema_alpha, q)
             command = q
@@ -425,10 +540,10 @@ class HandPipeline:
             command = self.smoother.update(q)
             if self.velocity is not None and stamp is not None and self._stamp is not None:
                 dt = min(max(stamp - self._stamp, 0.0), self.max_dt)
-                limit = self.velocity * dt
                 change = command - self._command
-                if np.any(np.abs(change) > limit):
+                if _exceeds(change.tolist(), self.velocity.tolist(), dt):
                     self.limited += 1
+                    limit = self.velocity * dt
                     command = self._command + np.minimum(np.maximum(change, -limit), limit)
                     self.smoother.value = command
         self._command = np.minimum(np.maximum(command, r.lower), r.upper)

@@ -76,6 +76,7 @@ class JerkLimitedFollower:
         self._in.target_acceleration = [0.0] * n
         self._in.control_interface = ControlInterface.Position
         self._per_dof = False  # a per-joint control interface list is set (some joints braking)
+        self._all_braking = [ControlInterface.Velocity] * n  # the per-joint control interfaces of a stop
         self.errors = 0  # Ruckig calls that failed (the joints were then held)
         self._state = MotionState(np.zeros(n), np.zeros(n), np.zeros(n))
         self._initialised = False
@@ -130,18 +131,22 @@ class JerkLimitedFollower:
             self._otg.delta_time = step_dt
         inp = self._in
         if target is None:
-            follow = np.zeros(self.n, dtype=bool)
-            goal = np.asarray(inp.current_position)
+            goal, n_follow = None, 0
         else:
             goal = np.asarray(target, dtype=float)
             follow = np.isfinite(goal)
             if active is not None:
                 follow &= np.asarray(active, dtype=bool)
-        if follow.all():
+            n_follow = np.count_nonzero(follow)
+        if goal is not None and n_follow == self.n:
             if self._per_dof:
                 inp.per_dof_control_interface = None
                 self._per_dof = False
             inp.target_position = np.minimum(np.maximum(goal, self._lo), self._hi).tolist()
+        elif n_follow == 0:  # every joint brakes
+            inp.per_dof_control_interface = self._all_braking
+            self._per_dof = True
+            inp.target_position = [0.0] * self.n
         else:
             goal = np.where(follow, np.clip(np.nan_to_num(goal), self._lo, self._hi), 0.0)
             inp.per_dof_control_interface = [
@@ -175,7 +180,8 @@ class JerkLimitedFollower:
 
     def at_rest(self, velocity_tol: float = 1e-6) -> bool:
         """True when every joint's velocity and acceleration are (nearly) zero."""
-        return bool(np.all(np.abs(self._state.velocity) <= velocity_tol) and np.all(np.abs(self._state.acceleration) <= 1e3 * velocity_tol))
+        return bool((np.abs(self._state.velocity) <= velocity_tol).all()
+                    and (np.abs(self._state.acceleration) <= 1e3 * velocity_tol).all())
 
 
 class ExponentialSmoother:

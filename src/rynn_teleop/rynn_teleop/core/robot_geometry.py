@@ -44,6 +44,9 @@ def _primitive(obj: "pin.GeometryObject", link: str) -> Primitive:
     return Primitive(obj.name, link, kind, size, np.asarray(obj.meshColor, dtype=float))
 
 
+_HOMOGENEOUS = pin.SE3.homogeneous.fget  # SE3 -> (4, 4) array, without a per-call attribute lookup
+
+
 class RobotGeometry:
     """Visual primitives of a :class:`RobotModel` and their poses."""
 
@@ -60,4 +63,4 @@ class RobotGeometry:
         """(N, 4, 4) poses of :attr:`primitives` in ``base_link`` at ``q`` (54,) [rad]."""
         pin.forwardKinematics(self.robot.model, self._data, self.robot.to_pinocchio(q))
         pin.updateGeometryPlacements(self.robot.model, self._data, self._geom, self._geom_data)
-        return np.stack([m.homogeneous for m in self._geom_data.oMg])
+        return np.array(list(map(_HOMOGENEOUS, self._geom_data.oMg.tolist())))

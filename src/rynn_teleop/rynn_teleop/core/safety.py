@@ -31,6 +31,7 @@ wall-clock time however much the loop's ticks jitter:
 from __future__ import annotations
 
 import logging
+import math
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -55,7 +56,7 @@ class ClampResult(NamedTuple):
 
     @property
     def clipped(self) -> bool:
-        return bool(self.position_clipped.any() or self.step_clipped.any())
+        return bool(np.count_nonzero(self.position_clipped) or np.count_nonzero(self.step_clipped))
 
     def describe(self, names: Sequence[str], asked: np.ndarray) -> str:
         """Human-readable list of the clipped joints: 'name asked -> sent (reason)'."""
@@ -79,9 +80,13 @@ def clamp_command(
     """
     asked = np.asarray(asked, dtype=float)
     finite = np.isfinite(asked)
-    wanted = np.where(finite, asked, previous)
-    in_limits = np.minimum(np.maximum(wanted, lower), upper)
-    position_clipped = (in_limits != wanted) | ~finite
+    if finite.size and np.count_nonzero(finite) == finite.size:  # nothing to take from ``previous``
+        in_limits = np.minimum(np.maximum(asked, lower), upper)
+        position_clipped = in_limits != asked
+    else:
+        wanted = np.where(finite, asked, previous)
+        in_limits = np.minimum(np.maximum(wanted, lower), upper)
+        position_clipped = (in_limits != wanted) | ~finite
     step = in_limits - previous
     limited = np.minimum(np.maximum(step, -max_step), max_step)
     # within the limits whenever ``previous`` is; from outside (a joint measured just past a
@@ -192,6 +197,14 @@ class SafetyController:
         self.timeout = command_timeout
         self._command = np.full(n, np.nan)
         self._command_time = np.full(n, -np.inf)  # [s] receive time of each joint's last command
+        # derived from _command by _derive_command, before the next step whenever _command_changed
+        self._command_changed = False
+        self._given = np.zeros(n, dtype=bool)  # (n,) joints with a command
+        self._given_all = False  # every joint has one (until reset: a joint's command is only ever replaced)
+        self._goal = np.full(n, np.nan)  # (n,) [rad] the commands clipped into the position limits (NaN: none)
+        self._outside = np.ones(n, dtype=bool)  # (n,) commands outside the position limits, or none
+        self._any_outside = False  # some joint's command is outside the limits
+        self._age = np.empty(n)  # (n,) [s] scratch of step: the age of each joint's command
         self._sent: np.ndarray | None = None
         self._estop = False
         self._ramping = False
@@ -202,17 +215,56 @@ class SafetyController:
         self.estops = 0
 
     # ------------------------------------------------------------------ inputs
-    def command(self, position: np.ndarray, stamp: float) -> None:
-        """A new command (n,) [rad] received at ``stamp`` [s]; NaN entries: joints not commanded by it."""
+    def command(self, position: np.ndarray, stamp: float, joints: slice | np.ndarray | None = None) -> None:
+        """A new command received at ``stamp`` [s].
+
+        Args:
+            position: with ``joints`` None, (n,) positions [rad] where NaN entries are joints not commanded by
+                it; otherwise the positions [rad] of ``joints``, all finite.
+            stamp: receive time [s].
+            joints: which joints ``position`` gives: a slice or an array of distinct indices into the n joints
+                (None: all n, see ``position``).
+        Raises:
+            ValueError: ``position`` has the wrong shape, commands no joint, or has a non-finite value.
+        """
         position = np.asarray(position, dtype=float)
-        if position.shape != self._command.shape:
-            raise ValueError(f"command has shape {position.shape}, expected {self._command.shape}")
-        given = ~np.isnan(position)
-        if not given.any() or not np.all(np.isfinite(position[given])):
-            raise ValueError("command has no joint or non-finite values")
-        self._command[given] = position[given]
-        self._command_time[given] = stamp
+        if joints is None:
+            if position.shape != self._command.shape:
+                raise ValueError(f"command has shape {position.shape}, expected {self._command.shape}")
+            finite = np.isfinite(position)
+            if finite.size and np.count_nonzero(finite) == finite.size:  # every joint
+                self._command[:] = position
+                self._command_time.fill(stamp)
+            else:
+                given = ~np.isnan(position)
+                if not given.any() or not finite[given].all():
+                    raise ValueError("command has no joint or non-finite values")
+                self._command[given] = position[given]
+                self._command_time[given] = stamp
+        else:
+            expected = self._command[joints].shape
+            if position.shape != expected:
+                raise ValueError(f"command has shape {position.shape}, expected {expected}")
+            if not position.size or np.count_nonzero(np.isfinite(position)) != position.size:
+                raise ValueError("command has no joint or non-finite values")
+            self._command[joints] = position
+            self._command_time[joints] = stamp
+        self._command_changed = True
         self.watchdog.feed(stamp)
+
+    def _derive_command(self) -> None:
+        """Recompute what :meth:`step` needs from the commands (after they changed)."""
+        c = self._command
+        n_given = c.size
+        if not self._given_all:
+            np.isnan(c, out=self._given)
+            np.logical_not(self._given, out=self._given)
+            n_given = np.count_nonzero(self._given)
+            self._given_all = n_given == c.size
+        self._goal = np.minimum(np.maximum(c, self.lower), self.upper)
+        np.not_equal(self._goal, c, out=self._outside)  # NaN (no command) != NaN too
+        self._any_outside = np.count_nonzero(self._outside) > c.size - n_given
+        self._command_changed = False
 
     def estop(self) -> bool:
         """Latch the emergency stop; True if it was not latched before."""
@@ -231,6 +283,8 @@ class SafetyController:
         self._estop = False
         self._command[:] = np.nan
         self._command_time[:] = -np.inf
+        self._command_changed = True
+        self._given_all = False
         self._sent = None  # re-seed from the measurement
         self._resuming = True
         last = self.watchdog.last_command
@@ -254,7 +308,7 @@ class SafetyController:
         ``max_dt`` (the follower's: a stall longer than that is not caught up, the targets then move slower).
         """
         last = self._last_now
-        if last is None or not np.isfinite(now) or not now > last:
+        if last is None or not math.isfinite(now) or not now > last:
             return self.dt
         return min(now - last, self.max_dt)
 
@@ -268,19 +322,29 @@ class SafetyController:
         Returns ``target=None`` (send nothing) until a finite measurement of every joint arrives.
         """
         measured = np.asarray(measured, dtype=float)
+        n = self.lower.size
         if self._sent is None:
-            if measured.shape != self.lower.shape or not np.all(np.isfinite(measured)):
+            if measured.shape != self.lower.shape or np.count_nonzero(np.isfinite(measured)) != n:
                 self.mode = "waiting"
                 return SafetyOutput(None, self.mode, None)  # nothing valid to start from: send nothing
             self._seed(measured)
         dt = self.period(now)
-        if np.isfinite(now):
+        if math.isfinite(now):
             self._last_now = float(now)  # also after a backwards step: the next period is measured from here
         self.last_dt = dt
         self.max_step = self._velocity * dt
         fresh = self.watchdog.check(now)
-        active = fresh & ((now - self._command_time) <= self.timeout) & ~np.isnan(self._command)
-        if self._estop or not active.any():
+        if self._command_changed:
+            self._derive_command()
+        active = None
+        n_active = 0
+        if fresh and not self._estop:
+            # a joint is followed while its own command is fresh
+            active = np.less_equal(np.subtract(now, self._command_time, out=self._age), self.timeout)
+            if not self._given_all:
+                np.logical_and(active, self._given, out=active)
+            n_active = np.count_nonzero(active)
+        if n_active == 0:
             if self._estop:
                 self.mode = "estop"
             else:
@@ -288,30 +352,34 @@ class SafetyController:
             self._resuming = True
             state = self.follower.step(None, dt=dt)  # jerk-limited stop
         else:
-            goal = np.where(active, np.minimum(np.maximum(self._command, self.lower), self.upper), np.nan)
+            every = n_active == n
+            goal = self._goal if every else np.where(active, self._goal, np.nan)
             if self._resuming:  # leaving a hold: ramp (until arrived) if the command is far
-                far = np.nanmax(np.abs(goal - self.follower.state.position))
+                far = np.fmax.reduce(np.abs(goal - self.follower.state.position))  # the largest, NaN ignored
                 self._ramping = bool(far > self.ramp_threshold)
                 self.follower.set_velocity_scale(self.ramp_speed if self._ramping else 1.0)
                 self._resuming = False
             state = self.follower.step(goal, active, dt=dt)
             if self._ramping:
                 self.mode = "ramp"
-                arrived = np.nanmax(np.abs(np.where(active, goal - state.position, 0.0))) < 1e-6
+                off = np.abs(goal - state.position) if every else np.abs(np.where(active, goal - state.position, 0.0))
+                arrived = np.fmax.reduce(off) < 1e-6
                 if arrived and self.follower.at_rest(1e-3):
                     self._ramping = False
                     self.follower.set_velocity_scale(1.0)
             else:
                 self.mode = "track"
-            if np.any(active & ((self._command < self.lower) | (self._command > self.upper))):
-                self.clamp_counts["position"] += 1
-                if now - self._last_clip_log >= 1.0:  # at most once a second
-                    self._last_clip_log = now
-                    clipped = [f"{self.names[i]} {self._command[i]:+.4f} rad" for i in
-                               np.nonzero(active & ((self._command < self.lower) | (self._command > self.upper)))[0]]
-                    _log.warning("commands outside the position limits, clipped: %s", ", ".join(clipped))
+            if self._any_outside:
+                outside = active & self._outside
+                if np.count_nonzero(outside):
+                    self.clamp_counts["position"] += 1
+                    if now - self._last_clip_log >= 1.0:  # at most once a second
+                        self._last_clip_log = now
+                        clipped = [f"{self.names[i]} {self._command[i]:+.4f} rad" for i in np.nonzero(outside)[0]]
+                        _log.warning("commands outside the position limits, clipped: %s", ", ".join(clipped))
         result = clamp_command(state.position, self._sent, self.lower, self.upper, self.max_step)
-        if np.any(np.abs(result.sent - state.position)[result.step_clipped] > STEP_ROUNDING):
+        if np.count_nonzero(result.step_clipped) and (
+                np.abs(result.sent - state.position)[result.step_clipped] > STEP_ROUNDING).any():
             # only if the follower and the clamp disagree (not by rounding): keep them consistent
             self.clamp_counts["step"] += 1
             self.follower.reset(result.sent, clip=False)

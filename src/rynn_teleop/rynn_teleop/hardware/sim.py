@@ -53,6 +53,11 @@ class SimBackend(JointBackend):
         self._vmax, self._amax = np.asarray(limits.velocity, float), np.asarray(limits.acceleration, float)
         self._q = np.minimum(np.maximum(np.asarray(initial, dtype=float), limits.lower), limits.upper)
         self._v = np.zeros_like(self._q)
+        self._nvmax = -self._vmax
+        self._buf = np.empty_like(self._q)  # scratch of _advance
+        self._zero = np.zeros_like(self._q)
+        self._constants_key: tuple[float, float] | None = None  # what _constants_cache was computed for
+        self._constants_cache: tuple[np.ndarray, ...] = ()
         self._target = self._q.copy()
         self._queue: deque[tuple[float, np.ndarray]] = deque()
         self._time: float | None = None
@@ -70,29 +75,75 @@ class SimBackend(JointBackend):
         self._queue.clear()
 
     def _advance(self, now: float) -> None:
-        if self._time is None:
+        """Integrate up to ``now`` [s] in steps of ``substep_s`` (the last one shorter to land on ``now``).
+
+        Each step, with ``h`` its length [s]: targets whose time has come take effect; the velocity moves
+        towards ``gain * (target - q)`` (zero when disabled or stopped) clipped to the velocity limits, by at
+        most ``acceleration * h``; the position moves by ``velocity * h`` and is clipped into the limits,
+        where a joint that hit a limit stops. ``_q`` and ``_v`` are updated in place.
+        """
+        t = self._time
+        if t is None:
             self._time = now
             return
-        lower, upper, vmax, amax = self._lower, self._upper, self._vmax, self._amax
-        gain = 2.0 * np.pi * self.bandwidth_hz
-        q, v = self._q, self._v
-        while self._time < now - 1e-12:
-            h = min(self.substep_s, now - self._time)
-            self._time += h
-            while self._queue and self._queue[0][0] <= self._time:
-                self._target = self._queue.popleft()[1]
-            if not self._enabled or self._stopped:
-                v_des = np.zeros_like(v)
+        end = now - 1e-12
+        if not t < end:
+            return
+        sub, mul, vmin, vmax_ = np.subtract, np.multiply, np.minimum, np.maximum
+        lower, upper, vmax, nvmax, amax = self._lower, self._upper, self._vmax, self._nvmax, self._amax
+        q, v, buf, zero = self._q, self._v, self._buf, self._zero
+        h_full = self.substep_s
+        gain, h_arr, a_full, na_full = self._constants()
+        moving = self._enabled and not self._stopped
+        queue, target = self._queue, self._target
+        due = queue[0][0] if queue else np.inf  # when the next queued target takes effect [s]
+        q_view, buf_view = memoryview(q), memoryview(buf)
+        while t < end:
+            h = now - t
+            full = not h < h_full
+            if full:
+                h = h_full
+            t += h
+            while due <= t:
+                target = queue.popleft()[1]
+                due = queue[0][0] if queue else np.inf
+            if moving:
+                sub(target, q, out=buf)
+                buf *= gain
+                vmax_(buf, nvmax, out=buf)
+                vmin(buf, vmax, out=buf)
+                buf -= v  # v_des - v
             else:
-                v_des = np.minimum(np.maximum(gain * (self._target - q), -vmax), vmax)
-            a_step = amax * h
-            v = v + np.minimum(np.maximum(v_des - v, -a_step), a_step)
-            q_new = q + v * h
-            hit = (q_new < lower) | (q_new > upper)
-            q = np.minimum(np.maximum(q_new, lower), upper)
-            if hit.any():
-                v[hit] = 0.0
-        self._q, self._v = q, v
+                sub(zero, v, out=buf)  # v_des (0) - v
+            if full:
+                vmax_(buf, na_full, out=buf)
+                vmin(buf, a_full, out=buf)
+                v += buf
+                mul(v, h_arr, out=buf)
+            else:
+                a_step = amax * h
+                vmax_(buf, -a_step, out=buf)
+                vmin(buf, a_step, out=buf)
+                v += buf
+                mul(v, h, out=buf)
+            buf += q  # the new position before the limits
+            vmax_(buf, lower, out=q)
+            vmin(q, upper, out=q)
+            if q_view != buf_view:  # by value: a superset of the joints outside the limits (NaN too)
+                v[(buf < lower) | (buf > upper)] = 0.0
+        self._time, self._target = t, target
+
+    def _constants(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(n,) arrays of the tracking gain [1/s], ``substep_s`` [s] and the velocity change per full substep,
+        +/- [rad/s], for the current ``bandwidth_hz`` and ``substep_s``."""
+        key = (self.bandwidth_hz, self.substep_s)
+        if self._constants_key != key:
+            n = self._q.size
+            a_full = self._amax * self.substep_s
+            self._constants_cache = (np.full(n, 2.0 * np.pi * self.bandwidth_hz), np.full(n, self.substep_s),
+                                     a_full, -a_full)
+            self._constants_key = key
+        return self._constants_cache
 
     def read(self, now: float) -> JointReading:
         self._advance(now)

@@ -15,7 +15,8 @@ Services:
 
 from __future__ import annotations
 
-from typing import Any
+import array
+from typing import Any, NamedTuple
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
@@ -29,6 +30,9 @@ from ..core.robot_model import JointLimits, RobotModel
 from ..core.safety import SafetyController
 from ..hardware.base import JointBackend
 from .base import TeleopNode
+
+# distinct name lists remembered by JointDriverNode.accept_command (the cache is emptied when full)
+ROUTE_CACHE_SIZE = 64
 
 # 200: a second of history at 200 Hz for a subscriber that falls behind (the recorder on a loaded machine)
 COMMAND_QOS = QoSProfile(depth=200, reliability=ReliabilityPolicy.RELIABLE)
@@ -50,6 +54,15 @@ def safety_params(rate_hz: float, timeout: float) -> list[Param]:
     ]
 
 
+class _Route(NamedTuple):
+    """Where the positions of a command with a given list of names go (see JointDriverNode.accept_command)."""
+
+    valid: bool  # the names are distinct
+    joints: slice | np.ndarray | None  # the driver's joints named, in the command's order (None: none)
+    select: np.ndarray | None  # the command's entries for ``joints`` (None: all of them)
+    unknown: tuple[str, ...]  # names that are not the driver's joints
+
+
 class JointDriverNode(TeleopNode):
     """Base of the driver nodes: subclasses build :attr:`backend` and call :meth:`_start`."""
 
@@ -59,6 +72,7 @@ class JointDriverNode(TeleopNode):
         self.backend = backend
         self.names = list(backend.joint_names)
         self._index = {n: i for i, n in enumerate(self.names)}
+        self._routes: dict[tuple[str, ...], _Route] = {}
         idx = robot.indices(self.names)
         lim = robot.limits[idx]
         self.limits = JointLimits(lim.lower, lim.upper, lim.velocity * p["velocity_scale"], lim.acceleration, lim.jerk)
@@ -78,13 +92,14 @@ class JointDriverNode(TeleopNode):
             raise
         self._js_pub = self.create_publisher(JointState, "/joint_states", COMMAND_QOS)
         self._js_msg = JointState(name=self.names)
+        self._no_values = array.array("d")  # the message's velocity / effort when the backend gives none
         # drained at each cycle (the newest command wins there anyway): no executor wake-up per command
         self._command_sub = self.create_polled_subscription(JointState, command_topic, COMMAND_QOS)
         self.create_subscription(Bool, "/estop", self._on_estop_topic, 10)
         self.create_service(Trigger, "~/estop", self._srv_estop)
         self.create_service(Trigger, "~/reset", self._srv_reset)
         self.last_reading = None
-        self.meter("joint_states", nominal_hz=p["rate_hz"])
+        self._js_meter = self.meter("joint_states", nominal_hz=p["rate_hz"])
         self._loop = self.create_loop(p["rate_hz"], self._tick, "control")
 
     # ------------------------------------------------------------------ commands
@@ -97,23 +112,49 @@ class JointDriverNode(TeleopNode):
     def accept_command(self, names, positions, now: float) -> bool:
         """A (partial) command by joint name; joints it does not name keep their own freshness.
 
-        False (counted) if malformed: lengths differ, a value is not finite, a name repeats.
+        False (counted) if malformed: lengths differ, a value is not finite, a name repeats. False (not
+        counted) if it names none of the driver's joints; names that are not the driver's are remembered
+        (:attr:`unknown_names`).
         """
         pos = np.asarray(positions, dtype=float)
-        if pos.shape != (len(names),) or not np.all(np.isfinite(pos)) or len(set(names)) != len(names):
+        if pos.shape != (len(names),) or np.count_nonzero(np.isfinite(pos)) != pos.size:
             self.rejected_commands += 1
             return False
-        command = np.full(len(self.names), np.nan)
-        for name, value in zip(names, pos.tolist()):
-            i = self._index.get(name)
-            if i is None:
-                self.unknown_names.add(name)
-            else:
-                command[i] = value
-        if np.all(np.isnan(command)):
+        key = tuple(names)
+        route = self._routes.get(key)
+        if route is None:
+            route = self._route(key)
+        if not route.valid:
+            self.rejected_commands += 1
             return False
-        self.safety.command(command, now)
+        if route.unknown:
+            self.unknown_names.update(route.unknown)
+        if route.joints is None:
+            return False
+        self.safety.command(pos if route.select is None else pos[route.select], now, route.joints)
         return True
+
+    def _route(self, names: tuple[str, ...]) -> _Route:
+        """The :class:`_Route` of a command naming ``names`` (remembered)."""
+        if len(set(names)) != len(names):
+            route = _Route(False, None, None, ())
+        else:
+            index = [self._index.get(name) for name in names]
+            known = [k for k, i in enumerate(index) if i is not None]
+            joints = [index[k] for k in known]
+            unknown = tuple(name for name, i in zip(names, index) if i is None)
+            if not joints:
+                route = _Route(True, None, None, unknown)
+            else:
+                select = None if len(known) == len(names) else np.array(known)
+                if joints == list(range(joints[0], joints[0] + len(joints))):
+                    route = _Route(True, slice(joints[0], joints[0] + len(joints)), select, unknown)
+                else:
+                    route = _Route(True, np.array(joints), select, unknown)
+        if len(self._routes) >= ROUTE_CACHE_SIZE:
+            self._routes.clear()
+        self._routes[names] = route
+        return route
 
     # ------------------------------------------------------------------ e-stop
     def _latch_estop(self, why: str) -> bool:
@@ -177,17 +218,18 @@ class JointDriverNode(TeleopNode):
         reading = self.backend.read(now)
         self.last_reading = reading
         msg = self._js_msg  # reused: names fixed, values and stamp replaced each cycle
-        msg.position = reading.position.tolist()
-        msg.velocity = reading.velocity.tolist() if reading.velocity is not None else []
-        msg.effort = reading.effort.tolist() if reading.effort is not None else []
-        stamp_ns = int(round(reading.stamp * 1e9))
-        msg.header.stamp.sec, msg.header.stamp.nanosec = divmod(stamp_ns, 1_000_000_000)
+        # array.array('d'): taken by the message as it is (a list would be checked value by value)
+        msg.position = array.array("d", reading.position.tolist())
+        msg.velocity = array.array("d", reading.velocity.tolist()) if reading.velocity is not None else self._no_values
+        msg.effort = array.array("d", reading.effort.tolist()) if reading.effort is not None else self._no_values
+        stamp = msg.header.stamp
+        stamp.sec, stamp.nanosec = divmod(int(round(reading.stamp * 1e9)), 1_000_000_000)
         self._js_pub.publish(msg)
         self.publish_extra(msg)
         out = self.safety.step(now, reading.position)
         if not self.safety.estopped and out.target is not None:
             self.backend.write(out.target)
-        self.meter("joint_states").tick(now)
+        self._js_meter.tick(now)
 
     def publish_extra(self, joint_states: JointState) -> None:
         """Hook for additional topics (the hand driver's vendor-shaped ones)."""

@@ -58,7 +58,7 @@ class HandDriverNode(JointDriverNode):
             serials = {s: p[f"wuji.serial_{s}"] for s in self.sides if p[f"wuji.serial_{s}"]}
             backend = WujiBackend(sides=self.sides, serial_numbers=serials or None,
                                   filter_cutoff_hz=p["wuji.filter_cutoff_hz"])
-        self._start(robot, backend, p["command_topic"])
+        # set up before _start: it starts the control loop, whose ticks (publish_extra) may run before __init__ returns
         self._vendor_pubs = {}
         self._vendor_listened: set[str] = set()  # sides whose vendor topic has a subscriber
         self._vendor_checked_at = -float("inf")  # time.monotonic() of the last subscriber count [s]
@@ -67,6 +67,7 @@ class HandDriverNode(JointDriverNode):
                 self._vendor_pubs[side] = self.create_publisher(JointState, f"/hand_{side}/joint_states", COMMAND_QOS)
                 self.create_subscription(JointState, f"/hand_{side}/joint_commands",
                                          lambda m, s=side: self._on_vendor_command(s, m), COMMAND_QOS)
+        self._start(robot, backend, p["command_topic"])
         self.get_logger().info(f"{backend.kind} hands {', '.join(self.sides)}, {p['rate_hz']:.0f} Hz")
 
     def _on_vendor_command(self, side: str, msg: JointState) -> None:

@@ -138,6 +138,9 @@ class WorldModelNode(TeleopNode):
         ns = p["namespace"].rstrip("/")
         self._image_pub = self.create_publisher(Image, f"{ns}/color/image_raw", qos_profile_sensor_data)
         self._info_pub = self.create_publisher(CameraInfo, f"{ns}/color/camera_info", qos_profile_sensor_data)
+        # the camera info is the same for every frame but its stamp: built once, restamped per frame (publishing
+        # serialises it at once)
+        self._info_msg = camera_info_message(self.intrinsics, _stamp_msg(0), p["color_frame_id"])
         self._condition_pub = (self.create_publisher(Image, f"{ns}/condition/image_raw", qos_profile_sensor_data)
                                if p["publish_condition"] else None)
         topics = ([p["arms_topic"], p["hands_topic"]] if p["action_source"] == "commands"
@@ -148,6 +151,8 @@ class WorldModelNode(TeleopNode):
         if reference is None:
             self.create_subscription(Image, p["reference.topic"], self._on_reference, qos_profile_sensor_data)
         self.reanchoring = bool(p["reanchor_topic"].strip()) and self.generator.uses_real_frames
+        # the skeleton image is drawn per action only where it is used: by the backend or for publishing
+        self._draws_condition = self._condition_pub is not None or getattr(self.generator, "uses_condition", True)
         if self.reanchoring:  # only a backend that re-anchors on real frames gets them
             self.create_subscription(Image, p["reanchor_topic"], self._on_real, qos_profile_sensor_data)
 
@@ -238,8 +243,10 @@ class WorldModelNode(TeleopNode):
             self.frame_queue.pad()  # a half-full block completes with the last action repeated
         else:
             q, stamp_ns = taken
-            with self.generator.timer.stage("condition"):
-                condition = self.conditioner.condition_image(q)
+            condition = None
+            if self._draws_condition:
+                with self.generator.timer.stage("condition"):
+                    condition = self.conditioner.condition_image(q)
             self.frame_queue.push(q, stamp_ns, condition)
             if self._condition_pub is not None:
                 self._condition_pub.publish(image_message(condition, "rgb8", _stamp_msg(stamp_ns),
@@ -249,7 +256,8 @@ class WorldModelNode(TeleopNode):
             frame, stamp_ns = out
             stamp, fid = _stamp_msg(stamp_ns), self.params["color_frame_id"]
             self._image_pub.publish(image_message(frame, "rgb8", stamp, fid))
-            self._info_pub.publish(camera_info_message(self.intrinsics, stamp, fid))
+            self._info_msg.header.stamp = stamp
+            self._info_pub.publish(self._info_msg)
             self.frames += 1
             now = self.now_s()
             self.meter("frames").tick(now, now - 1e-9 * stamp_ns)

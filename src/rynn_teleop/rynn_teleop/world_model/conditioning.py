@@ -159,6 +159,11 @@ class CameraView:
             )
         return cls(intrinsics, robot.frame_pose(robot.neutral(), frame), near)
 
+    @property
+    def distorted(self) -> bool:
+        """Whether the intrinsics have lens distortion (projection is then not a plain pinhole)."""
+        return self._dist is not None
+
     def to_camera(self, points_base: np.ndarray) -> np.ndarray:
         """(N, 3) points [m] in ``base_link`` -> the same points in the optical frame [m]."""
         p = np.asarray(points_base, dtype=float).reshape(-1, 3)
@@ -448,6 +453,17 @@ class Conditioner:
         self._frames = [
             f for side in SIDES for f in (*hand_skeleton.robot_keypoint_frames(side), *arm_chain_frames(side))
         ]
+        # the drawn skeleton as rows of the forward-kinematics points (per side: arm base..flange, then the hand)
+        # and its bones, fixed by `arms`
+        n = hand_skeleton.N_POINTS + N_ARM_POINTS
+        rows, bones = [], []
+        for k, _ in enumerate(SIDES):
+            hand = np.arange(k * n, k * n + hand_skeleton.N_POINTS)
+            arm = np.arange(k * n + hand_skeleton.N_POINTS, (k + 1) * n)
+            bones.append((SIDE_BONES if self.arms else HAND_BONES) + sum(len(r) for r in rows))
+            rows.append(np.concatenate([arm[:-1], hand]) if self.arms else hand)
+        self._skeleton_rows = np.concatenate(rows)
+        self._skeleton_bones = np.concatenate(bones)
 
     @property
     def width(self) -> int:
@@ -465,13 +481,8 @@ class Conditioner:
 
     def skeleton(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(points (N, 3) [m] in the optical frame, bones (M, 2)) drawn for ``q``: per side, the arm then the hand."""
-        kp = self.keypoints(q)
-        if self.arms:
-            parts = [(np.concatenate([kp.arm(s)[:-1], kp.hand(s)]), SIDE_BONES) for s in SIDES]
-        else:
-            parts = [(kp.hand(s), HAND_BONES) for s in SIDES]
-        points, bones = stack_skeletons(parts)
-        return self.view.to_camera(points), bones
+        p = self.robot.forward_kinematics(q, self._frames)[:, :3, 3]
+        return self.view.to_camera(p[self._skeleton_rows]), self._skeleton_bones.copy()
 
     def blank(self) -> np.ndarray:
         """A black (H, W, 3) uint8 image of the camera's size."""

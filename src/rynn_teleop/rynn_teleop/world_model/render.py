@@ -24,6 +24,7 @@ frame has no depth here): it is always drawn on top.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from ..core.camera import CameraIntrinsics, default_intrinsics
 from ..core.robot_geometry import Primitive, RobotGeometry
 from ..core.robot_model import RobotModel
 from ..errors import ParameterError
-from .conditioning import DEFAULT_CAMERA_FRAME, SUBPIXEL_BITS, CameraView, fixed_point
+from .conditioning import _MAX_PX, DEFAULT_CAMERA_FRAME, SUBPIXEL_BITS, CameraView, fixed_point
 from .generator import Generator, as_rgb
 
 _SUBPIXEL = float(1 << SUBPIXEL_BITS)
@@ -124,26 +125,55 @@ def _cylinder_mesh(
 
 
 def _clip_near(polygon: np.ndarray, near: float) -> np.ndarray:
-    """The part of a convex 3D polygon (K, 3) [m, optical frame] with z >= near (Sutherland-Hodgman, one plane)."""
+    """The part of a convex 3D polygon (K, 3) [m, optical frame] with z >= near (Sutherland-Hodgman, one plane).
+
+    Vertex k is kept if it is in front, followed by the cut of edge (k, k + 1) where that edge crosses the plane.
+    """
+    points = polygon.tolist()
     out = []
-    for k in range(len(polygon)):
-        a, b = polygon[k], polygon[(k + 1) % len(polygon)]
-        a_in, b_in = a[2] >= near, b[2] >= near
+    for k, a in enumerate(points):
+        b = points[k + 1 - len(points)]
+        a_in = a[2] >= near
         if a_in:
             out.append(a)
-        if a_in != b_in:
+        if a_in != (b[2] >= near):
             s = (near - a[2]) / (b[2] - a[2])
-            p = a + s * (b - a)
-            p[2] = near
-            out.append(p)
-    return np.array(out).reshape(-1, 3)
+            out.append([a[0] + s * (b[0] - a[0]), a[1] + s * (b[1] - a[1]), near])
+    return np.array(out, dtype=float).reshape(-1, 3)
+
+
+# outcode masks (one flag per byte of a uint64): beyond one image border; behind the near plane
+_BESIDE = int(np.array([1, 1, 1, 1, 0, 0, 0, 0], dtype=np.uint8).view(np.uint64)[0])
+_BEHIND = int(np.array([0, 0, 0, 0, 1, 0, 0, 0], dtype=np.uint8).view(np.uint64)[0])
+_CULL_MARGIN = 4.0  # [px] a primitive is culled only if its bounding sphere projects this far outside the image
+
+
+def _frustum_planes(intrinsics: CameraIntrinsics, margin: float) -> np.ndarray:
+    """(4, 3) inward unit normals of the planes through the optical centre bounding the rays that project
+    inside the image grown by ``margin`` [px] (pixel centres at integers, no distortion).
+
+    A point p with z > 0 projects inside that rectangle iff normals @ p >= 0 for all four.
+    """
+    fx, fy, cx, cy = intrinsics.fx, intrinsics.fy, intrinsics.cx, intrinsics.cy
+    u0, u1 = -0.5 - margin, intrinsics.width - 0.5 + margin
+    v0, v1 = -0.5 - margin, intrinsics.height - 0.5 + margin
+    planes = np.array([
+        [fx, 0.0, cx - u0],  # u >= u0: fx x + (cx - u0) z >= 0
+        [-fx, 0.0, u1 - cx],  # u <= u1
+        [0.0, fy, cy - v0],  # v >= v0
+        [0.0, -fy, v1 - cy],  # v <= v1
+    ])
+    return planes / np.linalg.norm(planes, axis=1, keepdims=True)
 
 
 class PrimitiveRenderer:
     """Paints posed primitives into an image through a camera view (see the module doc).
 
-    The meshes are built once; :meth:`draw` is vectorised over every face and
-    loops in Python only over the faces it fills.
+    The meshes, their per-face data and the view's culling planes are built
+    once. :meth:`draw` culls whole primitives outside the view frustum (by
+    bounding sphere; never one that could touch the image), is vectorised
+    over the faces of the rest and loops in Python only over the faces it
+    fills and the primitives it outlines.
     """
 
     def __init__(self, primitives: Sequence[Primitive], view: CameraView, shading: Shading | None = None) -> None:
@@ -184,17 +214,31 @@ class PrimitiveRenderer:
             offset += len(v)
         self._vertices = np.concatenate(vertices) if vertices else np.empty((0, 3))
         self._vprim = np.array(vprim, dtype=np.int64)
-        self._quads = np.concatenate(quads) if quads else np.empty((0, 4), dtype=np.int64)
-        self._qnormals = np.concatenate(qnormals) if qnormals else np.empty((0, 3))
-        self._qprim = np.array(qprim, dtype=np.int64)
-        self._caps = np.concatenate(caps) if caps else np.empty((0, segments), dtype=np.int64)
-        self._cnormals = np.concatenate(cnormals) if cnormals else np.empty((0, 3))
-        self._cprim = np.array(cprim, dtype=np.int64)
+        quads = np.concatenate(quads) if quads else np.empty((0, 4), dtype=np.int64)
+        caps = np.concatenate(caps) if caps else np.empty((0, segments), dtype=np.int64)
+        # every face, quads (box faces, cylinder sides) first, then caps: local outward normals and primitive
+        self._fnormals = np.concatenate([*qnormals, *cnormals]) if vertices else np.empty((0, 3))
+        self._fprim = np.array(qprim + cprim, dtype=np.int64)
+        self._nquads = len(quads)
+        self._quads, self._caps = quads, caps  # (Fq, 4), (Fc, segments) vertex indices, in order around
         self._spheres = np.array(spheres, dtype=np.int64)
         self._sphere_radius = np.array([0.5 * float(np.max(self.primitives[i].size)) for i in spheres])
         self._rgb = np.array([np.asarray(p.rgba, dtype=float)[:3] for p in self.primitives]).reshape(-1, 3)
         self._light = np.asarray(self.shading.light)
         self._line = cv2.LINE_AA if self.shading.antialias else cv2.LINE_8
+
+        intr = view.intrinsics
+        # pinhole constants (u, v) = f * (x, y) / z + c, for views without distortion
+        self._f = None if view.distorted else np.array([intr.fx, intr.fy])
+        self._c = None if view.distorted else np.array([intr.cx, intr.cy])
+        # image bounds in fixed point (pixel centres at integers): a face entirely beyond one is not filled
+        self._lo = -0.5 * _SUBPIXEL
+        self._hi = np.array([intr.width - 0.5, intr.height - 0.5]) * _SUBPIXEL
+        # bounding-sphere radii [m] about each primitive's origin (its mesh is centred), slightly grown
+        bound = np.zeros(len(self.primitives))
+        np.maximum.at(bound, self._vprim, np.linalg.norm(self._vertices, axis=1))
+        self._bound = bound * (1.0 + 1e-9) + 1e-9
+        self._frustum = None if view.distorted else _frustum_planes(intr, _CULL_MARGIN)
 
     def _shade(self, prim: np.ndarray, normals: np.ndarray) -> np.ndarray:
         """(F, 3) uint8 RGB of faces of primitives ``prim`` (F,) with camera-frame unit normals (F, 3)."""
@@ -202,9 +246,33 @@ class PrimitiveRenderer:
         light = s.ambient + s.diffuse * np.maximum(normals @ self._light, 0.0)
         return np.round(np.clip(self._rgb[prim] * light[:, None], 0.0, 1.0) * 255.0).astype(np.uint8)
 
-    def _fixed(self, points_cam: np.ndarray) -> np.ndarray:
-        """(N, 2) int32 fixed-point pixels of optical-frame points with z > 0."""
-        return fixed_point(self.view.project_unmasked(points_cam))
+    def _fixed(self, points_cam: np.ndarray, z: np.ndarray | None = None) -> np.ndarray:
+        """(N, 2) int32 fixed-point pixels of optical-frame points with z > 0 (:func:`fixed_point` of
+        :meth:`CameraView.project_unmasked`, the same arithmetic in fewer steps when there is no distortion).
+
+        ``z`` (N, 1) replaces the points' depths (without distortion only).
+        """
+        if self._f is None:
+            return fixed_point(self.view.project_unmasked(points_cam))
+        uv = points_cam[:, :2] / (points_cam[:, 2:3] if z is None else z)
+        uv *= self._f
+        uv += self._c
+        np.clip(uv, -_MAX_PX, _MAX_PX, out=uv)
+        uv *= _SUBPIXEL
+        return np.round(uv).astype(np.int32)
+
+    def _visible(self, t: np.ndarray) -> np.ndarray:
+        """(N,) bool: primitive i (origin ``t[i]`` [m], optical frame) may reach the image.
+
+        False only if its bounding sphere lies entirely behind the near plane or, without distortion,
+        entirely outside the view frustum grown by :data:`_CULL_MARGIN` px: then every face of it is either
+        behind the near plane or projects (also once clipped at the near plane) beyond the image border by
+        more than the anti-aliased edge reaches, so it is not drawn or draws nothing.
+        """
+        visible = t[:, 2] + self._bound > self.shading.near
+        if self._frustum is not None:
+            visible &= (t @ self._frustum.T > -self._bound[:, None]).all(axis=1)
+        return visible
 
     def draw(self, image: np.ndarray, poses_cam: np.ndarray) -> np.ndarray:
         """Paint the primitives at ``poses_cam`` (N, 4, 4) (their poses in the optical frame) into ``image``.
@@ -222,66 +290,165 @@ class PrimitiveRenderer:
         if image.shape != (intr.height, intr.width, 3) or image.dtype != np.uint8:
             raise ValueError(f"render: expected a ({intr.height}, {intr.width}, 3) uint8 image, got {image.shape}")
         R, t = T[:, :3, :3], T[:, :3, 3]
-        near = self.shading.near
-        height, width = image.shape[:2]
-        lo, hi = -0.5 * _SUBPIXEL, np.array([width - 0.5, height - 0.5]) * _SUBPIXEL  # image bounds in fixed point
-
-        V = np.einsum("nij,nj->ni", R[self._vprim], self._vertices) + t[self._vprim]  # (NV, 3) optical frame
-        front = V[:, 2] > near
-        px = np.zeros((len(V), 2), dtype=np.int32)
-        if front.any():
-            px[front] = self._fixed(V[front])
-
-        # visible faces of both groups (quads: box faces and cylinder sides; caps), gathered per primitive
-        faces_of: dict[int, list[tuple[np.ndarray, list[int]]]] = {}
-        for faces, normals_local, prim in (
-            (self._quads, self._qnormals, self._qprim),
-            (self._caps, self._cnormals, self._cprim),
-        ):
-            if not len(faces):
-                continue
-            n = np.einsum("nij,nj->ni", R[prim], normals_local)
-            facing = np.einsum("ni,ni->n", n, V[faces].mean(axis=1)) < 0.0  # outward normal against the view ray
-            all_front = front[faces].all(axis=1)
-            poly = px[faces]  # (F, K, 2) fixed point; meaningful where all_front
-            onscreen = (
-                (poly[..., 0].max(axis=1) >= lo)
-                & (poly[..., 0].min(axis=1) <= hi[0])
-                & (poly[..., 1].max(axis=1) >= lo)
-                & (poly[..., 1].min(axis=1) <= hi[1])
-            )
-            clipped = facing & ~all_front & front[faces].any(axis=1)
-            keep = np.flatnonzero((facing & all_front & onscreen) | clipped)
-            colors = self._shade(prim[keep], n[keep]).tolist()
-            for k, f in enumerate(keep.tolist()):
-                if clipped[f]:
-                    part = _clip_near(V[faces[f]], near)
-                    if len(part) < 3:
-                        continue
-                    polygon = self._fixed(part)
-                else:
-                    polygon = poly[f]
-                faces_of.setdefault(int(prim[f]), []).append((polygon, colors[k]))
-        spheres = self._sphere_items(t)
-
         # painter's order: primitives far to near by the optical z of their centre (stable: ties keep URDF order)
-        order = np.argsort(-t[:, 2], kind="stable").tolist()
-        antialias = self.shading.antialias
-        for i in order:
-            if i in spheres:
+        rank = np.empty(len(t), dtype=np.int64)
+        rank[np.argsort(-t[:, 2], kind="stable")] = np.arange(len(t))
+        faces = self._faces(R, t, self._visible(t), rank)
+        spheres = self._sphere_items(t)
+        if faces is None and not spheres:
+            return image
+
+        # (rank, primitive, first face, end face, outline colour or None), in drawing order; spheres have no faces
+        items: list[tuple[int, int, int, int, list[int] | None]] = []
+        polygons: list[np.ndarray] = []
+        colors: list[list[int]] = []
+        points, offsets = np.empty((0, 2), dtype=np.int32), [0]
+        if faces is not None:
+            polygons, points, offsets, prim, shaded = faces
+            colors = shaded.tolist()
+            starts = np.flatnonzero(np.r_[True, prim[1:] != prim[:-1]])
+            ends = np.r_[starts[1:], len(prim)]
+            if self.shading.antialias:  # the outline's colour: the rounded mean colour of the primitive's faces
+                sums = np.add.reduceat(shaded.astype(np.float64), starts, axis=0)
+                outline = np.round(sums / (ends - starts)[:, None]).astype(np.int64).tolist()
+            else:
+                outline = [None] * len(starts)
+            first = prim[starts]
+            items = list(zip(rank[first].tolist(), first.tolist(), starts.tolist(), ends.tolist(), outline))
+        if spheres:
+            items = sorted(items + [(int(rank[i]), i, -1, -1, None) for i in spheres], key=lambda item: item[0])
+
+        fill, line8, shift = cv2.fillConvexPoly, cv2.LINE_8, SUBPIXEL_BITS
+        for _, i, start, end, outline_color in items:
+            if start < 0:
                 centre, radius, color = spheres[i]
-                cv2.circle(image, centre, radius, color, -1, self._line, SUBPIXEL_BITS)
+                cv2.circle(image, centre, radius, color, -1, self._line, shift)
                 continue
-            polygons = faces_of.get(i)
-            if not polygons:
-                continue
-            if antialias:  # anti-aliased silhouette under the faces: a smooth outline without seams inside
-                outline = cv2.convexHull(np.concatenate([p for p, _ in polygons]))
-                mean = np.mean([c for _, c in polygons], axis=0)
-                cv2.fillConvexPoly(image, outline, tuple(round(float(v)) for v in mean), cv2.LINE_AA, SUBPIXEL_BITS)
-            for polygon, color in polygons:
-                cv2.fillConvexPoly(image, polygon, color, cv2.LINE_8, SUBPIXEL_BITS)
+            if outline_color is not None:  # anti-aliased silhouette under the faces: a smooth outline, no inner seams
+                outline = cv2.convexHull(points[offsets[start] : offsets[end]])
+                fill(image, outline, outline_color, cv2.LINE_AA, shift)
+            for polygon, color in zip(polygons[start:end], colors[start:end]):
+                fill(image, polygon, color, line8, shift)
         return image
+
+    def _faces(
+        self, R: np.ndarray, t: np.ndarray, visible: np.ndarray, rank: np.ndarray
+    ) -> tuple[list[np.ndarray], np.ndarray, list[int], np.ndarray, np.ndarray] | None:
+        """The faces to fill of the primitives flagged ``visible`` (N,), posed by ``R`` (N, 3, 3), ``t`` (N, 3),
+        in drawing order: by the primitives' ``rank`` (N,), then quads before caps, each by index.
+
+        A face is filled if it faces the camera (outward normal against the ray to its centroid) and lies
+        in front of the near plane and not entirely beyond one image border, or if it faces the camera and
+        crosses the near plane (then clipped at it).
+
+        Returns:
+            (the fixed-point polygons (K_f, 2) int32; their vertices concatenated (P, 2); where each polygon
+            starts there, with the end last (F + 1,); their primitives (F,); their (F, 3) uint8 RGB); None when
+            there are none.
+        """
+        fsel = np.flatnonzero(visible[self._fprim])
+        if not len(fsel):
+            return None
+        near = self.shading.near
+        take = np.take  # gathers rows (also of strided views) without fancy indexing's overhead
+        nq = int(np.searchsorted(fsel, self._nquads))
+        # the vertices of the visible primitives, and the faces re-indexed into them
+        vsel = np.flatnonzero(visible[self._vprim])
+        remap = np.empty(len(self._vprim), dtype=np.int64)
+        remap[vsel] = np.arange(len(vsel))
+        vprim = self._vprim[vsel]
+        V = np.einsum("nij,nj->ni", take(R, vprim, 0), take(self._vertices, vsel, 0)) + take(t, vprim, 0)
+        front = V[:, 2] > near
+        if self._f is not None:  # pixels of every vertex, those not in front (never used) projected at z = 1
+            px = self._fixed(V, np.where(front, V[:, 2], 1.0)[:, None])
+        else:
+            px = np.zeros((len(V), 2), dtype=np.int32)
+            if front.any():
+                px[front] = self._fixed(V[front])
+        # outcodes, one flag per byte: left of / above the image, right of / below it (fixed point), not in front
+        flags = np.zeros((len(V), 8), dtype=bool)
+        np.less(px, self._lo, out=flags[:, 0:2])
+        np.greater(px, self._hi, out=flags[:, 2:4])
+        np.logical_not(front, out=flags[:, 4])
+        code = flags.view(np.uint64)[:, 0]
+
+        prim = self._fprim[fsel]
+        n = np.einsum("nij,nj->ni", take(R, prim, 0), take(self._fnormals, fsel, 0))  # camera-frame outward normals
+        groups = []  # per face group: faces (F, K) into V, AND and OR of their vertices' outcodes, centroids
+        for faces, sel in ((self._quads, fsel[:nq]), (self._caps, fsel[nq:] - self._nquads)):
+            if not len(sel):
+                continue
+            f = take(remap, take(faces, sel, 0))
+            if f.shape[1] <= 4:  # the vertex mean summed column by column (the same sums as np.mean, fewer steps)
+                fv, codes = take(V, f, 0), take(code, f)
+                s, every = fv[:, 0], codes[:, 0]
+                some = every
+                for k in range(1, f.shape[1]):
+                    s = s + fv[:, k]
+                    c = codes[:, k]
+                    every, some = every & c, some | c
+                centroid = s / f.shape[1]
+            else:
+                codes = take(code, f)
+                every, some = np.bitwise_and.reduce(codes, axis=1), np.bitwise_or.reduce(codes, axis=1)
+                centroid = take(V, f, 0).mean(axis=1)
+            groups.append((f, every, some, centroid))
+        if len(groups) == 1:
+            every, some, centroid = groups[0][1:]
+        else:
+            every, some, centroid = (np.concatenate([g[j] for g in groups]) for j in (1, 2, 3))
+        facing = np.einsum("ni,ni->n", n, centroid) < 0.0
+        all_front = (some & _BEHIND) == 0
+        clipped = facing & ~all_front & ((every & _BEHIND) == 0)
+        keep = (facing & all_front & ((every & _BESIDE) == 0)) | clipped
+        kept = np.flatnonzero(keep)
+        if not len(kept):
+            return None
+
+        # every visible face's points, groups concatenated: face j's start and length there
+        # the kept faces' polygons (views of per-group (F, K, 2) arrays), and every visible face's points with
+        # the groups concatenated (face j's start and length there)
+        f0, f1 = groups[0][0], groups[-1][0]
+        nf0 = len(f0)
+        m = int(np.searchsorted(kept, nf0)) if len(groups) > 1 else len(kept)
+        polygons = list(take(px, take(f0, kept[:m], 0), 0))
+        if m < len(kept):
+            polygons += list(take(px, take(f1, kept[m:] - nf0, 0), 0))
+        corners = take(px, np.concatenate([f0.ravel(), f1.ravel()]) if len(groups) > 1 else f0.ravel(), 0)
+        later = kept >= nf0
+        start = np.where(later, nf0 * f0.shape[1] + (kept - nf0) * f1.shape[1], kept * f0.shape[1])
+        length = np.where(later, f1.shape[1], f0.shape[1])
+        cut = np.flatnonzero(clipped[kept])
+        if len(cut):  # clipped faces: their part in front of the near plane, appended to the points
+            parts, cuts, drop = [], [], []
+            size = len(corners)
+            for k in cut.tolist():
+                j = int(kept[k])
+                part = _clip_near(V[f0[j] if j < nf0 else f1[j - nf0]], near)
+                if len(part) < 3:
+                    drop.append(k)
+                    continue
+                parts.append(part)
+                cuts.append(k)
+                start[k], length[k] = size, len(part)
+                size += len(part)
+            if parts:
+                fixed = self._fixed(np.concatenate(parts))
+                corners = np.concatenate([corners, fixed])
+                for k in cuts:
+                    polygons[k] = fixed[start[k] - len(corners) + len(fixed) :][: length[k]]
+            if drop:
+                kept, start, length = (np.delete(a, drop) for a in (kept, start, length))
+                polygons = [polygons[k] for k in np.delete(np.arange(len(polygons)), drop).tolist()]
+                if not len(kept):
+                    return None
+        prim, n = prim[kept], n[kept]
+        order = np.argsort(rank[prim], kind="stable")
+        prim, start, length = prim[order], start[order], length[order]
+        ends = np.cumsum(length)
+        points = take(corners, np.repeat(start - (ends - length), length) + np.arange(ends[-1]), 0)
+        polygons = [polygons[k] for k in order.tolist()]
+        return polygons, points, [0, *ends.tolist()], prim, self._shade(prim, n[order])
 
     def _sphere_items(self, t: np.ndarray) -> dict[int, tuple[tuple[int, int], int, list[int]]]:
         """Discs of the spheres entirely in front of the near plane: {primitive: (centre, radius, colour)}.
@@ -310,9 +477,13 @@ class RenderGenerator(Generator):
     """The embedded default backend: the robot drawn over the reference frame, one frame per step.
 
     ``condition`` images are accepted and ignored: the frame is drawn from the
-    joint vector itself. Timings: stages ``fk`` (primitive poses) and ``draw``
+    joint vector itself (:attr:`uses_condition` is False, so callers need not
+    draw them). Timings: stages ``fk`` (primitive poses) and ``draw``
     (copying the reference and painting) [ms].
     """
+
+    #: :meth:`step` ignores its ``condition`` image
+    uses_condition = False
 
     def __init__(
         self,

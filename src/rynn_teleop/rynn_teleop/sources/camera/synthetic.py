@@ -81,6 +81,8 @@ _ALBEDO = {  # linear RGB reflectance [-]
 }
 _BOWL_INSIDE = (0.40, 0.58, 0.92)
 _BALL_ALBEDO = np.array([0.96, 0.80, 0.08])
+_CUBE_CORNERS = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)  # (8, 3)
+_SQUARE_CORNERS = np.array([[sx, sy, 0.0] for sx in (-1, 1) for sy in (-1, 1)])  # (4, 3), in the z = 0 plane
 _TABLE_ALBEDO = np.array([0.62, 0.43, 0.26])
 
 
@@ -98,6 +100,23 @@ def _camera_rotation() -> np.ndarray:
     z = np.array([0.0, math.cos(p), -math.sin(p)])
     x = np.array([1.0, 0.0, 0.0])
     return np.column_stack([x, np.cross(z, x), z])
+
+
+def _sphere_span(x: float, z: float, radius: float, f: float, c: float, lo: int, hi: int) -> tuple[int, int]:
+    """Pixel indices [first, end) along one image axis, within [lo, hi), outside which no ray through a pixel
+    (within 0.5 px of its centre) meets a sphere of ``radius`` [m] centred at ``x`` (that axis' optical
+    coordinate) and depth ``z`` [m]; ``f``, ``c`` are the axis' focal length and principal point [px].
+
+    The bounds are the tangent planes through the optical centre (x = k z), widened by 1 px; a centre within
+    the radius of the camera (no tangent planes) gives [lo, hi).
+    """
+    q = z * z - radius * radius
+    if q <= 0.0:
+        return lo, hi
+    root = radius * math.sqrt(x * x + q)
+    first = math.floor(f * (x * z - root) / q + c - 1.5)
+    end = math.ceil(f * (x * z + root) / q + c + 1.5) + 1
+    return max(first, lo), min(end, hi)
 
 
 def _smoothstep(e0: float | np.ndarray, e1: float | np.ndarray, x: np.ndarray) -> np.ndarray:
@@ -466,11 +485,10 @@ class SyntheticScene(CameraSource):
         depth = static["depth"].copy() if self.depth else None
         center = self.ball_center(t)
         r = BALL_RADIUS
-        cube = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)
-        ball_box = self._pixel_box(center + r * cube)
+        ball_box = self._pixel_box(center + r * _CUBE_CORNERS)
         shadow_c = center - (center[2] / LIGHT_DIR[2]) * LIGHT_DIR  # the shadow of the centre on the table
         reach = 1.6 * r / LIGHT_DIR[2]
-        shadow_box = self._pixel_box(shadow_c + reach * np.array([[sx, sy, 0.0] for sx in (-1, 1) for sy in (-1, 1)]))
+        shadow_box = self._pixel_box(shadow_c + reach * _SQUARE_CORNERS)
         u0, v0 = min(ball_box[0], shadow_box[0]), min(ball_box[1], shadow_box[1])
         u1, v1 = max(ball_box[2], shadow_box[2]), max(ball_box[3], shadow_box[3])
         if u1 <= u0 or v1 <= v0:
@@ -482,7 +500,7 @@ class SyntheticScene(CameraSource):
         bu0, bv0, bu1, bv1 = ball_box
         if bu1 > bu0 and bv1 > bv0:
             sub = (slice(bv0 - v0, bv1 - v0), slice(bu0 - u0, bu1 - u0))
-            ball_depth = self._draw_ball(static, center, rgb[sub], ball_box)
+            ball_depth = self._draw_ball(static, center, rgb[sub], ball_box, depth is not None)
             if depth is not None:
                 depth[bv0:bv1, bu0:bu1] = ball_depth
         color[v0:v1, u0:u1] = np.round(np.clip(rgb, 0.0, 1.0) * 255.0).astype(np.uint8)
@@ -501,11 +519,18 @@ class SyntheticScene(CameraSource):
         shadow = (along > 0) * (1.0 - _smoothstep(r - soft, r + soft, dist)) * static["table"][v0:v1, u0:u1]
         rgb *= (1.0 - SHADOW_STRENGTH * shadow)[..., None]
 
-    def _draw_ball(self, static, center: np.ndarray, rgb: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
-        """Draw the ball into ``rgb`` (the float colour of ``box``, in place); return the box's depth (uint16 mm).
+    def _draw_ball(
+        self, static, center: np.ndarray, rgb: np.ndarray, box: tuple[int, int, int, int], depth: bool = True
+    ) -> np.ndarray | None:
+        """Draw the ball into ``rgb`` (the float colour of ``box``, in place); return the box's depth (uint16 mm),
+        None unless ``depth``.
 
         Ray casting in the optical frame, separably: ray (a, b, 1) with a per
-        column and b per row, so every quantity is an (h, w) broadcast.
+        column and b per row, so every quantity is an (h, w) broadcast; the
+        ``SUPERSAMPLING`` x ``SUPERSAMPLING`` colour samples of a pixel are a
+        leading axis (offset du outer, dv inner) and are summed in that order.
+        Colour is cast only in the part of ``box`` the ball's outline can
+        reach (:func:`_sphere_span`): no sample outside it hits the ball.
         """
         u0, v0, u1, v1 = box
         K = self.camera_intrinsics
@@ -514,37 +539,45 @@ class SyntheticScene(CameraSource):
         light = R.T @ LIGHT_DIR
         r = BALL_RADIUS
         cc = float(c @ c) - r * r
-        bg_depth = static["depth_m"][v0:v1, u0:u1]
-        a0 = ((np.arange(u0, u1) - K.cx) / K.fx)[None, :]
-        b0 = ((np.arange(v0, v1) - K.cy) / K.fy)[:, None]
 
-        def cast(a: np.ndarray, b: np.ndarray):
+        def cast(a: np.ndarray, b: np.ndarray, bg_depth: np.ndarray):
             A = a * a + b * b + 1.0
             B = a * c[0] + b * c[1] + c[2]
             disc = B * B - A * cc
             t = (B - np.sqrt(np.maximum(disc, 0.0))) / A
             return t, (disc >= 0.0) & (t < bg_depth), A
 
-        ss = SUPERSAMPLING
-        shade = np.zeros(rgb.shape[:2])  # sums over the samples that hit the ball
-        gloss = np.zeros(rgb.shape[:2])
-        cover = np.zeros(rgb.shape[:2])
-        for du in (np.arange(ss) + 0.5) / ss - 0.5:
-            for dv in (np.arange(ss) + 0.5) / ss - 0.5:
-                a, b = a0 + du / K.fx, b0 + dv / K.fy
-                t, hit, A = cast(a, b)
-                nx, ny, nz = (t * a - c[0]) / r, (t * b - c[1]) / r, (t - c[2]) / r
-                lambert = np.clip(nx * light[0] + ny * light[1] + nz * light[2], 0.0, 1.0)
-                # reflection of the light about n, against the view direction -(a, b, 1) / sqrt(A)
-                rx, ry, rz = 2 * lambert * nx - light[0], 2 * lambert * ny - light[1], 2 * lambert * nz - light[2]
-                spec = np.clip(-(rx * a + ry * b + rz) / np.sqrt(A), 0.0, 1.0) ** 24
-                shade += np.where(hit, AMBIENT + DIFFUSE * lambert, 0.0)
-                gloss += np.where(hit, spec, 0.0)
-                cover += hit
-        n = ss * ss
-        rgb *= (1.0 - cover / n)[..., None]
-        rgb += _BALL_ALBEDO * (shade / n)[..., None] + (SPECULAR * gloss / n)[..., None]
-        t, hit, _ = cast(a0, b0)
+        cu0, cu1 = _sphere_span(c[0], c[2], r, K.fx, K.cx, u0, u1)
+        cv0, cv1 = _sphere_span(c[1], c[2], r, K.fy, K.cy, v0, v1)
+        if cu1 > cu0 and cv1 > cv0:
+            a0 = ((np.arange(cu0, cu1) - K.cx) / K.fx)[None, :]
+            b0 = ((np.arange(cv0, cv1) - K.cy) / K.fy)[:, None]
+            ss = SUPERSAMPLING
+            offsets = (np.arange(ss) + 0.5) / ss - 0.5
+            du, dv = np.repeat(offsets, ss)[:, None, None], np.tile(offsets, ss)[:, None, None]
+            a, b = a0 + du / K.fx, b0 + dv / K.fy  # (S, 1, w), (S, h, 1)
+            t, hit, A = cast(a, b, static["depth_m"][cv0:cv1, cu0:cu1])  # (S, h, w)
+            nx, ny, nz = (t * a - c[0]) / r, (t * b - c[1]) / r, (t - c[2]) / r
+            lambert = np.clip(nx * light[0] + ny * light[1] + nz * light[2], 0.0, 1.0)
+            # reflection of the light about n, against the view direction -(a, b, 1) / sqrt(A)
+            twice = 2 * lambert
+            rx, ry, rz = twice * nx - light[0], twice * ny - light[1], twice * nz - light[2]
+            facing = np.clip(-(rx * a + ry * b + rz) / np.sqrt(A), 0.0, 1.0)
+            spec = np.power(facing, 24, out=np.zeros_like(facing), where=hit & (facing > 0.0))  # 0 where no hit
+            # sums over the samples that hit the ball
+            shade = np.where(hit, AMBIENT + DIFFUSE * lambert, 0.0).sum(axis=0)
+            gloss = spec.sum(axis=0)
+            cover = hit.sum(axis=0)
+            n = ss * ss
+            part = rgb[cv0 - v0 : cv1 - v0, cu0 - u0 : cu1 - u0]
+            part *= (1.0 - cover / n)[..., None]
+            part += _BALL_ALBEDO * (shade / n)[..., None] + (SPECULAR * gloss / n)[..., None]
+        if not depth:
+            return None
+        bg_depth = static["depth_m"][v0:v1, u0:u1]
+        a0 = ((np.arange(u0, u1) - K.cx) / K.fx)[None, :]
+        b0 = ((np.arange(v0, v1) - K.cy) / K.fy)[:, None]
+        t, hit, _ = cast(a0, b0, bg_depth)
         depth_m = np.where(hit, t, bg_depth)
         return np.clip(np.round(depth_m * 1000.0), 0, 65535).astype(np.uint16)
 

@@ -128,6 +128,11 @@ MCP_POSITIONS = _mcp_positions()
 _BASE_POS = np.array([THUMB_CMC] + [MCP_POSITIONS[f] for f in FINGERS[1:]])  # (5, 3) first joint [m]
 _BASE_ROT = np.array([THUMB_BASE] + [FINGER_BASE] * 4)  # (5, 3, 3) frame of each finger's first joint
 _PHALANX_LENGTHS = np.array([PHALANGES[f] for f in FINGERS])  # (5, 3) [m]
+_BASE_ROT_0 = _BASE_ROT[:, None, :, 0]  # (5, 1, 3) flexion direction of each finger at zero angles
+_BASE_ROT_1, _BASE_ROT_2 = _BASE_ROT[:, :, 1], _BASE_ROT[:, :, 2]  # (5, 3) abduction plane of each finger
+_BASE_POINTS = np.zeros((N_POINTS, 3))  # the wrist and each finger's first joint; the other points 0
+_BASE_POINTS[1::4] = _BASE_POS
+_ABDUCTION_FLEXIONS = np.array([1, 0, 2, 3])  # joint-angle columns: abduction, then the three flexions
 
 
 def as_angle_array(angles: np.ndarray | Mapping[str, float]) -> np.ndarray:
@@ -160,22 +165,32 @@ def hand_points(angles: np.ndarray | Mapping[str, float], side: str = "right", s
     """
     if side not in SIDES:
         raise ValueError(f"side must be one of {', '.join(SIDES)}, got {side!r}")
-    q = as_angle_array(angles)
+    return _hand_points(as_angle_array(angles)[None], (side == "left",), scale)[0]
+
+
+def _hand_points(q: np.ndarray, mirrored: Sequence[bool], scale: float) -> np.ndarray:
+    """:func:`hand_points` of k hands at once: (k, 21, 3) [m] for joint angles ``q`` (k, 5, 4) [rad], the
+    hands whose ``mirrored`` flag is set being left hands."""
     # Each finger: base rotation R (thumb CMC frame or the wrist frame) @ Rx(-abd) @ Ry(flex1); flex2 and
     # flex3 rotate about the same y axis, so the k-th phalanx points along z of R @ Rx(-abd) @ Ry(phi_k) with
     # phi_k the cumulative flexion: z(phi) = sin(phi) * col0 + cos(phi) * col2 of R @ Rx(-abd).
-    abd = q[:, 1]
-    col0 = _BASE_ROT[:, :, 0]  # (5, 3)
-    col2 = _BASE_ROT[:, :, 1] * np.sin(abd)[:, None] + _BASE_ROT[:, :, 2] * np.cos(abd)[:, None]
-    phi = np.cumsum(q[:, (0, 2, 3)], axis=1)  # (5, 3) cumulative flexion [rad]
-    direction = np.sin(phi)[:, :, None] * col0[:, None, :] + np.cos(phi)[:, :, None] * col2[:, None, :]
-    chain = _BASE_POS[:, None, :] + np.cumsum(direction * _PHALANX_LENGTHS[:, :, None], axis=1)  # (5, 3, 3)
-    p = np.zeros((N_POINTS, 3))
-    p[1::4] = _BASE_POS
-    p[2::4], p[3::4], p[4::4] = chain[:, 0], chain[:, 1], chain[:, 2]
-    p *= scale
-    if side == "left":
-        p[:, 1] = -p[:, 1]
+    # Column 0 of ``angle`` is the abduction, columns 1-3 the cumulative flexions phi_1..phi_3.
+    angle = q[..., _ABDUCTION_FLEXIONS]
+    np.add.accumulate(angle[..., 1:], axis=-1, out=angle[..., 1:])
+    sin, cos = np.sin(angle), np.cos(angle)
+    col2 = _BASE_ROT_1 * sin[..., :1] + _BASE_ROT_2 * cos[..., :1]  # (k, 5, 3)
+    # (k, 5, 3 phalanges, 3) directions
+    phalanx = sin[..., 1:, None] * _BASE_ROT_0 + cos[..., 1:, None] * col2[..., None, :]
+    phalanx *= _PHALANX_LENGTHS[:, :, None]
+    np.add.accumulate(phalanx, axis=-2, out=phalanx)  # -> each phalanx's end relative to the finger's first joint
+    n = len(q)
+    p = np.broadcast_to(_BASE_POINTS, (n, N_POINTS, 3)).copy()
+    chains = p[:, 1:].reshape(n, 5, 4, 3)  # view: per finger its first joint, then the ends of its phalanges
+    np.add(_BASE_POS[:, None, :], phalanx, out=chains[:, :, 1:])
+    if any(mirrored):
+        p *= np.array([(scale, -scale if m else scale, scale) for m in mirrored])[:, None, :]  # left: y -> -y
+    elif scale != 1.0:
+        p *= scale
     return p
 
 
@@ -300,6 +315,7 @@ class SyntheticGlove(HandSource):
         self._next_k = 0
         self._rng: np.random.Generator | None = None
         self._closed = False
+        self._held_points: dict[tuple[str, str], np.ndarray] = {}  # (side, key pose) -> its noise-free points
 
     # ---------------------------------------------------------------- motion
     def gesture_at(self, t: float, side: str = "left") -> GesturePhase:
@@ -334,7 +350,29 @@ class SyntheticGlove(HandSource):
 
     def points_at(self, side: str, t: float) -> np.ndarray:
         """(21, 3) noise-free keypoints [m] of ``side`` at ``t`` [s since start]."""
-        return self.points_for(self.joint_angles_at(side, t), side)
+        return self._points_at((side,), t)[0]
+
+    def _points_at(self, sides: Sequence[str], t: float) -> list[np.ndarray]:
+        """:meth:`points_at` of each of ``sides`` (the hands between key poses computed together)."""
+        out: list[np.ndarray | None] = []
+        blending, angles = [], []
+        for side in sides:
+            g = self.gesture_at(t, side)
+            if g.blend == 0.0:  # holding a key pose (its angles exactly): its points, computed once
+                held = self._held_points.get((side, g.pose))
+                if held is None:
+                    held = self._held_points[side, g.pose] = self.points_for(KEY_POSES[g.pose], side)
+                out.append(held.copy())
+            else:
+                a, b = KEY_POSES[g.pose], KEY_POSES[g.target]
+                blending.append(len(out))
+                out.append(None)
+                angles.append(a + g.blend * (b - a))
+        if angles:
+            points = _hand_points(np.array(angles), [sides[i] == "left" for i in blending], self.scale)
+            for i, p in zip(blending, points):
+                out[i] = p
+        return out
 
     def bone_lengths(self) -> np.ndarray:
         """(20,) bone lengths [m] of this glove's hands, in ``core.hand_skeleton.BONES`` order."""
@@ -358,12 +396,9 @@ class SyntheticGlove(HandSource):
             k = self._next_k
             self._next_k += 1
             t = k / self.rate_hz
-            noise = self._rng.standard_normal((len(SIDES), N_POINTS - 1, 3))  # drawn for both sides
-            for i, side in enumerate(SIDES):
-                if side not in self.sides:
-                    continue
-                p = self.points_at(side, t)
-                p[1:] += self.noise * noise[i]
+            noise = self.noise * self._rng.standard_normal((len(SIDES), N_POINTS - 1, 3))  # drawn for both sides
+            for side, p in zip(self.sides, self._points_at(self.sides, t)):
+                p[1:] += noise[SIDES.index(side)]
                 out.append(HandSample(side, self._t_start + t, p))
         return out
 
