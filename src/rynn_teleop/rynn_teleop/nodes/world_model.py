@@ -152,7 +152,7 @@ class WorldModelNode(TeleopNode):
             self.create_subscription(Image, p["reference.topic"], self._on_reference, qos_profile_sensor_data)
         self.reanchoring = bool(p["reanchor_topic"].strip()) and self.generator.uses_real_frames
         # the skeleton image is drawn per action only where it is used: by the backend or for publishing
-        self._draws_condition = self._condition_pub is not None or getattr(self.generator, "uses_condition", True)
+        self._draws_condition = self._condition_pub is not None or self.generator.uses_condition
         if self.reanchoring:  # only a backend that re-anchors on real frames gets them
             self.create_subscription(Image, p["reanchor_topic"], self._on_real, qos_profile_sensor_data)
 

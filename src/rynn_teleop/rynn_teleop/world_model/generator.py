@@ -89,6 +89,8 @@ class Generator(ABC):
     height: int
     #: whether :meth:`observe` frames are used (re-anchoring); callers need not convert real frames otherwise
     uses_real_frames: bool = False
+    #: whether :meth:`step` uses its condition (skeleton) image; callers need not draw one otherwise
+    uses_condition: bool = True
 
     def __init__(self) -> None:
         self.timer = StageTimer()

@@ -36,7 +36,7 @@ from ..core.camera import CameraIntrinsics, default_intrinsics
 from ..core.robot_geometry import Primitive, RobotGeometry
 from ..core.robot_model import RobotModel
 from ..errors import ParameterError
-from .conditioning import _MAX_PX, DEFAULT_CAMERA_FRAME, SUBPIXEL_BITS, CameraView, fixed_point
+from .conditioning import DEFAULT_CAMERA_FRAME, SUBPIXEL_BITS, CameraView, fixed_point
 from .generator import Generator, as_rgb
 
 _SUBPIXEL = float(1 << SUBPIXEL_BITS)
@@ -257,9 +257,7 @@ class PrimitiveRenderer:
         uv = points_cam[:, :2] / (points_cam[:, 2:3] if z is None else z)
         uv *= self._f
         uv += self._c
-        np.clip(uv, -_MAX_PX, _MAX_PX, out=uv)
-        uv *= _SUBPIXEL
-        return np.round(uv).astype(np.int32)
+        return fixed_point(uv)
 
     def _visible(self, t: np.ndarray) -> np.ndarray:
         """(N,) bool: primitive i (origin ``t[i]`` [m], optical frame) may reach the image.

@@ -135,6 +135,13 @@ _BASE_POINTS[1::4] = _BASE_POS
 _ABDUCTION_FLEXIONS = np.array([1, 0, 2, 3])  # joint-angle columns: abduction, then the three flexions
 
 
+def _blend(a: str, b: str, s: float) -> np.ndarray:
+    """(5, 4) joint angles [rad] at fraction ``s`` [-] of the way, linearly in the angles, from key pose ``a``
+    to key pose ``b`` (names in :data:`KEY_POSES`)."""
+    qa = KEY_POSES[a]
+    return qa + s * (KEY_POSES[b] - qa)
+
+
 def as_angle_array(angles: np.ndarray | Mapping[str, float]) -> np.ndarray:
     """A (5, 4) joint-angle array [rad] from an array-like or a name -> angle mapping.
 
@@ -333,8 +340,7 @@ class SyntheticGlove(HandSource):
     def joint_angles_at(self, side: str, t: float) -> np.ndarray:
         """(5, 4) joint angles [rad] of ``side`` at ``t`` [s since start] (see :data:`JOINT_NAMES`)."""
         g = self.gesture_at(t, side)
-        a, b = KEY_POSES[g.pose], KEY_POSES[g.target]
-        return a + g.blend * (b - a)
+        return _blend(g.pose, g.target, g.blend)
 
     def points_for(self, angles: np.ndarray | Mapping[str, float], side: str) -> np.ndarray:
         """(21, 3) noise-free keypoints [m] of this glove's hand (its ``scale``) for given angles [rad]."""
@@ -345,8 +351,7 @@ class SyntheticGlove(HandSource):
         for name in (a, b):
             if name not in KEY_POSES:
                 raise ValueError(f"unknown key pose {name!r}; key poses are {', '.join(KEY_POSES)}")
-        qa, qb = KEY_POSES[a], KEY_POSES[b]
-        return self.points_for(qa + float(s) * (qb - qa), side)
+        return self.points_for(_blend(a, b, float(s)), side)
 
     def points_at(self, side: str, t: float) -> np.ndarray:
         """(21, 3) noise-free keypoints [m] of ``side`` at ``t`` [s since start]."""
@@ -364,10 +369,9 @@ class SyntheticGlove(HandSource):
                     held = self._held_points[side, g.pose] = self.points_for(KEY_POSES[g.pose], side)
                 out.append(held.copy())
             else:
-                a, b = KEY_POSES[g.pose], KEY_POSES[g.target]
                 blending.append(len(out))
                 out.append(None)
-                angles.append(a + g.blend * (b - a))
+                angles.append(_blend(g.pose, g.target, g.blend))
         if angles:
             points = _hand_points(np.array(angles), [sides[i] == "left" for i in blending], self.scale)
             for i, p in zip(blending, points):
