@@ -11,7 +11,7 @@ physical camera (so the consumer stream's header stamps are capture times). Meas
 * ``rates``: delivered Hz per topic (the episode's statistics), with ``rates_nominal``;
 * ``arm_latency_p99_ms`` (tracker sample -> the ``/arms/command`` that first solved it; ``arm_ik``'s own meter),
   ``hand_latency_p99_ms`` (glove frame -> ``/hands/command``; ``hand_retarget``'s meter): the largest p99
-  of the 5 s windows the nodes report in ``/diagnostics`` during the episode;
+  of the 5 s windows the nodes report in ``/diagnostics`` that lie wholly inside the episode;
   ``camera_latency_p99_ms``: capture stamp -> the middleware's receive time at the recorder, a consumer of
   ``/head_camera/color/image_raw`` behind the switch, p99 over every frame;
 * ``arm_stamp_speed_max_ratio`` / ``arm_stamp_accel_max_ratio``: ``/arms/command`` differenced over its
@@ -151,6 +151,8 @@ def run_floor(groups, graph: dict[str, tuple[set, set]], types: dict[str, str], 
 
 # ---------------------------------------------------------------------- the stack
 def _p99_windows(statuses: list[dict], key: str) -> float | None:
+    """The largest ``key`` over the reported windows that lie inside the episode (``statuses``: already
+    filtered by :func:`_inside`)."""
     values = [float(v[key]) for v in statuses if key in v and v[key] not in ("nan", "")]
     return max(values) if values else None
 
@@ -173,6 +175,7 @@ def main() -> None:
 
     from rynn_teleop import demo  # noqa: PLC0415
     from rynn_teleop.core.params import ParamSchema  # noqa: F401, PLC0415
+    from rynn_teleop.core.stats import RateMeter  # noqa: PLC0415
     from rynn_teleop.nodes import node_class  # noqa: PLC0415
     from rynn_teleop.recording.inspect import episode_info  # noqa: PLC0415
     from rynn_teleop.runner import Composition, node_parameters, use_transport_profile  # noqa: PLC0415
@@ -230,7 +233,7 @@ def main() -> None:
                 camera_lat.append(t - (m.header.stamp.sec * 1_000_000_000 + m.header.stamp.nanosec))
             elif conn.topic == "/diagnostics":
                 for st in store.deserialize_cdr(raw, conn.msgtype).status:
-                    statuses[st.name].append({kv.key: kv.value for kv in st.values})
+                    statuses[st.name].append((t, {kv.key: kv.value for kv in st.values}))
     finally:
         reader.close()
     latched = {"/head_camera/active_source", "/robot_description", "/arm_ik/engaged"}
@@ -246,12 +249,17 @@ def main() -> None:
     v = np.diff(q, axis=0)[ok] / dts[ok, None]
     mid = (0.5 * (ts[1:] + ts[:-1]))[ok]
     a = np.diff(v, axis=0) / np.diff(mid)[:, None]
-    ik_stat = statuses.get("arm_ik", [])
+    # a node's meters report over their last window (RateMeter's default): windows that began before the
+    # episode (start-up, the settle time) are not the episode's; the cycle counters are read from the same
+    first_ns = min(msgs[0][0] for msgs in recorded.values() if msgs)
+    window_ns = RateMeter().window * 1e9
+    inside = {name: [v for t, v in rows if t >= first_ns + window_ns] for name, rows in statuses.items()}
+    ik_stat = inside.get("arm_ik", [])
     cycles = [(int(s["cycles"]), int(s["stale_cycles"])) for s in ik_stat if "cycles" in s and "stale_cycles" in s]
     stale_fraction = None
     if len(cycles) >= 2 and cycles[-1][0] > cycles[0][0]:
         stale_fraction = (cycles[-1][1] - cycles[0][1]) / (cycles[-1][0] - cycles[0][0])
-    hand_stat = statuses.get("hand_retarget", [])
+    hand_stat = inside.get("hand_retarget", [])
     hand_p99 = [x for x in (_p99_windows(hand_stat, f"command.{s}.latency_p99_ms") for s in ("left", "right"))
                 if x is not None]
 

@@ -5,6 +5,8 @@
 * Each test that needs ROS gets its own ROS_DOMAIN_ID (fixture
   ``ros_domain_id``), so contexts of different tests never see each other.
 * ROS logs go to a temporary folder.
+* Processes keep the scheduling they were started with (RYNN_TELEOP_REALTIME=off): a test never raises
+  its own or its children's priority; tests/test_priority.py sets it on in child processes it checks.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") != "LOCALHOST":
         "scripts/test.sh does this"
     )
 os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rynn_teleop_roslog_"))
+os.environ["RYNN_TELEOP_REALTIME"] = "off"
 
 _BASE_DOMAIN = int(os.environ.get("ROS_DOMAIN_ID", "42"))
 _domains = itertools.count(1)

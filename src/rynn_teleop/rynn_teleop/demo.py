@@ -61,14 +61,6 @@ DEMO_GROUPS: tuple[tuple[str, ...], ...] = (  # one process each (the composed r
     ("world_model",),
     ("recorder",),
 )  # robot_markers (RViz only) is left out: on 2 cores its 300 Hz /joint_states input costs the others their rates
-#: groups that tolerate being late run at a lower priority (a higher nice value; no privilege needed), so that on a
-#: small machine the 200 Hz arm loops (arm_ik, the drivers; their gaps count from 15 ms) and the tracker feeding them
-#: are scheduled first: the world model (frames carry their commands' stamps), the 30 Hz camera, the 90 Hz hands
-#: (33 ms) and the recorder (its publishers keep 100 messages of history for it)
-BACKGROUND_NICE = {("world_model",): 5, ("head_camera", "camera_switch"): 5, ("hand_retarget",): 5, ("recorder",): 5,
-                   # and, where the user may raise priorities (root, CAP_SYS_NICE; `nice` warns in the group's log
-                   # and runs it unchanged otherwise), the arm loops a little above the rest
-                   ("arm_ik",): -5, ("arm_driver", "hand_driver", "robot_description"): -5}
 _PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 PROBE_SERVICES = ("/recorder/start_episode", "/recorder/stop_episode", "/camera_switch/use_physical",
                   "/camera_switch/use_generated")
@@ -107,8 +99,7 @@ def demo_overrides(out: Path) -> dict:
 
 def _spawn(nodes: tuple[str, ...], overrides: dict, log: Path) -> subprocess.Popen:
     """One composed-runner process (``rynn-teleop run NODES -p ...``) with this process's ROS environment."""
-    niceness = BACKGROUND_NICE.get(nodes, 0)
-    cmd = (["nice", "-n", str(niceness)] if niceness else []) + [sys.executable, "-m", "rynn_teleop.cli", "run", *nodes]
+    cmd = [sys.executable, "-m", "rynn_teleop.cli", "run", *nodes]  # each process sets its own priority (runner)
     for node in nodes:
         for key, value in overrides.get(node, {}).items():
             cmd += ["-p", f"{node}.{key}={json.dumps(value)}"]

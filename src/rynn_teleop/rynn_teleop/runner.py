@@ -25,6 +25,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from .core.params import ParamSchema
+from .core.scheduling import REALTIME_ENV, apply_process_priority, process_priority
 from .nodes import node_class
 from .paths import config_file, share_dir
 
@@ -128,6 +129,19 @@ def use_transport_profile() -> str:
     return profile or ""
 
 
+def use_process_priority(node_classes: Iterable[type]) -> str:
+    """Give this process the scheduling of the most urgent of ``node_classes``' ``PRIORITY`` classes
+    (:func:`~.core.scheduling.apply_process_priority`, mode from the ``RYNN_TELEOP_REALTIME`` environment
+    variable: "auto" by default, or "off"); returns what was done, for the log. Call it on the main thread
+    before the first rclpy context exists, so that the middleware's threads inherit it.
+
+    Raises:
+        ConfigurationError: an unknown class or an ``RYNN_TELEOP_REALTIME`` that is neither "auto" nor "off".
+    """
+    cls = process_priority([getattr(c, "PRIORITY", "normal") for c in node_classes])
+    return apply_process_priority(cls, os.environ.get(REALTIME_ENV, "auto") or "auto")
+
+
 class Composition:
     """Nodes sharing one rclpy context, each spun by its own executor thread.
 
@@ -160,6 +174,7 @@ class Composition:
         # validate every node's parameters before starting anything
         params = [node_parameters(n, c.SCHEMA, config_dir, overrides.get(n)) for n, c in zip(names, classes)]
         use_transport_profile()
+        priority = use_process_priority(classes)
         self.context = rclpy.Context()
         # Ctrl-C / SIGTERM reach the main thread as KeyboardInterrupt (Python's handlers; see spin()), not
         # through rclpy's signal handler thread: a runner process once ignored a SIGINT with it
@@ -176,6 +191,9 @@ class Composition:
         except BaseException:
             self.shutdown()
             raise
+        self.priority = priority  # the scheduling this process took, in words
+        if classes:
+            rclpy.logging.get_logger("rynn_teleop.runner").info(f"scheduling: {priority}")
 
     def add_node(self, node: Node) -> None:
         """Spin ``node`` (created with :attr:`context`) on its own executor thread."""

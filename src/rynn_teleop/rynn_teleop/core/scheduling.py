@@ -1,4 +1,5 @@
-"""Fixed-rate deadlines for wall-clock control loops (ROS-free; the caller supplies the clock).
+"""Fixed-rate deadlines for wall-clock control loops, and the scheduling priority of a node's process
+(ROS-free; the caller supplies the clock and the system calls).
 
 Tick ``k`` of a loop is due at ``start + k * period``. A tick that runs late
 does not shift the ticks after it (the loop keeps its phase and its average
@@ -6,11 +7,19 @@ rate); ticks that could not run at all because the loop fell a whole period
 or more behind are skipped and counted, never run in a burst to catch up:
 a control loop that ran late commands the newest state once, not several
 stale ones.
+
+A node declares a :class:`PriorityClass` by name; the process running it asks the kernel for real-time
+round-robin scheduling at that class's priority where the user may, so that on a small machine the arm
+loops run first, then operator input, the camera, the world model and the recorder; where that is refused,
+only the heavy, late-tolerant classes lower their priority (nice), which needs no privilege.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from dataclasses import dataclass
+from typing import Any
 
 from ..errors import ConfigurationError
 
@@ -60,3 +69,78 @@ class Deadlines:
     def mean_late(self) -> float:
         """Mean lateness of the ticks run so far [s] (0 before the first)."""
         return self._late_sum / self.ticks if self.ticks else 0.0
+
+
+# ---------------------------------------------------------------------- process priority
+@dataclass(frozen=True)
+class PriorityClass:
+    """How urgently a node's process must run on a loaded machine.
+
+    ``rr_priority``: the ``SCHED_RR`` real-time priority (1-99, higher runs first) the process takes where
+    the user may (root, ``CAP_SYS_NICE`` or an ``rtprio`` limit); None: it stays in the normal scheduler.
+    ``fallback_nice``: the nice value it takes otherwise (or when real-time scheduling is off): only values
+    >= 0, which need no privilege.
+    """
+
+    name: str
+    rr_priority: int | None
+    fallback_nice: int
+
+
+#: the classes, most urgent first. A node declares its class (``TeleopNode.PRIORITY``); a process running
+#: several nodes takes the most urgent of theirs.
+PRIORITY_CLASSES: dict[str, PriorityClass] = {c.name: c for c in (
+    PriorityClass("control", 30, 0),  # 200 Hz arm loops and the drivers: a late tick is a late command
+    PriorityClass("input", 20, 0),  # operator input feeding them (trackers, gloves -> retargeting)
+    PriorityClass("stream", 10, 0),  # the camera and the feed switch (frames the operator watches)
+    PriorityClass("generate", 5, 10),  # the world model: heavy, frames carry their commands' stamps
+    PriorityClass("record", 1, 5),  # the recorder: buffers, but must drain its subscriptions in time
+    PriorityClass("normal", None, 0),  # viewers, tools, the description: the normal scheduler, unchanged
+)}
+
+#: environment variable: "auto" (default) tries real-time scheduling, "off" leaves the process as started
+REALTIME_ENV = "RYNN_TELEOP_REALTIME"
+
+
+def process_priority(classes: list[str]) -> PriorityClass:
+    """The class a process running nodes of ``classes`` takes: the most urgent (``normal`` if none).
+
+    Raises:
+        ConfigurationError: a name that is not in :data:`PRIORITY_CLASSES`.
+    """
+    order = list(PRIORITY_CLASSES)
+    unknown = sorted(set(classes) - set(order))
+    if unknown:
+        raise ConfigurationError(f"unknown priority class(es) {unknown}; classes are {', '.join(order)}")
+    return PRIORITY_CLASSES[order[min((order.index(c) for c in classes), default=order.index("normal"))]]
+
+
+def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any = os) -> str:
+    """Give the calling thread ``cls``'s scheduling; threads it starts afterwards inherit it (call it before
+    the process creates its middleware threads). Returns what was done, in words, for the log.
+
+    ``mode``: "auto" asks for ``SCHED_RR`` at ``cls.rr_priority`` (not ``SCHED_RESET_ON_FORK``: it would
+    keep new threads out of it too) and, where that is refused or the class has none, sets
+    ``cls.fallback_nice`` (when above the current nice value); "off" changes nothing. ``system``: the
+    ``os`` module or a stand-in with ``sched_setscheduler``, ``sched_param``, ``SCHED_RR``,
+    ``getpriority``, ``setpriority`` and ``PRIO_PROCESS``.
+
+    Raises:
+        ConfigurationError: ``mode`` is neither "auto" nor "off".
+    """
+    if mode not in ("auto", "off"):
+        raise ConfigurationError(f"{REALTIME_ENV} must be 'auto' or 'off', got {mode!r}")
+    if mode == "off":
+        return f"scheduling unchanged ({REALTIME_ENV}=off)"
+    refused = ""
+    if cls.rr_priority is not None and hasattr(system, "sched_setscheduler"):
+        try:
+            system.sched_setscheduler(0, system.SCHED_RR, system.sched_param(cls.rr_priority))
+            return f"{cls.name}: SCHED_RR priority {cls.rr_priority}"
+        except OSError as exc:  # EPERM without the privilege; EINVAL where the kernel has no RR
+            refused = f" (SCHED_RR {cls.rr_priority} refused: {exc.strerror or exc}; see the README's 'Priorities')"
+    if cls.fallback_nice > 0 and hasattr(system, "setpriority"):
+        if system.getpriority(system.PRIO_PROCESS, 0) < cls.fallback_nice:
+            system.setpriority(system.PRIO_PROCESS, 0, cls.fallback_nice)
+        return f"{cls.name}: nice {cls.fallback_nice}{refused}"
+    return f"{cls.name}: normal scheduling{refused}"

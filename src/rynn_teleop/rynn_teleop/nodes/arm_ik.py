@@ -65,6 +65,7 @@ LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durabi
 
 
 class ArmIKNode(TeleopNode):
+    PRIORITY = "control"  # 200 Hz IK -> /arms/command
     SCHEMA = ParamSchema(
         "arm_ik",
         [

@@ -221,6 +221,8 @@ class TeleopNode(Node):
     """
 
     SCHEMA: ClassVar[ParamSchema]
+    #: the node's :data:`~..core.scheduling.PRIORITY_CLASSES` name: how urgently its process must run
+    PRIORITY: ClassVar[str] = "normal"
 
     def __init__(self, **node_kwargs: Any) -> None:
         """``node_kwargs`` go to ``rclpy.node.Node`` (context, parameter_overrides, namespace...)."""
@@ -467,14 +469,20 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
     A :class:`RynnTeleopError` at start (bad parameter, missing hardware) is
     printed as one line on stderr and returns 2: the node refuses to start.
     """
-    from ..runner import use_transport_profile  # noqa: PLC0415
+    from ..runner import use_process_priority, use_transport_profile  # noqa: PLC0415
 
     use_transport_profile()
-    rclpy.init(args=args if args is not None else sys.argv)
     node = None
     code = 0
     try:
+        priority = use_process_priority([node_cls])
+    except RynnTeleopError as exc:
+        print(f"[{node_cls.SCHEMA.node_name}] refusing to start: {exc}", file=sys.stderr)
+        return 2
+    rclpy.init(args=args if args is not None else sys.argv)
+    try:
         node = node_cls()
+        node.get_logger().info(f"scheduling: {priority}")
         rclpy.spin(node)
     except RynnTeleopError as exc:
         print(f"[{node_cls.SCHEMA.node_name}] refusing to start: {exc}", file=sys.stderr)

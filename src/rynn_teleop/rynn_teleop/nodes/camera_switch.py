@@ -50,6 +50,7 @@ LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability
 LATENCY_BUDGET_MS = 15.0  # capture -> forwarded on the consumer topic, p99 (shown against in diagnostics)
 
 class CameraSwitchNode(TeleopNode):
+    PRIORITY = "stream"
     SCHEMA = ParamSchema(
         "camera_switch",
         [

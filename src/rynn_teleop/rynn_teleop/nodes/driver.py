@@ -65,6 +65,7 @@ class _Route(NamedTuple):
 
 class JointDriverNode(TeleopNode):
     """Base of the driver nodes: subclasses build :attr:`backend` and call :meth:`_start`."""
+    PRIORITY = "control"  # the hardware's command and state loop
 
     def _start(self, robot: RobotModel, backend: JointBackend, command_topic: str) -> None:
         p = self.params

@@ -49,6 +49,7 @@ RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # 100:
 
 
 class HandRetargetNode(TeleopNode):
+    PRIORITY = "input"  # glove frame -> /hands/command
     SCHEMA = ParamSchema(
         "hand_retarget",
         [

@@ -33,6 +33,7 @@ from .conversions import camera_info_message, image_message
 
 
 class HeadCameraNode(TeleopNode):
+    PRIORITY = "stream"
     SCHEMA = ParamSchema(
         "head_camera",
         [

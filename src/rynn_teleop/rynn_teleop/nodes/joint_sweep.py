@@ -25,6 +25,7 @@ GROUP_NAMES = ("left_arm", "right_arm", "left_hand", "right_hand")
 
 
 class JointSweepNode(TeleopNode):
+    PRIORITY = "input"  # a command source, like arm_ik
     SCHEMA = ParamSchema(
         "joint_sweep",
         [

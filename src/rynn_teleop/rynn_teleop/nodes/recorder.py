@@ -69,6 +69,7 @@ QUEUE_S = 1.0  # [s] of messages a recorded topic's subscription queue holds
 
 
 class RecorderNode(TeleopNode):
+    PRIORITY = "record"
     SCHEMA = ParamSchema(
         "recorder",
         [

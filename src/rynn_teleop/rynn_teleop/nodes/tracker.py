@@ -51,6 +51,7 @@ FRAME_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class TrackerNode(TeleopNode):
+    PRIORITY = "input"  # feeds arm_ik
     SCHEMA = ParamSchema(
         "tracker",
         [

@@ -58,6 +58,7 @@ GROUPS = {f"{side}_{part}": names(side) for side in ("left", "right")
 
 
 class WorldModelNode(TeleopNode):
+    PRIORITY = "generate"
     SCHEMA = ParamSchema(
         "world_model",
         [

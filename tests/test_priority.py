@@ -1,0 +1,182 @@
+"""Process priorities: each node's class, the class a process takes, and what it asks the kernel for."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from rynn_teleop.core.scheduling import (
+    PRIORITY_CLASSES,
+    REALTIME_ENV,
+    PriorityClass,
+    apply_process_priority,
+    process_priority,
+)
+from rynn_teleop.errors import ConfigurationError
+
+
+class FakeSystem:
+    """The ``os`` calls apply_process_priority uses, recording them; ``refuse``: sched_setscheduler fails."""
+
+    SCHED_RR = 2
+    PRIO_PROCESS = 0
+
+    def __init__(self, refuse: bool = False, nice: int = 0) -> None:
+        self.refuse = refuse
+        self.nice = nice
+        self.calls: list[tuple] = []
+
+    @staticmethod
+    def sched_param(priority: int) -> int:
+        return priority
+
+    def sched_setscheduler(self, pid: int, policy: int, param: int) -> None:
+        self.calls.append(("sched_setscheduler", pid, policy, param))
+        if self.refuse:
+            raise PermissionError(1, "Operation not permitted")
+
+    def getpriority(self, which: int, who: int) -> int:
+        return self.nice
+
+    def setpriority(self, which: int, who: int, value: int) -> None:
+        self.calls.append(("setpriority", which, who, value))
+        self.nice = value
+
+
+def test_a_process_takes_the_most_urgent_class_of_its_nodes():
+    assert process_priority(["record", "control", "stream"]).name == "control"
+    assert process_priority(["normal", "generate"]).name == "generate"
+    assert process_priority([]).name == "normal"
+    with pytest.raises(ConfigurationError, match="'urgent'.*control, input"):
+        process_priority(["control", "urgent"])
+
+
+def test_classes_are_ordered_by_urgency():
+    ranked = [c.rr_priority for c in PRIORITY_CLASSES.values() if c.rr_priority is not None]
+    assert ranked == sorted(ranked, reverse=True) and len(set(ranked)) == len(ranked)
+    assert all(1 <= p <= 98 for p in ranked)
+    assert all(c.fallback_nice >= 0 for c in PRIORITY_CLASSES.values())  # a fallback never needs privilege
+
+
+def test_real_time_round_robin_where_permitted():
+    system = FakeSystem()
+    said = apply_process_priority(PRIORITY_CLASSES["control"], "auto", system)
+    assert system.calls == [("sched_setscheduler", 0, FakeSystem.SCHED_RR, 30)]
+    assert "SCHED_RR priority 30" in said
+
+
+def test_refused_real_time_falls_back_to_nice_and_says_why():
+    system = FakeSystem(refuse=True)
+    said = apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system)
+    assert system.calls[-1] == ("setpriority", FakeSystem.PRIO_PROCESS, 0, 10)
+    assert "nice 10" in said and "refused" in said and "Operation not permitted" in said
+    # the arm loops keep their nice value: no privilege to raise it
+    system = FakeSystem(refuse=True)
+    said = apply_process_priority(PRIORITY_CLASSES["control"], "auto", system)
+    assert [c[0] for c in system.calls] == ["sched_setscheduler"]
+    assert "normal scheduling" in said and "refused" in said
+
+
+def test_a_nice_value_is_never_lowered_and_normal_or_off_changes_nothing():
+    system = FakeSystem(refuse=True, nice=15)
+    apply_process_priority(PRIORITY_CLASSES["record"], "auto", system)
+    assert system.nice == 15 and not any(c[0] == "setpriority" for c in system.calls)
+    system = FakeSystem()
+    apply_process_priority(PRIORITY_CLASSES["normal"], "auto", system)
+    assert system.calls == []
+    system = FakeSystem()
+    assert "unchanged" in apply_process_priority(PRIORITY_CLASSES["control"], "off", system)
+    assert system.calls == []
+    with pytest.raises(ConfigurationError, match=f"{REALTIME_ENV}.*'auto' or 'off'.*'yes'"):
+        apply_process_priority(PRIORITY_CLASSES["control"], "yes", FakeSystem())
+
+
+def test_every_node_declares_a_known_class():
+    from rynn_teleop.nodes import REGISTRY, node_class
+
+    classes = {name: node_class(name).PRIORITY for name in REGISTRY}
+    assert set(classes.values()) <= set(PRIORITY_CLASSES)
+    assert classes["arm_ik"] == classes["arm_driver"] == classes["hand_driver"] == "control"
+    assert classes["tracker"] == classes["hand_retarget"] == "input"
+    assert classes["head_camera"] == classes["camera_switch"] == "stream"
+    assert (classes["world_model"], classes["recorder"]) == ("generate", "record")
+    assert classes["robot_description"] == classes["console"] == "normal"
+
+
+CHILD = textwrap.dedent("""
+    import json, os, sys, threading
+    from rynn_teleop.nodes import node_class
+    from rynn_teleop.runner import use_process_priority
+    said = use_process_priority([node_class(n) for n in sys.argv[1:]])
+    seen = {}
+    thread = threading.Thread(target=lambda: seen.update(policy=os.sched_getscheduler(0), nice=os.nice(0)))
+    thread.start(); thread.join()
+    print(json.dumps({"said": said, "thread": seen}))
+""")
+
+
+def _child(nodes: list[str], mode: str) -> dict:
+    env = dict(os.environ, **{REALTIME_ENV: mode})
+    out = subprocess.run([sys.executable, "-c", CHILD, *nodes], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _rr_permitted() -> bool:
+    probe = "import os; os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))"
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux scheduling calls")
+def test_a_runner_process_and_the_threads_it_starts_take_its_nodes_class():
+    """The process running arm_ik and the recorder: the threads it starts afterwards (loops, the middleware's)
+    inherit the arm loops' class. Where real-time scheduling is refused, only the log says so."""
+    got = _child(["recorder", "arm_ik"], "auto")
+    if _rr_permitted():
+        assert got["thread"]["policy"] == os.SCHED_RR and "SCHED_RR priority 30" in got["said"]
+    else:
+        assert got["thread"]["policy"] == os.SCHED_OTHER and "refused" in got["said"]
+    # the world model alone: real time below the camera, else nice 10
+    got = _child(["world_model"], "auto")
+    if _rr_permitted():
+        assert got["thread"]["policy"] == os.SCHED_RR and "priority 5" in got["said"]
+    else:
+        assert got["thread"]["nice"] >= 10
+    # off: as started
+    got = _child(["arm_ik"], "off")
+    assert got["thread"]["policy"] == os.SCHED_OTHER and "unchanged" in got["said"]
+
+
+COMPOSED = textwrap.dedent("""
+    import json, os
+    from rynn_teleop.runner import Composition
+    with Composition(["joint_sweep"]) as comp:
+        print(json.dumps({"said": comp.priority, "policy": os.sched_getscheduler(0)}))
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux scheduling calls")
+def test_the_composed_runner_applies_its_nodes_class_before_starting_them(ros_env):
+    env = dict(ros_env, **{REALTIME_ENV: "auto"})
+    out = subprocess.run([sys.executable, "-c", COMPOSED], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["said"].startswith("input: ")
+    assert got["policy"] == (os.SCHED_RR if _rr_permitted() else os.SCHED_OTHER)
+    env[REALTIME_ENV] = "sometimes"
+    out = subprocess.run([sys.executable, "-c", COMPOSED], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0 and "RYNN_TELEOP_REALTIME must be 'auto' or 'off'" in out.stderr
+
+
+def test_a_console_script_with_a_bad_setting_refuses_to_start(ros_env):
+    script = ("import sys; from rynn_teleop.nodes import node_class; from rynn_teleop.nodes.base import run_single; "
+              "sys.exit(run_single(node_class('joint_sweep'), ['joint_sweep']))")
+    env = dict(ros_env, **{REALTIME_ENV: "sometimes"})
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert "[joint_sweep] refusing to start: RYNN_TELEOP_REALTIME must be 'auto' or 'off'" in out.stderr
