@@ -606,3 +606,62 @@ def test_lerobot_env_script_is_idempotent(lerobot_python):
         pytest.skip("RYNN_LEROBOT_PYTHON given: the script is not used")
     proc = subprocess.run([str(ROOT / "scripts/lerobot_env.sh")], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == lerobot_python
+
+
+def _in_thread(fn):
+    """fn()'s result, run on a fresh thread (a scheduling change stays on that thread)."""
+    import threading
+
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+@pytest.mark.skipif(not encoder_available("libsvtav1"), reason="this PyAV build has no libsvtav1")
+@pytest.mark.skipif(not hasattr(os, "sched_getscheduler"), reason="Linux scheduling calls")
+def test_video_writer_leaves_the_thread_scheduling_as_it_was(tmp_path):
+    from rynn_teleop.recording.lerobot import VideoWriter
+
+    frame = np.zeros((64, 64, 3), np.uint8)
+
+    def bare_pyav():  # what SVT-AV1 does to the thread that feeds it, without the writer's guard
+        container = av.open(str(tmp_path / "bare.mp4"), "w")
+        stream = container.add_stream("libsvtav1", rate=30)
+        stream.width = stream.height = 64
+        stream.pix_fmt = "yuv420p"
+        before = (os.sched_getscheduler(0), os.sched_getparam(0))
+        for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+            container.mux(packet)
+        after = (os.sched_getscheduler(0), os.sched_getparam(0))
+        for packet in stream.encode(None):
+            container.mux(packet)
+        container.close()
+        return before, after
+
+    def writer():
+        before = (os.sched_getscheduler(0), os.sched_getparam(0))
+        w = VideoWriter(tmp_path / "w.mp4", width=64, height=64, fps=30,
+                        options=VideoOptions(codec="libsvtav1", preset=None))
+        for _ in range(3):
+            w.write(frame)
+        during = (os.sched_getscheduler(0), os.sched_getparam(0))
+        w.close()
+        return before, during, (os.sched_getscheduler(0), os.sched_getparam(0))
+
+    before, after = _in_thread(bare_pyav)
+    if before == after:
+        pytest.skip("SVT-AV1 leaves this thread's priority alone here (it changes it only as root)")
+    assert after[0] == os.SCHED_FIFO  # the hazard the writer guards against
+    before, during, end = _in_thread(writer)
+    assert during == before and end == before

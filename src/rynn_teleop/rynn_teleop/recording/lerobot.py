@@ -474,6 +474,34 @@ def encoder_available(codec: str) -> bool:
     return True
 
 
+class _KeepScheduling:
+    """Puts the calling thread's scheduling back as it was when made, after each block it guards.
+
+    SVT-AV1 (``libsvtav1``), run as root, switches the thread that first feeds it a frame to ``SCHED_FIFO``
+    priority 99: an export beside a live stack would then run before its arm loops. Nothing is done where
+    the platform has no scheduling calls.
+    """
+
+    def __init__(self) -> None:
+        try:
+            self._state = (os.sched_getscheduler(0), os.sched_getparam(0))
+        except (AttributeError, OSError):
+            self._state = None
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._state is None:
+            return
+        policy, param = self._state
+        try:
+            if os.sched_getscheduler(0) != policy or os.sched_getparam(0) != param:
+                os.sched_setscheduler(0, policy, param)
+        except OSError:
+            pass  # lowering a priority is always allowed; a failure here leaves what the encoder chose
+
+
 _GREY_INPUT = {"gray": np.uint8, "gray10le": np.uint16, "gray12le": np.uint16, "gray16le": np.uint16}
 
 
@@ -515,6 +543,7 @@ class VideoWriter:
         self.codec = stream.codec_context.name
         self.size = (int(width), int(height))
         self._grey = options.pix_fmt if options.pix_fmt in _GREY_INPUT else None
+        self._keep_scheduling = _KeepScheduling()
 
     def write(self, image: np.ndarray) -> None:
         """Append one frame: (height, width, 3) uint8 RGB, or (height, width) values for a grey stream.
@@ -535,7 +564,9 @@ class VideoWriter:
             frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format=self._grey)
         frame.pts = self.frames
         frame.time_base = self._time_base
-        for packet in self._stream.encode(frame):
+        with self._keep_scheduling:
+            packets = self._stream.encode(frame)
+        for packet in packets:
             self._container.mux(packet)
         self.frames += 1
 
@@ -544,7 +575,9 @@ class VideoWriter:
         if self._container is None:
             return
         try:
-            for packet in self._stream.encode(None):
+            with self._keep_scheduling:
+                packets = self._stream.encode(None)
+            for packet in packets:
                 self._container.mux(packet)
         finally:
             self._container.close()
