@@ -161,9 +161,13 @@ def test_switch_toggles_by_service_and_parameter_with_no_stale_frame(ros_domain_
                 return [m for m in probe.images if m.header.frame_id == frame_id
                         and m.header.stamp.sec + 1e-9 * m.header.stamp.nanosec > t]
 
-        # by service
-        assert probe.call(Trigger, "/camera_switch/use_generated", Trigger.Request()).success
+        # by service (the answer says whether it changed the feed)
+        answer = probe.call(Trigger, "/camera_switch/use_generated", Trigger.Request())
+        assert answer.success and answer.message == "active source: generated"
         t_switch = switch.last_switch_time
+        assert probe.call(Trigger, "/camera_switch/use_generated", Trigger.Request()).message == \
+            "active source: generated (unchanged)"
+        assert switch.get_parameter("active_source").value == "generated"
         forwarded_physical = switch.forwarded["physical"]  # nothing of the old source is forwarded after this
         assert wait_for(lambda: len(frames_after(t_switch, "generated_frame")) > 5, 10.0)
         assert not frames_after(t_switch, "camera_color_optical_frame")  # nothing from the old source after
@@ -181,7 +185,7 @@ def test_switch_toggles_by_service_and_parameter_with_no_stale_frame(ros_domain_
         bad = SetParameters.Request(parameters=[ParameterMsg(
             name="active_source", value=ParameterValue(type=ParameterType.PARAMETER_STRING, string_value="both"))])
         assert not probe.call(SetParameters, "/camera_switch/set_parameters", bad).results[0].successful
-        assert probe.call(Trigger, "/camera_switch/toggle", Trigger.Request()).message.startswith("active source: generated")
+        assert probe.call(Trigger, "/camera_switch/toggle", Trigger.Request()).message == "active source: generated"
         # a late subscriber still learns the active source (latched)
         late: list[str] = []
         probe.node.create_subscription(String, "/head_camera/active_source", lambda m: late.append(m.data), LATCHED)

@@ -69,6 +69,7 @@ class CameraSwitchNode(TeleopNode):
         super().__init__(**kwargs)
         p = self.params
         self.feed = FeedSwitch(p["active_source"], p["silent_timeout_s"], p["fallback"])
+        self._syncing_parameter = False
         out = p["output_ns"].rstrip("/")
         qos = qos_profile_sensor_data
         self._pubs = {stream: self.create_publisher(kind, f"{out}/{topic}", qos) for stream, topic, kind in STREAMS}
@@ -102,10 +103,14 @@ class CameraSwitchNode(TeleopNode):
         return self.feed.last_switch_time
 
     def select(self, source: str, why: str) -> bool:
-        """The operator's choice; True if the output changed."""
-        if self.get_parameter("active_source").value != source:  # keep the parameter in step
-            self.set_parameters([Parameter("active_source", Parameter.Type.STRING, source)])
+        """The operator's choice; True if the output changed (``why`` is logged with the change)."""
         changed = self.feed.select(source, self.now_s())
+        if self.get_parameter("active_source").value != source:  # keep the parameter in step (no second select)
+            self._syncing_parameter = True
+            try:
+                self.set_parameters([Parameter("active_source", Parameter.Type.STRING, source)])
+            finally:
+                self._syncing_parameter = False
         if changed:
             self._announce(why)
         return changed
@@ -125,6 +130,8 @@ class CameraSwitchNode(TeleopNode):
         return response
 
     def _on_parameters(self, parameters: list[Parameter]) -> SetParametersResult:
+        if self._syncing_parameter:  # select() keeping the parameter in step with its own choice
+            return SetParametersResult(successful=True)
         for param in parameters:
             if param.name == "active_source" and (param.value != self.feed.preferred or self.feed.fallen_back):
                 self.select(param.value, "parameter")
