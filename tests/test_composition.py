@@ -154,3 +154,13 @@ def test_a_callback_error_is_recorded_but_one_raised_while_shutting_down_is_not(
     comp.shutdown()
     assert destroyed.is_set() and raised.is_set()
     assert comp.errors == recorded
+
+
+def test_the_runner_freezes_its_start_up_objects(ros_env):
+    """``rynn-teleop run`` moves what start-up left alive out of the collector's reach once its nodes exist
+    (a full collection then does not scan it with the GIL held)."""
+    script = ("import gc, sys; from rynn_teleop.cli import main; "
+              "code = main(['run', 'robot_description', '--duration', '0.2']); print(code, gc.get_freeze_count())")
+    out = subprocess.run([sys.executable, "-c", script], env=ros_env, capture_output=True, text=True, timeout=120)
+    code, frozen = out.stdout.split()[-2:]
+    assert code == "0" and int(frozen) > 10_000, out.stderr

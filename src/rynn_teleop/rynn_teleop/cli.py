@@ -87,11 +87,12 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runner import Composition  # noqa: PLC0415
+    from .runner import Composition, freeze_startup_objects  # noqa: PLC0415
 
     _stop_on_signals()
     nodes, overrides = _run_plan(args)
     with Composition(nodes, config_dir=args.config_dir, overrides=overrides) as comp:
+        freeze_startup_objects()
         for node in comp.nodes:
             node.get_logger().info("started")
         comp.spin(args.duration)

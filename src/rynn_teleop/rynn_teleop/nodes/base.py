@@ -469,7 +469,7 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
     A :class:`RynnTeleopError` at start (bad parameter, missing hardware) is
     printed as one line on stderr and returns 2: the node refuses to start.
     """
-    from ..runner import use_process_priority, use_transport_profile  # noqa: PLC0415
+    from ..runner import freeze_startup_objects, use_process_priority, use_transport_profile  # noqa: PLC0415
 
     use_transport_profile()
     node = None
@@ -483,6 +483,7 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
     try:
         node = node_cls()
         node.get_logger().info(f"scheduling: {priority}")
+        freeze_startup_objects()
         rclpy.spin(node)
     except RynnTeleopError as exc:
         print(f"[{node_cls.SCHEMA.node_name}] refusing to start: {exc}", file=sys.stderr)
