@@ -14,7 +14,9 @@ from rynn_teleop.core.scheduling import (
     PRIORITY_CLASSES,
     REALTIME_ENV,
     PriorityClass,
+    BACKGROUND_THREAD_NICE,
     apply_process_priority,
+    lower_this_thread,
     process_priority,
 )
 from rynn_teleop.errors import ConfigurationError
@@ -23,13 +25,18 @@ from rynn_teleop.errors import ConfigurationError
 class FakeSystem:
     """The ``os`` calls apply_process_priority uses, recording them; ``refuse``: sched_setscheduler fails."""
 
+    SCHED_OTHER = 0
     SCHED_RR = 2
     PRIO_PROCESS = 0
 
-    def __init__(self, refuse: bool = False, nice: int = 0) -> None:
+    def __init__(self, refuse: bool = False, nice: int = 0, policy: int = 0) -> None:
         self.refuse = refuse
         self.nice = nice
+        self.policy = policy
         self.calls: list[tuple] = []
+
+    def sched_getscheduler(self, pid: int) -> int:
+        return self.policy
 
     @staticmethod
     def sched_param(priority: int) -> int:
@@ -37,8 +44,9 @@ class FakeSystem:
 
     def sched_setscheduler(self, pid: int, policy: int, param: int) -> None:
         self.calls.append(("sched_setscheduler", pid, policy, param))
-        if self.refuse:
+        if self.refuse and policy != self.SCHED_OTHER:
             raise PermissionError(1, "Operation not permitted")
+        self.policy = policy
 
     def getpriority(self, which: int, who: int) -> int:
         return self.nice
@@ -52,7 +60,7 @@ def test_a_process_takes_the_most_urgent_class_of_its_nodes():
     assert process_priority(["record", "control", "stream"]).name == "control"
     assert process_priority(["normal", "generate"]).name == "generate"
     assert process_priority([]).name == "normal"
-    with pytest.raises(ConfigurationError, match="'urgent'.*control, input"):
+    with pytest.raises(ConfigurationError, match="'urgent'.*control, record, input"):
         process_priority(["control", "urgent"])
 
 
@@ -84,7 +92,7 @@ def test_refused_real_time_falls_back_to_nice_and_says_why():
 
 def test_a_nice_value_is_never_lowered_and_normal_or_off_changes_nothing():
     system = FakeSystem(refuse=True, nice=15)
-    apply_process_priority(PRIORITY_CLASSES["record"], "auto", system)
+    apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system)
     assert system.nice == 15 and not any(c[0] == "setpriority" for c in system.calls)
     system = FakeSystem()
     apply_process_priority(PRIORITY_CLASSES["normal"], "auto", system)
@@ -96,6 +104,29 @@ def test_a_nice_value_is_never_lowered_and_normal_or_off_changes_nothing():
         apply_process_priority(PRIORITY_CLASSES["control"], "yes", FakeSystem())
 
 
+def test_a_background_thread_leaves_real_time_and_lowers_itself():
+    system = FakeSystem(policy=FakeSystem.SCHED_RR)
+    assert lower_this_thread(system)
+    assert system.policy == FakeSystem.SCHED_OTHER and system.nice == BACKGROUND_THREAD_NICE
+    assert not lower_this_thread(system)  # already there
+    system = FakeSystem(nice=19)
+    assert not lower_this_thread(system) and system.nice == 19  # never raised
+
+
+def test_the_recorders_file_writer_runs_behind_its_drains(tmp_path):
+    """The writer thread of an episode lowers itself (the process's drains keep their priority)."""
+    import threading
+
+    from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
+
+    recorder = EpisodeRecorder(tmp_path, {"/x": 10.0})
+    recorder.start(EpisodeMetadata(task="t"))
+    writer = next(t for t in threading.enumerate() if t.name.startswith("episode-writer"))
+    nice = os.getpriority(os.PRIO_PROCESS, writer.native_id)
+    recorder.stop()
+    assert nice >= BACKGROUND_THREAD_NICE
+
+
 def test_every_node_declares_a_known_class():
     from rynn_teleop.nodes import REGISTRY, node_class
 
@@ -105,6 +136,8 @@ def test_every_node_declares_a_known_class():
     assert classes["tracker"] == classes["hand_retarget"] == "input"
     assert classes["head_camera"] == classes["camera_switch"] == "stream"
     assert (classes["world_model"], classes["recorder"]) == ("generate", "record")
+    # the recorder's drains come right after the arm loops: its subscriptions' history is short
+    assert list(PRIORITY_CLASSES)[:2] == ["control", "record"]
     assert classes["robot_description"] == classes["console"] == "normal"
 
 

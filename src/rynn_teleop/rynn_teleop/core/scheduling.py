@@ -10,8 +10,8 @@ stale ones.
 
 A node declares a :class:`PriorityClass` by name; the process running it asks the kernel for real-time
 round-robin scheduling at that class's priority where the user may, so that on a small machine the arm
-loops run first, then operator input, the camera, the world model and the recorder; where that is refused,
-only the heavy, late-tolerant classes lower their priority (nice), which needs no privilege.
+loops run first, then the recorder's drains, operator input, the camera and the world model; where that
+is refused, only the heavy, late-tolerant world model lowers its priority (nice), which needs no privilege.
 """
 
 from __future__ import annotations
@@ -91,10 +91,12 @@ class PriorityClass:
 #: several nodes takes the most urgent of theirs.
 PRIORITY_CLASSES: dict[str, PriorityClass] = {c.name: c for c in (
     PriorityClass("control", 30, 0),  # 200 Hz arm loops and the drivers: a late tick is a late command
-    PriorityClass("input", 20, 0),  # operator input feeding them (trackers, gloves -> retargeting)
+    # the recorder: short drains that must come before its subscriptions' history overflows (its file
+    # writer thread, behind a queue, runs in the normal scheduler: lower_this_thread)
+    PriorityClass("record", 25, 0),
+    PriorityClass("input", 20, 0),  # operator input feeding the arm loops (trackers, gloves -> retargeting)
     PriorityClass("stream", 10, 0),  # the camera and the feed switch (frames the operator watches)
     PriorityClass("generate", 5, 10),  # the world model: heavy, frames carry their commands' stamps
-    PriorityClass("record", 1, 5),  # the recorder: buffers, but must drain its subscriptions in time
     PriorityClass("normal", None, 0),  # viewers, tools, the description: the normal scheduler, unchanged
 )}
 
@@ -144,3 +146,30 @@ def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any =
             system.setpriority(system.PRIO_PROCESS, 0, cls.fallback_nice)
         return f"{cls.name}: nice {cls.fallback_nice}{refused}"
     return f"{cls.name}: normal scheduling{refused}"
+
+
+#: the nice value a thread takes in :func:`lower_this_thread`
+BACKGROUND_THREAD_NICE = 5
+
+
+def lower_this_thread(system: Any = os) -> bool:
+    """Put the calling thread in the normal scheduler at nice :data:`BACKGROUND_THREAD_NICE` (never higher
+    priority than it had; no privilege needed): for a thread of an urgent process whose work may wait, such
+    as the recorder's file writer behind its queue. True if anything changed.
+    """
+    changed = False
+    if hasattr(system, "sched_getscheduler"):
+        try:
+            if system.sched_getscheduler(0) != system.SCHED_OTHER:
+                system.sched_setscheduler(0, system.SCHED_OTHER, system.sched_param(0))
+                changed = True
+        except OSError:
+            pass
+    if hasattr(system, "setpriority"):
+        try:
+            if system.getpriority(system.PRIO_PROCESS, 0) < BACKGROUND_THREAD_NICE:
+                system.setpriority(system.PRIO_PROCESS, 0, BACKGROUND_THREAD_NICE)
+                changed = True
+        except OSError:
+            pass
+    return changed
