@@ -24,6 +24,7 @@ from rclpy.signals import SignalHandlerOptions
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.task import Future
 
 from .core.params import ParamSchema
 from .core.scheduling import REALTIME_ENV, apply_process_priority, process_priority
@@ -197,6 +198,7 @@ class Composition:
         self.nodes: list[Node] = []
         self._executors: list[SingleThreadedExecutor] = []
         self._threads: list[threading.Thread] = []
+        self._stops: list[Future] = []  # done: that executor's thread stops spinning (see _stop_spinning)
         self._errors: list[BaseException] = []  # exceptions that escaped a node's executor callbacks
         self._past_loop_errors: list[BaseException] = []  # loop errors of nodes already destroyed
         self._closing = False  # set by shutdown(): an InvalidHandle from then on is part of shutting down
@@ -214,15 +216,18 @@ class Composition:
         """Spin ``node`` (created with :attr:`context`) on its own executor thread."""
         executor = SingleThreadedExecutor(context=self.context)
         executor.add_node(node)
-        thread = threading.Thread(target=self._spin_executor, args=(executor,), name=f"spin:{node.get_name()}", daemon=True)
+        stop = Future()
+        thread = threading.Thread(target=self._spin_executor, args=(executor, stop), name=f"spin:{node.get_name()}",
+                                  daemon=True)
         self.nodes.append(node)
         self._executors.append(executor)
         self._threads.append(thread)
+        self._stops.append(stop)
         thread.start()
 
-    def _spin_executor(self, executor: SingleThreadedExecutor) -> None:
+    def _spin_executor(self, executor: SingleThreadedExecutor, stop: Future) -> None:
         try:
-            executor.spin()
+            executor.spin_until_future_complete(stop)
         except ExternalShutdownException:
             pass
         except BaseException as exc:  # a node callback raised: record it and stop this node
@@ -255,11 +260,22 @@ class Composition:
     def remove_node(self, node: Node) -> None:
         """Stop spinning ``node`` and destroy it."""
         i = self.nodes.index(node)
-        self._executors[i].shutdown(timeout_sec=2.0)
-        self._threads[i].join(timeout=2.0)
+        self._stop_spinning([i])
         node.destroy_node()
         self._past_loop_errors.extend(getattr(node, "loop_exceptions", ()))
-        del self.nodes[i], self._executors[i], self._threads[i]
+        del self.nodes[i], self._executors[i], self._threads[i], self._stops[i]
+
+    def _stop_spinning(self, indices: list[int]) -> None:
+        """End the spin of executors ``indices``: their threads leave the spin loop (their stop future is done),
+        then each executor is shut down. Shut down while its thread still spins, an rclpy 9 executor may
+        hand a callback the guard condition it has just destroyed (AttributeError on None.trigger)."""
+        for i in indices:
+            if not self._stops[i].done():
+                self._stops[i].set_result(None)  # its done callback wakes the executor
+        for i in indices:
+            self._threads[i].join(timeout=2.0)
+        for i in indices:
+            self._executors[i].shutdown(timeout_sec=2.0)
 
     def shutdown(self) -> None:
         """Stop every executor thread, destroy the nodes, shut the context down.
@@ -269,14 +285,11 @@ class Composition:
         ``InvalidHandle``; that is part of shutting down, not a node error.
         """
         self._closing = True
-        for executor in self._executors:
-            executor.shutdown(timeout_sec=2.0)
-        for thread in self._threads:
-            thread.join(timeout=2.0)
+        self._stop_spinning(list(range(len(self._executors))))
         for node in self.nodes:
             node.destroy_node()
             self._past_loop_errors.extend(getattr(node, "loop_exceptions", ()))
-        self.nodes, self._executors, self._threads = [], [], []
+        self.nodes, self._executors, self._threads, self._stops = [], [], [], []
         rclpy.try_shutdown(context=self.context)
 
     def __enter__(self) -> "Composition":
