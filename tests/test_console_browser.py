@@ -130,6 +130,12 @@ def page(console):
         browser.close()
 
 
+def _shown(page) -> str:
+    """What the page shows of the session (for failure messages)."""
+    return " | ".join(f"{i}: {page.inner_text('#' + i)!r}" for i in ("connection", "estop-state", "episode-state",
+                                                                       "message", "browser-stats"))
+
+
 def _seq(page) -> int:
     return int(page.get_attribute("#view-consumer", "data-seq") or 0)
 
@@ -150,7 +156,7 @@ def test_estop_by_click_and_by_space_and_reset(page, console):
     assert wait_for(lambda: watcher.arm_motion(1.0) > 1e-3, 60.0), "the arms never moved"
     page.click("#estop")
     assert wait_for(watcher.latched, 20.0)
-    assert wait_for(lambda: page.get_attribute("#estop-state", "data-latched") == "true", 20.0)
+    assert wait_for(lambda: page.get_attribute("#estop-state", "data-latched") == "true", 20.0), _shown(page)
     time.sleep(0.5)
     assert watcher.arm_motion(0.5) < 1e-6  # no more motion
     page.click("#reset")
@@ -177,12 +183,12 @@ def test_an_episode_keeps_its_task_and_outcome(page, console):
     page.fill("#task", "pick the red cube")
     page.fill("#operator", "ada")
     page.click("#start")
-    assert wait_for(lambda: page.inner_text("#episode-state") == "recording", 30.0)
+    assert wait_for(lambda: page.inner_text("#episode-state") == "recording", 30.0), _shown(page)
     time.sleep(2.0)
     page.select_option("#outcome", "failure")
     page.fill("#notes", "dropped it")
     page.click("#stop")
-    assert wait_for(lambda: page.inner_text("#episode-state") == "idle", 30.0)
+    assert wait_for(lambda: page.inner_text("#episode-state") == "idle", 30.0), _shown(page)
     episodes = sorted(Path(out).glob("episode_*/episode.yaml"))
     assert episodes, f"no episode under {out}"
     doc = yaml.safe_load(episodes[-1].read_text())

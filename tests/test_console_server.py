@@ -118,6 +118,19 @@ def _frame(value: int) -> np.ndarray:
     return np.full((48, 64, 3), value, np.uint8)
 
 
+async def _next_frame(ws, timeout: float = 10.0):
+    """The next binary (frame) message within ``timeout`` [s]: (header, BGR image); state messages in between
+    are passed over."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        msg = await asyncio.wait_for(ws.receive(), max(0.0, deadline - asyncio.get_running_loop().time()))
+        if msg.type == aiohttp.WSMsgType.BINARY:
+            (n,) = struct.unpack(">I", msg.data[:4])
+            header = json.loads(msg.data[4:4 + n])
+            return header, cv2.imdecode(np.frombuffer(msg.data[4 + n:], np.uint8), cv2.IMREAD_COLOR)
+        assert msg.type == aiohttp.WSMsgType.TEXT, msg
+
+
 def test_the_websocket_sends_the_newest_frames_and_skips_what_a_browser_did_not_take(served):
     server, hub, fake = served()
 
@@ -131,13 +144,10 @@ def test_the_websocket_sends_the_newest_frames_and_skips_what_a_browser_did_not_
                 hub.put("physical", 1, 1.0, lambda: _frame(0))  # not subscribed: never sent
                 frames = []
                 while not frames or frames[-1][0]["seq"] < 20:
-                    msg = await asyncio.wait_for(ws.receive(), 10.0)
-                    if msg.type != aiohttp.WSMsgType.BINARY:
-                        continue
-                    (n,) = struct.unpack(">I", msg.data[:4])
-                    header = json.loads(msg.data[4:4 + n])
-                    image = cv2.imdecode(np.frombuffer(msg.data[4 + n:], np.uint8), cv2.IMREAD_COLOR)
+                    header, image = await _next_frame(ws)
                     frames.append((header, image))
+                    if header["seq"] < 20:  # drawn without a time: acknowledged, no latency reported
+                        await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": header["seq"]}))
                 header, image = frames[-1]
                 await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": 20,
                                               "received_ms": header["received_ms"],
@@ -152,3 +162,58 @@ def test_the_websocket_sends_the_newest_frames_and_skips_what_a_browser_did_not_
     assert all(h["stream"] == "consumer" for h, _ in frames)
     assert len(frames) < 20 and server.frames_skipped["consumer"] > 0  # frames dropped, not queued
     assert fake.decoded == [("consumer", pytest.approx(0.012))]
+
+
+def test_a_stream_waits_for_the_browser_to_draw_its_last_frame_while_the_state_goes_on(served):
+    """One frame per stream on its way at a time: a browser that has not drawn the last frame is sent no other
+    (a queue of frames would hold the state messages back), then the newest; the state keeps coming."""
+    server, hub, fake = served()
+
+    async def scenario():
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"http://127.0.0.1:{server.port}/ws") as ws:
+                await ws.send_str(json.dumps({"type": "subscribe", "streams": ["consumer"]}))
+                await asyncio.sleep(0.2)
+                hub.put("consumer", 1, 1.0, lambda: _frame(10))
+                first, _ = await _next_frame(ws)
+                for k in range(2, 11):
+                    hub.put("consumer", k, float(k), lambda v=10 * k: _frame(v))
+                    await asyncio.sleep(0.05)
+                states, frames_meanwhile = 0, 0
+                deadline = asyncio.get_running_loop().time() + 1.2  # over two state periods, no acknowledgement
+                while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                    try:
+                        msg = await asyncio.wait_for(ws.receive(), left)
+                    except asyncio.TimeoutError:
+                        break
+                    states += msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data)["type"] == "state"
+                    frames_meanwhile += msg.type == aiohttp.WSMsgType.BINARY
+                await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": first["seq"]}))
+                newest, _ = await _next_frame(ws, 2.0)
+                return first, states, frames_meanwhile, newest
+
+    first, states, frames_meanwhile, newest = _run(scenario())
+    assert first["seq"] == 1 and frames_meanwhile == 0 and states >= 2
+    assert newest["seq"] == 10 and server.frames_skipped["consumer"] == 8
+    assert server.acks_missed["consumer"] == 0
+
+
+def test_a_frame_never_acknowledged_is_given_up_after_the_timeout(served, monkeypatch):
+    import rynn_teleop.console.server as console_server
+
+    monkeypatch.setattr(console_server, "ACK_TIMEOUT_S", 0.3)
+    server, hub, _ = served()
+
+    async def scenario():
+        async with aiohttp.ClientSession() as session:
+            async with session.ws_connect(f"http://127.0.0.1:{server.port}/ws") as ws:
+                await ws.send_str(json.dumps({"type": "subscribe", "streams": ["consumer"]}))
+                await asyncio.sleep(0.2)
+                hub.put("consumer", 1, 1.0, lambda: _frame(10))
+                await _next_frame(ws)
+                hub.put("consumer", 2, 2.0, lambda: _frame(20))
+                second, _ = await _next_frame(ws, 5.0)  # a script that never acknowledges still gets frames
+                return second
+
+    assert _run(scenario())["seq"] == 2
+    assert server.acks_missed["consumer"] >= 1

@@ -10,10 +10,14 @@ thread). The server runs its own asyncio loop on its own thread, so browsers nev
   {...}}`` runs an action: 200 done, 409 refused by the stack, 503 a node is missing, 400 a malformed
   request (nothing is done);
 * ``GET /ws`` a WebSocket: the page says which streams it shows (``{"type": "subscribe", "streams":
-  [...]}``) and gets each stream's newest frame as a binary message whenever a new one exists and its
-  previous one was sent (a slow browser skips frames; the ROS side never waits), the state as JSON
-  twice a second, and reports each frame's decode (``{"type": "decoded", ...}``) so the node can
-  measure ROS message -> decoded frame latency.
+  [...]}``) and gets each stream's newest frame as a binary message whenever a new one exists and the
+  page has acknowledged the stream's previous one (``{"type": "decoded", "stream": S, "seq": N,
+  "received_ms": ..., "t_ms": ...}`` once it is drawn, without the times when it could not be drawn;
+  an acknowledgement that does not come within :data:`ACK_TIMEOUT_S` is given up). At most one frame
+  per stream is on its way to a browser: a slow browser is sent fewer frames instead of queueing them
+  (queued frames would delay the state messages behind them by seconds on a busy machine), and the
+  ROS side never waits. The state goes as JSON twice a second; the acknowledgements' times let the
+  node measure ROS message -> drawn frame latency.
 
 Binary frame message: 4-byte big-endian header length, a JSON header (``stream``, ``seq``,
 ``stamp_ns``: the image's header stamp, ``received_ms``: when the node received it, Unix time [ms],
@@ -48,6 +52,9 @@ STREAMS = ("consumer", "physical", "generated")
 STREAM_WIDTH = {"consumer": None, "physical": 320, "generated": 320}
 JPEG_QUALITY = {"consumer": 85, "physical": 70, "generated": 70}
 STATE_PERIOD_S = 0.5
+#: [s] how long a stream waits for the browser to acknowledge its last frame before it sends the next anyway
+#: (a page that never acknowledges, e.g. a script, still gets a frame this often)
+ACK_TIMEOUT_S = 5.0
 MAX_BODY_BYTES = 16 * 1024
 MAX_FIELD_CHARS = 2000
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -131,6 +138,7 @@ class ConsoleServer:
         self.clients = 0  # open WebSockets
         self.frames_sent = {s: 0 for s in hub.streams}
         self.frames_skipped = {s: 0 for s in hub.streams}  # newer frames came before a browser took the last
+        self.acks_missed = {s: 0 for s in hub.streams}  # frames a browser did not acknowledge in ACK_TIMEOUT_S
         self.requests_refused = 0  # bad token or malformed
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-encode")
         self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-action")
@@ -277,7 +285,8 @@ class ConsoleServer:
         await ws.prepare(request)
         self.clients += 1
         wanted: set[str] = set()
-        senders = {s: asyncio.ensure_future(self._send_stream(ws, s, wanted)) for s in self.hub.streams}
+        acked = {s: _Acks() for s in self.hub.streams}
+        senders = {s: asyncio.ensure_future(self._send_stream(ws, s, wanted, acked[s])) for s in self.hub.streams}
         state = asyncio.ensure_future(self._send_state(ws))
         try:
             async for msg in ws:
@@ -295,6 +304,8 @@ class ConsoleServer:
                     for s in wanted:
                         await self._wake(s)
                 elif data.get("type") == "decoded" and data.get("stream") in self.hub.streams:
+                    if isinstance(data.get("seq"), int):
+                        acked[data["stream"]].ack(data["seq"])
                     try:
                         latency_ms = float(data["t_ms"]) - float(data["received_ms"])
                     except (KeyError, TypeError, ValueError):
@@ -314,12 +325,18 @@ class ConsoleServer:
                 return
             await asyncio.sleep(STATE_PERIOD_S)
 
-    async def _send_stream(self, ws: web.WebSocketResponse, stream: str, wanted: set[str]) -> None:
-        """Send ``stream``'s newest frame whenever there is one newer than the last sent (one in flight)."""
+    async def _send_stream(self, ws: web.WebSocketResponse, stream: str, wanted: set[str], acks: _Acks) -> None:
+        """Send ``stream``'s newest frame whenever there is one newer than the last sent and the browser
+        acknowledged the last sent (or :data:`ACK_TIMEOUT_S` passed): one frame in flight."""
         cond = self._new_frame[stream]
         last = 0  # seq of the last frame sent
         base: int | None = None  # seq before the first frame this browser wanted (None: not wanted)
+        pending = 0  # seq of the frame sent and not yet acknowledged (0: none)
         while not ws.closed:
+            if pending:
+                if not await acks.wait(pending, ACK_TIMEOUT_S):
+                    self.acks_missed[stream] += 1
+                pending = 0
             frame = self.hub.get(stream)
             if stream not in wanted:
                 base = None
@@ -339,6 +356,7 @@ class ConsoleServer:
             except (ConnectionError, RuntimeError):
                 return
             self.frames_sent[stream] += 1
+            pending = frame.seq
 
     async def _encoded(self, stream: str, frame: Frame) -> bytes | None:
         """``frame`` as a binary message, encoded once for every browser (on a worker thread)."""
@@ -372,3 +390,30 @@ class ConsoleServer:
                              "received_ms": frame.received_ms, "rate_hz": round(self.hub.rate_hz(stream), 1),
                              "width": int(rgb.shape[1]), "height": int(rgb.shape[0])}).encode()
         return struct.pack(">I", len(header)) + header + jpeg.tobytes()
+
+
+class _Acks:
+    """The newest frame seq a browser acknowledged on one stream (one WebSocket; used on the server's loop)."""
+
+    def __init__(self) -> None:
+        self.seq = 0
+        self._event = asyncio.Event()
+
+    def ack(self, seq: int) -> None:
+        if seq > self.seq:
+            self.seq = seq
+            self._event.set()
+
+    async def wait(self, seq: int, timeout: float) -> bool:
+        """Until frame ``seq`` (or a newer one) is acknowledged: True, or False after ``timeout`` [s]."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.seq < seq:
+            self._event.clear()
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._event.wait(), remaining)
+            except asyncio.TimeoutError:
+                return self.seq >= seq
+        return True

@@ -15,7 +15,8 @@ Topics:
     in:  ``consumer_topic``, ``physical_topic``, ``generated_topic`` (sensor_msgs/Image, SensorDataQoS),
          /diagnostics, /head_camera/active_source
     out: /estop (std_msgs/Bool, with the drivers' e-stop services)
-Diagnostics: ``url``, ``browsers``, per stream ``<stream>.sent`` / ``.skipped``, the ``browser.<stream>``
+Diagnostics: ``url``, ``browsers``, per stream ``<stream>.sent`` / ``.skipped`` / ``.acks_missed`` (frames a
+browser did not acknowledge in time), the ``browser.<stream>``
 meters (frames decoded by the browsers, latency = ROS message received -> frame drawn in the page),
 ``cpu_process_percent`` (the process's CPU, all its nodes) and ``cpu_server_percent`` (the server's and
 encoders' threads).
@@ -124,6 +125,7 @@ class ConsoleNode(TeleopNode):
         for s in STREAMS:
             values[f"{s}.sent"] = self.server.frames_sent[s]
             values[f"{s}.skipped"] = self.server.frames_skipped[s]
+            values[f"{s}.acks_missed"] = self.server.acks_missed[s]
         return values
 
     def destroy_node(self) -> None:

@@ -161,26 +161,31 @@ function connect() {
   };
 }
 
+// Each frame is acknowledged once drawn (or found undrawable): the server sends a stream's next frame only then,
+// so frames never queue in a slow browser ahead of the state messages.
 async function draw(header, jpeg) {
   const v = views[header.stream];
-  if (!v) return;
-  const bitmap = await createImageBitmap(jpeg);
-  if (v.canvas.width !== bitmap.width || v.canvas.height !== bitmap.height) {
-    v.canvas.width = bitmap.width; v.canvas.height = bitmap.height;
-  }
-  v.ctx.drawImage(bitmap, 0, 0);
-  bitmap.close();
-  const t = Date.now();
-  v.shown.push(performance.now());
-  v.latencies.push(t - header.received_ms);
-  if (v.latencies.length > 200) v.latencies.shift();
-  v.canvas.dataset.seq = String(header.seq);
-  const stats = window.consoleStats[header.stream];
-  stats.push({ seq: header.seq, stamp_ns: header.stamp_ns, received_ms: header.received_ms, drawn_ms: t });
-  if (stats.length > 5000) stats.shift();
-  if (ws && ws.readyState === WebSocket.OPEN) {
-    ws.send(JSON.stringify({ type: "decoded", stream: header.stream, seq: header.seq,
-                             received_ms: header.received_ms, t_ms: t }));
+  const ack = { type: "decoded", stream: header.stream, seq: header.seq };
+  try {
+    if (!v) return;
+    const bitmap = await createImageBitmap(jpeg);
+    if (v.canvas.width !== bitmap.width || v.canvas.height !== bitmap.height) {
+      v.canvas.width = bitmap.width; v.canvas.height = bitmap.height;
+    }
+    v.ctx.drawImage(bitmap, 0, 0);
+    bitmap.close();
+    const t = Date.now();
+    v.shown.push(performance.now());
+    v.latencies.push(t - header.received_ms);
+    if (v.latencies.length > 200) v.latencies.shift();
+    v.canvas.dataset.seq = String(header.seq);
+    const stats = window.consoleStats[header.stream];
+    stats.push({ seq: header.seq, stamp_ns: header.stamp_ns, received_ms: header.received_ms, drawn_ms: t });
+    if (stats.length > 5000) stats.shift();
+    ack.received_ms = header.received_ms;
+    ack.t_ms = t;
+  } finally {
+    if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(ack));
   }
 }
 
