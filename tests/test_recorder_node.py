@@ -15,11 +15,12 @@ from mcap.reader import make_reader
 from mcap_ros2.decoder import DecoderFactory
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
-from rclpy.serialization import deserialize_message
+from rclpy.serialization import deserialize_message, serialize_message
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from rynn_teleop.nodes.base import Taken
 from rynn_teleop.nodes.camera_switch import LATCHED
 from rynn_teleop.runner import Composition
 from rynn_teleop.sources.playback import open_bag
@@ -298,3 +299,59 @@ def test_a_malformed_gap_rate_entry_refuses_the_start(ros_domain_id, tmp_path):
         with pytest.raises(ParameterError, match="gap_rates") as err:
             recorder(ros_domain_id, tmp_path, gap_rates=[entry])
         assert "TOPIC=HZ" in str(err.value) and "(0, 10000]" in str(err.value)
+
+
+def test_every_topic_starts_and_stops_at_the_same_instant(ros_domain_id, tmp_path):
+    """The subscriptions are taken one after the other; the episode still holds, of every topic, exactly what
+    was received between one start and one stop instant: a message received while another topic was being
+    taken is in the episode if and only if its receive time is (here the takes are stubbed to make that race
+    certain: a joints message arrives while the image subscription is taken)."""
+    comp = recorder(ros_domain_id, tmp_path)
+    try:
+        rec = comp.node("recorder")
+        rec.stop_loops()  # the drains below are the only ones
+        clock = lambda: rec.get_clock().now().nanoseconds  # noqa: E731
+        received: dict[str, int] = {}  # message id -> receive time [ns]
+        pending: dict[str, list] = {"joints": [], "image": []}
+        seq = iter(range(1, 1000))
+
+        def arrive(sub: str, name: str) -> None:
+            received[name] = clock()
+            msg = JointState() if sub == "joints" else Image()
+            msg.header.frame_id = name
+            pending[sub].append(Taken(serialize_message(msg), received[name], b"pub-" + sub.encode(), next(seq)))
+
+        def take_all(sub: str) -> list:
+            if sub == "image" and "race" in script:  # while the images are taken, a joints message arrives first
+                arrive("joints", script.pop("race"))
+                arrive("image", script.pop("race_image"))
+            out, pending[sub] = pending[sub], []
+            return out
+
+        rec.take_all = take_all
+        rec._subs = [("joints", "/test/joints", "sensor_msgs/msg/JointState", False),
+                     ("image", "/test/image", "sensor_msgs/msg/Image", False)]
+        arrive("joints", "j-before")
+        arrive("image", "i-before")
+        script = {"race": "j-start", "race_image": "i-start"}
+        rec.start_episode()
+        arrive("joints", "j-mid")
+        arrive("image", "i-mid")
+        rec._drain()
+        time.sleep(0.01)
+        script = {"race": "j-stop", "race_image": "i-stop"}
+        summary = rec.stop_episode()
+    finally:
+        comp.shutdown()
+    reader = open_bag(summary.path, "test")
+    try:
+        recorded = {}
+        for conn, t, raw in reader.messages():
+            msg_type = JointState if conn.topic == "/test/joints" else Image
+            recorded[deserialize_message(raw, msg_type).header.frame_id] = t
+    finally:
+        reader.close()
+    assert {"j-mid", "i-mid"} <= set(recorded) and not {"j-before", "i-before"} & set(recorded)
+    first, last = min(recorded.values()), max(recorded.values())
+    left_out = {n: t for n, t in received.items() if n not in recorded}
+    assert all(t < first or t > last for t in left_out.values()), (recorded, left_out)

@@ -12,7 +12,9 @@ callback per message (about 2000 messages/s in the demo: the per-callback
 cost of rclpy's executor was most of the recorder's CPU). A message its
 publisher sent but the recorder never received (skipped publisher sequence
 numbers: a best-effort loss, or the subscription queue overflowing between
-two drains) is counted as dropped. The newest message of each latched
+two drains) is counted as dropped. An episode holds, of every topic, what
+was received between its start and its stop instants (receive times on the
+node's clock). The newest message of each latched
 (transient-local) topic is written again at the start of every episode, so
 an episode always holds the active camera source it started with.
 
@@ -162,24 +164,41 @@ class RecorderNode(TeleopNode):
             self._subs.append((sub, topic, type_name, latched))
             self.get_logger().info(f"recording {topic} ({type_name}, {qos.reliability.name.lower()})")
 
-    def _drain(self) -> None:
-        """Hand everything the subscriptions received since the last drain to the episode, in receive order."""
+    def _drain(self, since_ns: int | None = None, until_ns: int | None = None) -> None:
+        """Hand everything the subscriptions received since the last drain to the episode, in receive order.
+
+        ``since_ns`` [ns, node clock]: the episode starts there: what was received before is not part of it
+        (the latched topics' newest values are, written at ``since_ns``). ``until_ns``: the episode stops there:
+        what was received after is not part of it. One cut time for every topic: the subscriptions are taken
+        one after the other, so a cut at the take would start and end each topic at a different instant.
+        """
         batch = []
-        writer = self.recorder.writer
         for sub, topic, type_name, latched in self._subs:
             bag_ns = self._last_received.get(topic, 0)
             for taken in self.take_all(sub):
                 # bag time = receive time, never before the topic's previous message: the take order (publisher
                 # sequence order) stays the bag order even when a repaired message arrived after a later one
                 bag_ns = max(bag_ns, taken.received_ns)
-                batch.append((bag_ns, topic, type_name, taken.message, latched))
                 lost = self._sequence.observe(topic, taken.publisher, taken.sequence)
-                if lost and writer is not None:
-                    writer.note_dropped(topic, lost)
+                batch.append((bag_ns, topic, type_name, taken.message, latched, lost))
         batch.sort(key=lambda item: item[0])  # stable: each topic keeps its order
         for received_ns, topic, *_ in batch:
             self._last_received[topic] = received_ns
-        for received_ns, topic, type_name, raw, latched in batch:
+        writer = self.recorder.writer
+        if since_ns is not None:
+            for received_ns, topic, type_name, raw, latched, _ in batch:
+                if latched and received_ns < since_ns:
+                    self._latched[topic] = (type_name, raw)
+            batch = [item for item in batch if item[0] >= since_ns]
+            for topic, (type_name, raw) in list(self._latched.items()):  # every episode starts with these values
+                self._on_message(topic, type_name, raw, since_ns, latched=True)
+        for received_ns, topic, type_name, raw, latched, lost in batch:
+            if until_ns is not None and received_ns > until_ns:  # after the stop: only the latched state is kept
+                if latched:
+                    self._latched[topic] = (type_name, raw)
+                continue
+            if lost and writer is not None:
+                writer.note_dropped(topic, lost)
             self._on_message(topic, type_name, raw, received_ns, latched)
 
     def _on_message(self, topic: str, type_name: str, raw: bytes, received_ns: int, latched: bool = False) -> None:
@@ -206,14 +225,10 @@ class RecorderNode(TeleopNode):
         )
 
     def start_episode(self) -> Path:
-        """Start the next episode (raises RecordingError)."""
-        self._drain()  # what arrived before the start is not part of the episode (latched values are kept)
+        """Start the next episode (raises RecordingError): every topic from the same instant (receive time)."""
+        start_ns = self.get_clock().now().nanoseconds
         path = self.recorder.start(self.metadata(), topic_qos=self._qos)
-        now = self.get_clock().now().nanoseconds
-        for topic, (type_name, raw) in list(self._latched.items()):  # latched values received before the start
-            self.recorder.submit(topic, type_name, raw, now)
-            if topic == ACTIVE_SOURCE_TOPIC:
-                self.recorder.add_camera_source(deserialize_message(raw, String).data)
+        self._drain(since_ns=start_ns)  # what arrived before the start is not part of the episode (latched values are)
         self.failure = ""
         self.get_logger().info(f"episode started: {path}")
         return path
@@ -222,7 +237,7 @@ class RecorderNode(TeleopNode):
         """Stop and keep the current episode; its summary (raises RecordingError)."""
         self.recorder.describe(task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
                                notes=self.get_parameter("notes").value, outcome=self.get_parameter("outcome").value)
-        self._drain()  # what arrived before the stop is
+        self._drain(until_ns=self.get_clock().now().nanoseconds)  # what arrived before the stop is, for every topic
         summary = self.recorder.stop()
         self._clear_outcome()
         self.last_summary = summary
