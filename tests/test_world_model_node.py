@@ -46,6 +46,7 @@ class Operator:
         self.q[self.robot.joint_index("left_arm_joint1")] -= 0.3  # shoulders raised: hands in the camera's view
         self.q[self.robot.joint_index("right_arm_joint1")] += 0.3
         self.sent: dict[tuple[int, int], np.ndarray] = {}  # stamp -> the full joint vector after that message
+        self.log: list[tuple[tuple[int, int], str, np.ndarray, np.ndarray]] = []  # (stamp, group, indices, values)
         comp.add_node(self.node)
 
     def _keep(self, store):
@@ -71,6 +72,7 @@ class Operator:
         msg.header.stamp = (self.node.get_clock().now() - Duration(seconds=lag_s)).to_msg()
         with self.lock:
             self.sent[(msg.header.stamp.sec, msg.header.stamp.nanosec)] = self.q.copy()
+            self.log.append(((msg.header.stamp.sec, msg.header.stamp.nanosec), group, idx, self.q[idx].copy()))
         (self.arms if group == "arms" else self.hands).publish(msg)
 
     def stream(self, seconds: float, groups=("arms", "left", "right"), hz: float = 100.0,
@@ -93,6 +95,16 @@ def test_commands_in_frames_out_one_per_tick_with_command_stamps(ros_domain_id):
     try:
         op = Operator(comp)
         wm = comp.node("world_model")
+        used: dict[tuple[int, int], np.ndarray] = {}  # frame stamp -> the action the world model took for it
+        take = wm.actions.take
+
+        def recording_take():
+            taken = take()
+            if taken is not None:
+                used[divmod(taken[1], 1_000_000_000)] = np.array(taken[0])
+            return taken
+
+        wm.actions.take = recording_take
         op.stream(0.5, groups=("arms", "left"))  # the right hand never commanded: no frame yet
         time.sleep(0.2)
         assert not op.images
@@ -125,14 +137,26 @@ def test_commands_in_frames_out_one_per_tick_with_command_stamps(ros_domain_id):
         assert conditions and all((c.header.stamp.sec, c.header.stamp.nanosec) in sent for c in conditions)
         assert image_array(conditions[-1]).max() > 0  # the skeleton is drawn
 
-        # each frame is the render of exactly the action its stamp names
+        # each frame's action holds the command its stamp names, and of every other group a command sent before
+        # it (the newest the world model had: the two topics may arrive in either order)
+        with op.lock:
+            log = list(op.log)
+        order = {key: i for i, (key, *_) in enumerate(log)}
+        for key, q in dict(used).items():
+            i = order[key]
+            _, group, idx, values = log[i]
+            np.testing.assert_array_equal(q[idx], values)
+            for g in ("arms", "left", "right"):
+                earlier = [(ix, v) for _, gg, ix, v in log[: i + 1] if gg == g]
+                assert earlier and any(np.array_equal(q[ix], v) for ix, v in earlier[::-1]), f"{g} at {key}"
+        # and each frame is the render of exactly that action
         from rynn_teleop.world_model.render import RenderGenerator  # noqa: PLC0415
 
         reference = wm.generator.reference.copy()
         check = RenderGenerator(wm.robot, wm.intrinsics)
         check.reset(reference)
         for m in images[-3:]:
-            q = sent[(m.header.stamp.sec, m.header.stamp.nanosec)]
+            q = used[(m.header.stamp.sec, m.header.stamp.nanosec)]
             np.testing.assert_array_equal(image_array(m), check.step(q)[0])
 
         n = len(op.images)  # commands stop: frames stop (hold, no new frames)
