@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import struct
 from typing import NamedTuple
@@ -118,6 +119,16 @@ def _frame(value: int) -> np.ndarray:
     return np.full((48, 64, 3), value, np.uint8)
 
 
+@contextlib.asynccontextmanager
+async def _subscribed(server: ConsoleServer, streams: tuple[str, ...] = ("consumer",)):
+    """A WebSocket to ``server`` that has asked for ``streams``."""
+    async with aiohttp.ClientSession() as session:
+        async with session.ws_connect(f"http://127.0.0.1:{server.port}/ws") as ws:
+            await ws.send_str(json.dumps({"type": "subscribe", "streams": list(streams)}))
+            await asyncio.sleep(0.2)
+            yield ws
+
+
 async def _next_frame(ws, timeout: float = 10.0):
     """The next binary (frame) message within ``timeout`` [s]: (header, BGR image); state messages in between
     are passed over."""
@@ -135,25 +146,22 @@ def test_the_websocket_sends_the_newest_frames_and_skips_what_a_browser_did_not_
     server, hub, fake = served()
 
     async def scenario():
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(f"http://127.0.0.1:{server.port}/ws") as ws:
-                await ws.send_str(json.dumps({"type": "subscribe", "streams": ["consumer"]}))
-                await asyncio.sleep(0.2)
-                for k in range(1, 21):  # far faster than frames are encoded
-                    hub.put("consumer", 1000 + k, 5000.0 + k, lambda v=10 * k: _frame(v))
-                hub.put("physical", 1, 1.0, lambda: _frame(0))  # not subscribed: never sent
-                frames = []
-                while not frames or frames[-1][0]["seq"] < 20:
-                    header, image = await _next_frame(ws)
-                    frames.append((header, image))
-                    if header["seq"] < 20:  # drawn without a time: acknowledged, no latency reported
-                        await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": header["seq"]}))
-                header, image = frames[-1]
-                await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": 20,
-                                              "received_ms": header["received_ms"],
-                                              "t_ms": header["received_ms"] + 12.0}))
-                await asyncio.sleep(0.2)
-                return frames
+        async with _subscribed(server) as ws:
+            for k in range(1, 21):  # far faster than frames are encoded
+                hub.put("consumer", 1000 + k, 5000.0 + k, lambda v=10 * k: _frame(v))
+            hub.put("physical", 1, 1.0, lambda: _frame(0))  # not subscribed: never sent
+            frames = []
+            while not frames or frames[-1][0]["seq"] < 20:
+                header, image = await _next_frame(ws)
+                frames.append((header, image))
+                if header["seq"] < 20:  # drawn without a time: acknowledged, no latency reported
+                    await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": header["seq"]}))
+            header, image = frames[-1]
+            await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": 20,
+                                          "received_ms": header["received_ms"],
+                                          "t_ms": header["received_ms"] + 12.0}))
+            await asyncio.sleep(0.2)
+            return frames
 
     frames = _run(scenario())
     header, image = frames[-1]
@@ -170,27 +178,24 @@ def test_a_stream_waits_for_the_browser_to_draw_its_last_frame_while_the_state_g
     server, hub, fake = served()
 
     async def scenario():
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(f"http://127.0.0.1:{server.port}/ws") as ws:
-                await ws.send_str(json.dumps({"type": "subscribe", "streams": ["consumer"]}))
-                await asyncio.sleep(0.2)
-                hub.put("consumer", 1, 1.0, lambda: _frame(10))
-                first, _ = await _next_frame(ws)
-                for k in range(2, 11):
-                    hub.put("consumer", k, float(k), lambda v=10 * k: _frame(v))
-                    await asyncio.sleep(0.05)
-                states, frames_meanwhile = 0, 0
-                deadline = asyncio.get_running_loop().time() + 1.2  # over two state periods, no acknowledgement
-                while (left := deadline - asyncio.get_running_loop().time()) > 0:
-                    try:
-                        msg = await asyncio.wait_for(ws.receive(), left)
-                    except asyncio.TimeoutError:
-                        break
-                    states += msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data)["type"] == "state"
-                    frames_meanwhile += msg.type == aiohttp.WSMsgType.BINARY
-                await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": first["seq"]}))
-                newest, _ = await _next_frame(ws, 2.0)
-                return first, states, frames_meanwhile, newest
+        async with _subscribed(server) as ws:
+            hub.put("consumer", 1, 1.0, lambda: _frame(10))
+            first, _ = await _next_frame(ws)
+            for k in range(2, 11):
+                hub.put("consumer", k, float(k), lambda v=10 * k: _frame(v))
+                await asyncio.sleep(0.05)
+            states, frames_meanwhile = 0, 0
+            deadline = asyncio.get_running_loop().time() + 1.2  # over two state periods, no acknowledgement
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                try:
+                    msg = await asyncio.wait_for(ws.receive(), left)
+                except asyncio.TimeoutError:
+                    break
+                states += msg.type == aiohttp.WSMsgType.TEXT and json.loads(msg.data)["type"] == "state"
+                frames_meanwhile += msg.type == aiohttp.WSMsgType.BINARY
+            await ws.send_str(json.dumps({"type": "decoded", "stream": "consumer", "seq": first["seq"]}))
+            newest, _ = await _next_frame(ws, 2.0)
+            return first, states, frames_meanwhile, newest
 
     first, states, frames_meanwhile, newest = _run(scenario())
     assert first["seq"] == 1 and frames_meanwhile == 0 and states >= 2
@@ -205,15 +210,12 @@ def test_a_frame_never_acknowledged_is_given_up_after_the_timeout(served, monkey
     server, hub, _ = served()
 
     async def scenario():
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(f"http://127.0.0.1:{server.port}/ws") as ws:
-                await ws.send_str(json.dumps({"type": "subscribe", "streams": ["consumer"]}))
-                await asyncio.sleep(0.2)
-                hub.put("consumer", 1, 1.0, lambda: _frame(10))
-                await _next_frame(ws)
-                hub.put("consumer", 2, 2.0, lambda: _frame(20))
-                second, _ = await _next_frame(ws, 5.0)  # a script that never acknowledges still gets frames
-                return second
+        async with _subscribed(server) as ws:
+            hub.put("consumer", 1, 1.0, lambda: _frame(10))
+            await _next_frame(ws)
+            hub.put("consumer", 2, 2.0, lambda: _frame(20))
+            second, _ = await _next_frame(ws, 5.0)  # a script that never acknowledges still gets frames
+            return second
 
     assert _run(scenario())["seq"] == 2
     assert server.acks_missed["consumer"] >= 1
