@@ -28,6 +28,7 @@ from rynn_teleop.recording import (
     RecordingError,
     TopicQos,
     description_hash,
+    split_at_window,
 )
 from rynn_teleop.recording.mcapfile import scan
 
@@ -348,3 +349,11 @@ def test_description_can_change_while_recording(tmp_path):
     assert custom["rynn_teleop.notes"] == "spilled at the end"
     with pytest.raises(RecordingError, match="no episode"):
         rec.describe(notes="too late")
+
+
+def test_an_episode_window_cuts_every_topic_at_the_same_receive_times():
+    items = [(90, "a"), (100, "b"), (150, "a"), (200, "b"), (201, "a")]
+    assert split_at_window(items) == (items, [])
+    assert split_at_window(items, since_ns=100) == ([(100, "b"), (150, "a"), (200, "b"), (201, "a")], [(90, "a")])
+    assert split_at_window(items, until_ns=200) == ([(90, "a"), (100, "b"), (150, "a"), (200, "b")], [(201, "a")])
+    assert split_at_window(items, 100, 150) == ([(100, "b"), (150, "a")], [(90, "a"), (200, "b"), (201, "a")])

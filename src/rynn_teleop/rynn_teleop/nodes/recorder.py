@@ -42,7 +42,8 @@ from std_srvs.srv import Trigger
 
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..errors import ParameterError
-from ..recording import OUTCOMES, EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash, software_version
+from ..recording import (OUTCOMES, EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash,
+                         software_version, split_at_window)
 from ..recording.stats import SequenceGaps, parse_topic_rates
 from .base import TeleopNode, run_single
 from .graph import message_class, subscription_qos
@@ -184,19 +185,15 @@ class RecorderNode(TeleopNode):
         batch.sort(key=lambda item: item[0])  # stable: each topic keeps its order
         for received_ns, topic, *_ in batch:
             self._last_received[topic] = received_ns
-        writer = self.recorder.writer
-        if since_ns is not None:
-            for received_ns, topic, type_name, raw, latched, _ in batch:
-                if latched and received_ns < since_ns:
-                    self._latched[topic] = (type_name, raw)
-            batch = [item for item in batch if item[0] >= since_ns]
-            for topic, (type_name, raw) in list(self._latched.items()):  # every episode starts with these values
+        inside, outside = split_at_window(batch, since_ns, until_ns)
+        for _, topic, type_name, raw, latched, _ in outside:  # not part of the episode; the newest state is kept
+            if latched:
+                self._latched[topic] = (type_name, raw)
+        if since_ns is not None:  # every episode starts with the latched topics' values
+            for topic, (type_name, raw) in list(self._latched.items()):
                 self._on_message(topic, type_name, raw, since_ns, latched=True)
-        for received_ns, topic, type_name, raw, latched, lost in batch:
-            if until_ns is not None and received_ns > until_ns:  # after the stop: only the latched state is kept
-                if latched:
-                    self._latched[topic] = (type_name, raw)
-                continue
+        writer = self.recorder.writer
+        for received_ns, topic, type_name, raw, latched, lost in inside:
             if lost and writer is not None:
                 writer.note_dropped(topic, lost)
             self._on_message(topic, type_name, raw, received_ns, latched)

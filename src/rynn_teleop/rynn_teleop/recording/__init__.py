@@ -22,6 +22,7 @@ from .episodes import (
     episode_dirs,
     next_episode_dir,
     software_version,
+    split_at_window,
 )
 from .errors import RecordingError
 from .recover import RecoverResult, recover_bag
@@ -48,5 +49,6 @@ __all__ = [
     "next_episode_dir",
     "recover_bag",
     "software_version",
+    "split_at_window",
     "topic_stats",
 ]

@@ -75,6 +75,25 @@ def next_episode_dir(output_dir: str | Path) -> Path:
 OUTCOMES = ("", "success", "failure")  # an episode's outcome label ("": not labelled)
 
 
+def split_at_window(items: Sequence[tuple], since_ns: int | None = None,
+                    until_ns: int | None = None) -> tuple[list[tuple], list[tuple]]:
+    """``items`` (each a tuple whose first element is its receive time [ns]) as (those received in
+    [``since_ns``, ``until_ns``], the others), each in the given order; None leaves that side open.
+
+    An episode starts and stops at one instant for every topic: a recorder taking its subscriptions one
+    after the other cuts by receive time, not by which take found a message.
+    """
+    if since_ns is None and until_ns is None:  # between start and stop (every drain of the recorder)
+        return list(items), []
+    inside, outside = [], []
+    for item in items:
+        t = item[0]
+        early = since_ns is not None and t < since_ns
+        late = until_ns is not None and t > until_ns
+        (outside if early or late else inside).append(item)
+    return inside, outside
+
+
 class EpisodeProgress(NamedTuple):
     """The episode being recorded, as far as it got (cheap: for a 1 Hz status)."""
 
