@@ -334,6 +334,13 @@ def test_every_topic_starts_and_stops_at_the_same_instant(ros_domain_id, tmp_pat
         arrive("joints", "j-before")
         arrive("image", "i-before")
         script = {"race": "j-start", "race_image": "i-start"}
+        metadata = rec.metadata
+
+        def metadata_while_arriving():  # a message arrives while the episode is being started
+            arrive("joints", "j-starting")
+            return metadata()
+
+        rec.metadata = metadata_while_arriving
         rec.start_episode()
         arrive("joints", "j-mid")
         arrive("image", "i-mid")
@@ -351,7 +358,11 @@ def test_every_topic_starts_and_stops_at_the_same_instant(ros_domain_id, tmp_pat
             recorded[deserialize_message(raw, msg_type).header.frame_id] = t
     finally:
         reader.close()
-    assert {"j-mid", "i-mid"} <= set(recorded) and not {"j-before", "i-before"} & set(recorded)
+    assert {"j-mid", "i-mid", "j-starting"} <= set(recorded) and not {"j-before", "i-before"} & set(recorded)
     first, last = min(recorded.values()), max(recorded.values())
     left_out = {n: t for n, t in received.items() if n not in recorded}
     assert all(t < first or t > last for t in left_out.values()), (recorded, left_out)
+    # the episode's own start and stop instants (episode.yaml) are that window's
+    doc = yaml.safe_load((summary.path / "episode.yaml").read_text())
+    assert doc["start_ns"] <= first and last <= doc["stop_ns"], (doc["start_ns"], doc["stop_ns"], recorded)
+    assert all(t < doc["start_ns"] or t > doc["stop_ns"] for t in left_out.values()), (doc, left_out)

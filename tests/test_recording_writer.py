@@ -178,6 +178,22 @@ def test_episodes_are_numbered_and_discard_removes_the_directory(tmp_path):
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["episode_0001", "episode_0002"]
 
 
+def test_the_typestore_is_built_with_the_recorder_not_at_the_first_start(tmp_path, monkeypatch):
+    """Starting an episode must be quick (it runs while the process's loops wait): the standard typestore,
+    about 0.1 s to build, is built when the recorder is made."""
+    from rynn_teleop.recording import episodes, writer  # noqa: PLC0415
+
+    built = []
+    monkeypatch.setattr(writer, "default_typestore", lambda: built.append(1) or TS)
+    monkeypatch.setattr(episodes, "default_typestore", writer.default_typestore)
+    rec = EpisodeRecorder(tmp_path, {"/x": None})
+    assert built == [1]
+    rec.start(EpisodeMetadata(), now_ns=T0)
+    rec.submit("/x", STR, string("one"), T0 + MS)
+    rec.stop(now_ns=T0 + 2 * MS)
+    assert built == [1]
+
+
 def test_progress_of_the_episode_being_recorded(tmp_path):
     """What the console shows while recording: name, elapsed time, messages so far, problems so far."""
     rec = EpisodeRecorder(tmp_path, {"/x": 10.0, "/y": 10.0})

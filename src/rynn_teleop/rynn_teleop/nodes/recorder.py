@@ -224,7 +224,7 @@ class RecorderNode(TeleopNode):
     def start_episode(self) -> Path:
         """Start the next episode (raises RecordingError): every topic from the same instant (receive time)."""
         start_ns = self.get_clock().now().nanoseconds
-        path = self.recorder.start(self.metadata(), topic_qos=self._qos)
+        path = self.recorder.start(self.metadata(), topic_qos=self._qos, now_ns=start_ns)
         self._drain(since_ns=start_ns)  # what arrived before the start is not part of the episode (latched values are)
         self.failure = ""
         self.get_logger().info(f"episode started: {path}")
@@ -234,8 +234,9 @@ class RecorderNode(TeleopNode):
         """Stop and keep the current episode; its summary (raises RecordingError)."""
         self.recorder.describe(task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
                                notes=self.get_parameter("notes").value, outcome=self.get_parameter("outcome").value)
-        self._drain(until_ns=self.get_clock().now().nanoseconds)  # what arrived before the stop is, for every topic
-        summary = self.recorder.stop()
+        stop_ns = self.get_clock().now().nanoseconds
+        self._drain(until_ns=stop_ns)  # what arrived before the stop is, for every topic
+        summary = self.recorder.stop(now_ns=stop_ns)
         self._clear_outcome()
         self.last_summary = summary
         for problem in summary.problems:

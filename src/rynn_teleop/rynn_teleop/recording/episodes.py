@@ -40,6 +40,7 @@ from .writer import (
     DEFAULT_QUEUE_MAX_MESSAGES,
     EpisodeWriter,
     TopicQos,
+    default_typestore,
 )
 
 EPISODE_PREFIX = "episode_"
@@ -176,7 +177,9 @@ class EpisodeRecorder:
         self.topics = {t: (float(r) if r else None) for t, r in topics.items()}
         self.gap_rates = {t: float(r) for t, r in (gap_rates or {}).items() if r}
         self._writer_options: dict[str, Any] = {
-            "typestore": typestore,
+            # built here, not at the first start: building the standard typestore takes about 0.1 s of CPU,
+            # which at an episode's start would delay whatever the process runs
+            "typestore": typestore or default_typestore(),
             "queue_max_bytes": queue_max_bytes,
             "queue_max_messages": queue_max_messages,
             "flush_period_s": flush_period_s,
