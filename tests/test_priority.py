@@ -34,6 +34,7 @@ class FakeSystem:
         self.nice = nice
         self.policy = policy
         self.calls: list[tuple] = []
+        self.nices: dict[int, int] = {}  # thread id -> nice value set (others: ``nice``)
 
     def sched_getscheduler(self, pid: int) -> int:
         return self.policy
@@ -44,16 +45,24 @@ class FakeSystem:
 
     def sched_setscheduler(self, pid: int, policy: int, param: int) -> None:
         self.calls.append(("sched_setscheduler", pid, policy, param))
+        if pid in self.ended:
+            raise ProcessLookupError(3, "No such process")
         if self.refuse and policy != self.SCHED_OTHER:
             raise PermissionError(1, "Operation not permitted")
         self.policy = policy
 
     def getpriority(self, which: int, who: int) -> int:
-        return self.nice
+        if who in self.ended:
+            raise ProcessLookupError(3, "No such process")
+        return self.nices.get(who, self.nice)
 
     def setpriority(self, which: int, who: int, value: int) -> None:
         self.calls.append(("setpriority", which, who, value))
-        self.nice = value
+        self.nices[who] = value
+        if who == 0:
+            self.nice = value
+
+    ended: frozenset[int] = frozenset()  # thread ids that have ended
 
 
 def test_a_process_takes_the_most_urgent_class_of_its_nodes():
@@ -78,9 +87,35 @@ def test_real_time_round_robin_where_permitted():
     assert "SCHED_RR priority 30" in said
 
 
+def test_every_thread_given_takes_the_class_but_those_that_lowered_themselves_or_ended():
+    import threading
+
+    system = FakeSystem()
+    system.ended = frozenset({12})
+    lowered = []
+    worker = threading.Thread(target=lambda: lowered.append((threading.get_native_id(), lower_this_thread(FakeSystem()))))
+    worker.start()
+    worker.join()
+    tid = lowered[0][0]
+    said = apply_process_priority(PRIORITY_CLASSES["record"], "auto", system, threads=[11, 12, tid, 13])
+    assert [c[1] for c in system.calls] == [11, 12, 13] and "SCHED_RR priority 25" in said
+    # the fallback too: every thread, never one that lowered itself
+    system = FakeSystem(refuse=True)
+    apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system, threads=[11, tid, 13])
+    assert [c[2] for c in system.calls if c[0] == "setpriority"] == [11, 13]
+
+
+def test_the_world_model_is_never_real_time():
+    """Unbounded work at any real-time priority spends the real-time budget the arm loops share (the kernel
+    stops every real-time thread of a CPU once 95 % of a second went to them there)."""
+    system = FakeSystem()
+    said = apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system)
+    assert system.calls == [("setpriority", FakeSystem.PRIO_PROCESS, 0, 10)] and said == "generate: nice 10"
+
+
 def test_refused_real_time_falls_back_to_nice_and_says_why():
     system = FakeSystem(refuse=True)
-    said = apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system)
+    said = apply_process_priority(PriorityClass("background", 5, 10), "auto", system)
     assert system.calls[-1] == ("setpriority", FakeSystem.PRIO_PROCESS, 0, 10)
     assert "nice 10" in said and "refused" in said and "Operation not permitted" in said
     # the arm loops keep their nice value: no privilege to raise it
@@ -144,12 +179,23 @@ def test_every_node_declares_a_known_class():
 CHILD = textwrap.dedent("""
     import json, os, sys, threading
     from rynn_teleop.nodes import node_class
-    from rynn_teleop.runner import use_process_priority
-    said = use_process_priority([node_class(n) for n in sys.argv[1:]])
+    from rynn_teleop.runner import process_priority_class, use_process_priority
+    cls = process_priority_class([node_class(n) for n in sys.argv[1:]])
+    go, started = threading.Event(), {}
+
+    def early():  # a thread that exists before the call (the middleware's, a loop's)
+        go.wait()
+        started.update(policy=os.sched_getscheduler(0), nice=os.nice(0))
+
+    before = threading.Thread(target=early)
+    before.start()
+    start_up = os.sched_getscheduler(0)
+    said = use_process_priority(cls)
+    go.set(); before.join()
     seen = {}
     thread = threading.Thread(target=lambda: seen.update(policy=os.sched_getscheduler(0), nice=os.nice(0)))
     thread.start(); thread.join()
-    print(json.dumps({"said": said, "thread": seen}))
+    print(json.dumps({"said": said, "thread": seen, "early": started, "start_up": start_up}))
 """)
 
 
@@ -167,19 +213,19 @@ def _rr_permitted() -> bool:
 
 @pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux scheduling calls")
 def test_a_runner_process_and_the_threads_it_starts_take_its_nodes_class():
-    """The process running arm_ik and the recorder: the threads it starts afterwards (loops, the middleware's)
-    inherit the arm loops' class. Where real-time scheduling is refused, only the log says so."""
+    """The process running arm_ik and the recorder: start-up runs as the process was started; then its
+    threads (loops, the middleware's), those that exist and those started afterwards, take the arm loops'
+    class. Where real-time scheduling is refused, only the log says so."""
     got = _child(["recorder", "arm_ik"], "auto")
+    assert got["start_up"] == os.sched_getscheduler(0)  # start-up runs as started
     if _rr_permitted():
-        assert got["thread"]["policy"] == os.SCHED_RR and "SCHED_RR priority 30" in got["said"]
+        assert got["thread"]["policy"] == got["early"]["policy"] == os.SCHED_RR and "SCHED_RR priority 30" in got["said"]
     else:
         assert got["thread"]["policy"] == os.sched_getscheduler(0) and "refused" in got["said"]  # as started
-    # the world model alone: real time below the camera, else nice 10
+    # the world model alone: nice 10 in the normal scheduler, real time permitted or not
     got = _child(["world_model"], "auto")
-    if _rr_permitted():
-        assert got["thread"]["policy"] == os.SCHED_RR and "priority 5" in got["said"]
-    else:
-        assert got["thread"]["nice"] >= 10
+    assert got["thread"]["nice"] >= 10 and got["early"]["nice"] >= 10
+    assert got["thread"]["policy"] == got["early"]["policy"] == os.sched_getscheduler(0)
     # off: as started (a child starts with this thread's scheduling)
     got = _child(["arm_ik"], "off")
     assert got["thread"]["policy"] == os.sched_getscheduler(0) and "unchanged" in got["said"]
@@ -189,18 +235,20 @@ COMPOSED = textwrap.dedent("""
     import json, os
     from rynn_teleop.runner import Composition
     with Composition(["joint_sweep"]) as comp:
-        print(json.dumps({"said": comp.priority, "policy": os.sched_getscheduler(0)}))
+        policies = sorted({os.sched_getscheduler(int(t)) for t in os.listdir("/proc/self/task")})
+        print(json.dumps({"said": comp.priority, "policies": policies}))
 """)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setscheduler"), reason="Linux scheduling calls")
-def test_the_composed_runner_applies_its_nodes_class_before_starting_them(ros_env):
+def test_the_composed_runner_gives_all_its_threads_its_nodes_class(ros_env):
+    """Its loop, executor and middleware threads all run in the class of its nodes once they are built."""
     env = dict(ros_env, **{REALTIME_ENV: "auto"})
     out = subprocess.run([sys.executable, "-c", COMPOSED], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["said"].startswith("input: ")
-    assert got["policy"] == (os.SCHED_RR if _rr_permitted() else os.sched_getscheduler(0))
+    assert got["policies"] == [os.SCHED_RR if _rr_permitted() else os.sched_getscheduler(0)]
     env[REALTIME_ENV] = "sometimes"
     out = subprocess.run([sys.executable, "-c", COMPOSED], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "RYNN_TELEOP_REALTIME must be 'auto' or 'off'" in out.stderr

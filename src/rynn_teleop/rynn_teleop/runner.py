@@ -27,7 +27,14 @@ from rclpy.parameter import Parameter
 from rclpy.task import Future
 
 from .core.params import ParamSchema
-from .core.scheduling import REALTIME_ENV, apply_process_priority, process_priority
+from .core.scheduling import (
+    REALTIME_ENV,
+    PriorityClass,
+    apply_process_priority,
+    process_priority,
+    process_threads,
+    realtime_mode,
+)
 from .nodes import node_class
 from .paths import config_file, share_dir
 
@@ -131,17 +138,25 @@ def use_transport_profile() -> str:
     return profile or ""
 
 
-def use_process_priority(node_classes: Iterable[type]) -> str:
-    """Give this process the scheduling of the most urgent of ``node_classes``' ``PRIORITY`` classes
-    (:func:`~.core.scheduling.apply_process_priority`, mode from the ``RYNN_TELEOP_REALTIME`` environment
-    variable: "auto" by default, or "off"); returns what was done, for the log. Call it on the main thread
-    before the first rclpy context exists, so that the middleware's threads inherit it.
+def process_priority_class(node_classes: Iterable[type]) -> PriorityClass:
+    """The most urgent of ``node_classes``' ``PRIORITY`` classes, and a check of ``RYNN_TELEOP_REALTIME``:
+    call it before starting anything, so that a bad setting refuses the start.
 
     Raises:
         ConfigurationError: an unknown class or an ``RYNN_TELEOP_REALTIME`` that is neither "auto" nor "off".
     """
     cls = process_priority([getattr(c, "PRIORITY", "normal") for c in node_classes])
-    return apply_process_priority(cls, os.environ.get(REALTIME_ENV, "auto") or "auto")
+    realtime_mode(os.environ.get(REALTIME_ENV))
+    return cls
+
+
+def use_process_priority(cls: PriorityClass) -> str:
+    """Give every thread of this process ``cls``'s scheduling (:func:`~.core.scheduling.apply_process_priority`,
+    mode from the ``RYNN_TELEOP_REALTIME`` environment variable: "auto" by default, or "off"); returns what
+    was done, for the log. Call it once the nodes are built: start-up ran in the normal scheduler, and the
+    middleware's, executors' and loops' threads, which exist by then, take the class (threads started
+    later inherit it from the thread that starts them)."""
+    return apply_process_priority(cls, realtime_mode(os.environ.get(REALTIME_ENV)), threads=process_threads())
 
 
 def freeze_startup_objects() -> int:
@@ -190,7 +205,7 @@ class Composition:
         # validate every node's parameters before starting anything
         params = [node_parameters(n, c.SCHEMA, config_dir, overrides.get(n)) for n, c in zip(names, classes)]
         use_transport_profile()
-        priority = use_process_priority(classes)
+        priority_class = process_priority_class(classes)
         self.context = rclpy.Context()
         # Ctrl-C / SIGTERM reach the main thread as KeyboardInterrupt (Python's handlers; see spin()), not
         # through rclpy's signal handler thread: a runner process once ignored a SIGINT with it
@@ -208,9 +223,9 @@ class Composition:
         except BaseException:
             self.shutdown()
             raise
-        self.priority = priority  # the scheduling this process took, in words
+        self.priority = use_process_priority(priority_class)  # the scheduling this process took, in words
         if classes:
-            rclpy.logging.get_logger("rynn_teleop.runner").info(f"scheduling: {priority}")
+            rclpy.logging.get_logger("rynn_teleop.runner").info(f"scheduling: {self.priority}")
 
     def add_node(self, node: Node) -> None:
         """Spin ``node`` (created with :attr:`context`) on its own executor thread."""

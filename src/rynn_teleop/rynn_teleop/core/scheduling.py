@@ -8,18 +8,22 @@ or more behind are skipped and counted, never run in a burst to catch up:
 a control loop that ran late commands the newest state once, not several
 stale ones.
 
-A node declares a :class:`PriorityClass` by name; the process running it asks the kernel for real-time
-round-robin scheduling at that class's priority where the user may, so that on a small machine the arm
-loops run first, then the recorder's drains, operator input, the camera and the world model; where that
-is refused, only the heavy, late-tolerant world model lowers its priority (nice), which needs no privilege.
+A node declares a :class:`PriorityClass` by name; once its nodes are built, the process running it asks
+the kernel for real-time round-robin scheduling at that class's priority for all its threads where the user
+may, so that on a small machine the arm loops run first, then the recorder's drains, operator input and the
+camera. The heavy, late-tolerant world model stays in the normal scheduler at a lower priority (nice), as
+do start-up and background threads: the kernel stops every real-time thread of a CPU for the rest of a
+second once real-time threads have used ``sched_rt_runtime_us`` (95 %) of it there, so unbounded work at a
+real-time priority, however low, would stall the arm loops too.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from ..errors import ConfigurationError
 
@@ -96,7 +100,9 @@ PRIORITY_CLASSES: dict[str, PriorityClass] = {c.name: c for c in (
     PriorityClass("record", 25, 0),
     PriorityClass("input", 20, 0),  # operator input feeding the arm loops (trackers, gloves -> retargeting)
     PriorityClass("stream", 10, 0),  # the camera and the feed switch (frames the operator watches)
-    PriorityClass("generate", 5, 10),  # the world model: heavy, frames carry their commands' stamps
+    # the world model: heavy and unbounded (a diffusion model may take a whole core), late-tolerant (its
+    # frames carry their commands' stamps): never real time, which would spend the arm loops' budget
+    PriorityClass("generate", None, 10),
     PriorityClass("normal", None, 0),  # viewers, tools, the description: the normal scheduler, unchanged
 )}
 
@@ -117,33 +123,65 @@ def process_priority(classes: list[str]) -> PriorityClass:
     return PRIORITY_CLASSES[order[min((order.index(c) for c in classes), default=order.index("normal"))]]
 
 
-def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any = os) -> str:
-    """Give the calling thread ``cls``'s scheduling; threads it starts afterwards inherit it (call it before
-    the process creates its middleware threads). Returns what was done, in words, for the log.
+def realtime_mode(value: str | None) -> str:
+    """The mode a :data:`REALTIME_ENV` value names: "auto" (also for None or empty) or "off".
+
+    Raises:
+        ConfigurationError: any other value.
+    """
+    mode = value or "auto"
+    if mode not in ("auto", "off"):
+        raise ConfigurationError(f"{REALTIME_ENV} must be 'auto' or 'off', got {mode!r}")
+    return mode
+
+
+def process_threads(system: Any = os) -> list[int]:
+    """The native ids of this process's threads (Linux ``/proc/self/task``); ``[0]`` (the calling thread)
+    where that cannot be read."""
+    try:
+        return sorted(int(tid) for tid in system.listdir("/proc/self/task"))
+    except (OSError, ValueError, AttributeError):
+        return [0]
+
+
+def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any = os,
+                           threads: Iterable[int] = (0,)) -> str:
+    """Give ``cls``'s scheduling to ``threads`` (native thread ids, 0: the calling thread), except those
+    that lowered themselves (:func:`lower_this_thread`); threads they start afterwards inherit it. Call it
+    once the process's nodes are built, with :func:`process_threads`: start-up work (imports, models) then
+    ran in the normal scheduler, and the middleware's and the loops' threads, which exist by then, take the
+    class. Returns what was done, in words, for the log.
 
     ``mode``: "auto" asks for ``SCHED_RR`` at ``cls.rr_priority`` (not ``SCHED_RESET_ON_FORK``: it would
     keep new threads out of it too) and, where that is refused or the class has none, sets
-    ``cls.fallback_nice`` (when above the current nice value); "off" changes nothing. ``system``: the
-    ``os`` module or a stand-in with ``sched_setscheduler``, ``sched_param``, ``SCHED_RR``,
-    ``getpriority``, ``setpriority`` and ``PRIO_PROCESS``.
+    ``cls.fallback_nice`` (when above a thread's current nice value); "off" changes nothing. A thread that
+    ended meanwhile is passed over. ``system``: the ``os`` module or a stand-in with ``sched_setscheduler``,
+    ``sched_param``, ``SCHED_RR``, ``getpriority``, ``setpriority`` and ``PRIO_PROCESS``.
 
     Raises:
         ConfigurationError: ``mode`` is neither "auto" nor "off".
     """
-    if mode not in ("auto", "off"):
-        raise ConfigurationError(f"{REALTIME_ENV} must be 'auto' or 'off', got {mode!r}")
-    if mode == "off":
+    if realtime_mode(mode) == "off":
         return f"scheduling unchanged ({REALTIME_ENV}=off)"
+    targets = [t for t in threads if t not in _LOWERED]
     refused = ""
     if cls.rr_priority is not None and hasattr(system, "sched_setscheduler"):
         try:
-            system.sched_setscheduler(0, system.SCHED_RR, system.sched_param(cls.rr_priority))
+            for tid in targets:
+                try:
+                    system.sched_setscheduler(tid, system.SCHED_RR, system.sched_param(cls.rr_priority))
+                except ProcessLookupError:  # that thread has ended
+                    continue
             return f"{cls.name}: SCHED_RR priority {cls.rr_priority}"
         except OSError as exc:  # EPERM without the privilege; EINVAL where the kernel has no RR
             refused = f" (SCHED_RR {cls.rr_priority} refused: {exc.strerror or exc}; see the README's 'Priorities')"
     if cls.fallback_nice > 0 and hasattr(system, "setpriority"):
-        if system.getpriority(system.PRIO_PROCESS, 0) < cls.fallback_nice:
-            system.setpriority(system.PRIO_PROCESS, 0, cls.fallback_nice)
+        for tid in targets:
+            try:
+                if system.getpriority(system.PRIO_PROCESS, tid) < cls.fallback_nice:
+                    system.setpriority(system.PRIO_PROCESS, tid, cls.fallback_nice)
+            except ProcessLookupError:
+                continue
         return f"{cls.name}: nice {cls.fallback_nice}{refused}"
     return f"{cls.name}: normal scheduling{refused}"
 
@@ -151,12 +189,16 @@ def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any =
 #: the nice value a thread takes in :func:`lower_this_thread`
 BACKGROUND_THREAD_NICE = 5
 
+_LOWERED: set[int] = set()  # native ids of the threads that lowered themselves (apply_process_priority skips them)
+
 
 def lower_this_thread(system: Any = os) -> bool:
     """Put the calling thread in the normal scheduler at nice :data:`BACKGROUND_THREAD_NICE` (never higher
     priority than it had; no privilege needed): for a thread of an urgent process whose work may wait, such
-    as the recorder's file writer behind its queue. True if anything changed.
+    as the recorder's file writer behind its queue. :func:`apply_process_priority` leaves it there. True if
+    anything changed.
     """
+    _LOWERED.add(threading.get_native_id())
     changed = False
     if hasattr(system, "sched_getscheduler"):
         try:

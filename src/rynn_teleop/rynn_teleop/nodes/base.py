@@ -469,20 +469,25 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
     A :class:`RynnTeleopError` at start (bad parameter, missing hardware) is
     printed as one line on stderr and returns 2: the node refuses to start.
     """
-    from ..runner import freeze_startup_objects, use_process_priority, use_transport_profile  # noqa: PLC0415
+    from ..runner import (  # noqa: PLC0415
+        freeze_startup_objects,
+        process_priority_class,
+        use_process_priority,
+        use_transport_profile,
+    )
 
     use_transport_profile()
     node = None
     code = 0
     try:
-        priority = use_process_priority([node_cls])
+        priority_class = process_priority_class([node_cls])
     except RynnTeleopError as exc:
         print(f"[{node_cls.SCHEMA.node_name}] refusing to start: {exc}", file=sys.stderr)
         return 2
     rclpy.init(args=args if args is not None else sys.argv)
     try:
         node = node_cls()
-        node.get_logger().info(f"scheduling: {priority}")
+        node.get_logger().info(f"scheduling: {use_process_priority(priority_class)}")
         freeze_startup_objects()
         rclpy.spin(node)
     except RynnTeleopError as exc:
