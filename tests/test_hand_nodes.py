@@ -68,6 +68,7 @@ def test_synthetic_glove_drives_both_hands_on_the_input_grid(ros_domain_id):
             ticks = np.diff(stamps) * 90.0  # capture stamps on the glove's 90 Hz grid
             np.testing.assert_allclose(ticks, np.round(ticks), atol=1e-3)
             assert len(skeletons[side][-1].poses) == 21
+        assert [loop.name for loop in node.loops] == ["poll"]  # one loop polls the glove for both hands
         values = node.diagnostic_values()
         assert float(values["solve_time_p99_ms"]) > 0.0  # reported (its size is bench/hand_retarget.py's)
         assert values["left.held.nan"] == 0
@@ -127,8 +128,10 @@ def test_skeleton_topic_input_and_bad_frames_are_held(ros_domain_id):
         # a fist closes the robot's fingers: flexion joints well above their open values
         flex = good[[4, 8, 12, 16]]  # joint1 (MCP flexion) of fingers 2-5
         assert np.all(flex > 0.8)
+        assert not node.loops  # message-driven: nothing to poll
     finally:
         comp.shutdown()
+    assert not comp.errors
 
 
 def test_manus_source_without_the_vendor_package_is_a_clear_error(ros_domain_id):
