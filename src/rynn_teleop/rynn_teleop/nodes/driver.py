@@ -29,6 +29,7 @@ from ..core.params import Param
 from ..core.robot_model import JointLimits, RobotModel
 from ..core.safety import SafetyController
 from ..hardware.base import JointBackend
+from ..recording.cdr import joint_state
 from .base import TeleopNode
 
 # distinct name lists remembered by JointDriverNode.accept_command (the cache is emptied when full)
@@ -94,8 +95,10 @@ class JointDriverNode(TeleopNode):
         self._js_pub = self.create_publisher(JointState, "/joint_states", COMMAND_QOS)
         self._js_msg = JointState(name=self.names)
         self._no_values = array.array("d")  # the message's velocity / effort when the backend gives none
-        # drained at each cycle (the newest command wins there anyway): no executor wake-up per command
-        self._command_sub = self.create_polled_subscription(JointState, command_topic, COMMAND_QOS)
+        # drained at each cycle (the newest command wins there anyway): no executor wake-up per command; taken
+        # as CDR bytes, of which only the names and positions are read (recording.cdr.joint_state)
+        self._command_sub = self.create_polled_subscription(JointState, command_topic, COMMAND_QOS, raw=True)
+        self._command_names: dict[bytes, tuple[str, ...]] = {}  # the name lists seen, decoded once
         self.create_subscription(Bool, "/estop", self._on_estop_topic, 10)
         self.create_service(Trigger, "~/estop", self._srv_estop)
         self.create_service(Trigger, "~/reset", self._srv_reset)
@@ -108,7 +111,14 @@ class JointDriverNode(TeleopNode):
         """Hand the commands received since the last cycle to the safety controller, in order, each at the
         time the middleware received it."""
         for taken in self.take_all(self._command_sub):
-            self.accept_command(taken.message.name, taken.message.position, min(now, taken.received_ns * 1e-9))
+            try:
+                _, names, position = joint_state(taken.message, self._command_names)
+            except ValueError:
+                self.rejected_commands += 1
+                continue
+            if len(self._command_names) > ROUTE_CACHE_SIZE:
+                self._command_names.clear()
+            self.accept_command(names, position, min(now, taken.received_ns * 1e-9))
 
     def accept_command(self, names, positions, now: float) -> bool:
         """A (partial) command by joint name; joints it does not name keep their own freshness.

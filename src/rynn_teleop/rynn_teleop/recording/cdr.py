@@ -106,3 +106,71 @@ def pose_array(raw: bytes | bytearray | memoryview) -> tuple[int, np.ndarray, np
         raise ValueError(f"PoseArray announces {count} poses but holds {max(len(raw) - start, 0)} bytes of them")
     values = np.frombuffer(raw, dtype="<f8" if little else ">f8", count=7 * count, offset=start).reshape(count, 7)
     return sec * 1_000_000_000 + nanosec, values[:, :3].astype(float), values[:, 3:].astype(float)
+
+
+def joint_state(raw: bytes | bytearray | memoryview, names: dict[bytes, tuple[str, ...]] | None = None
+                ) -> tuple[int, tuple[str, ...], np.ndarray]:
+    """A serialized (CDR) ``sensor_msgs/JointState`` -> (``header.stamp`` [ns], ``name``, ``position`` (n,)),
+    without building the message (velocity and effort are not read).
+
+    ``names``: a cache from the bytes of the ``name`` field to its decoded tuple, filled here; a stream of
+    messages naming the same joints then decodes the names once.
+
+    Layout (offsets from the start of the data, after the 4-byte encapsulation header): stamp (8 bytes),
+    ``frame_id`` (uint32 length with the NUL, the bytes), then ``name``: padding to 4, the count (uint32) and
+    per name, padded to 4, its length (uint32, with the NUL) and bytes; then ``position``: padding to 4, the
+    count (uint32), padding to 8, the float64 values.
+
+    Raises:
+        ValueError: the bytes end before the fields they announce, or a name is not UTF-8.
+    """
+    if len(raw) < 16:
+        raise ValueError(f"a JointState needs at least 16 bytes, got {len(raw)}")
+    little = bool(raw[1] & 1)
+    u32 = _U32[little]
+    size = len(raw) - 4
+    try:
+        sec, nanosec = (_LE if little else _BE).unpack_from(raw, 4)
+        (n,) = u32.unpack_from(raw, 12)
+        at = (8 + 4 + n + 3) & ~3  # data offsets from here on
+        names_start = at
+        (count,) = u32.unpack_from(raw, 4 + at)
+        at += 4
+        for _ in range(count):
+            at = (at + 3) & ~3
+            (n,) = u32.unpack_from(raw, 4 + at)
+            at += 4 + n
+        if at > size:
+            raise ValueError("JointState bytes end inside its names")
+        key = bytes(raw[4 + names_start: 4 + at])
+        at = (at + 3) & ~3
+        (npos,) = u32.unpack_from(raw, 4 + at)
+        at += 4
+    except struct.error:
+        raise ValueError("JointState bytes end inside its header or names") from None
+    if npos:
+        at = (at + 7) & ~7
+    if at + 8 * npos > size:
+        raise ValueError(f"JointState announces {npos} positions but holds {max(size - at, 0)} bytes of them")
+    decoded = None if names is None else names.get(key)
+    if decoded is None:
+        decoded = _decode_names(key, u32)
+        if names is not None:
+            names[key] = decoded
+    position = np.frombuffer(raw, dtype="<f8" if little else ">f8", count=npos, offset=4 + at).astype(float)
+    return sec * 1_000_000_000 + nanosec, decoded, position
+
+
+def _decode_names(block: bytes, u32: struct.Struct) -> tuple[str, ...]:
+    """The strings of a CDR ``string[]`` whose bytes (from its count, at a 4-aligned data offset) are ``block``."""
+    (count,) = u32.unpack_from(block, 0)
+    at, out = 4, []
+    for _ in range(count):
+        at = (at + 3) & ~3
+        (n,) = u32.unpack_from(block, at)
+        try:
+            out.append(block[at + 4: at + 4 + max(n - 1, 0)].decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"JointState name {len(out)} is not UTF-8: {exc}") from None
+        at += 4 + n
+    return tuple(out)
