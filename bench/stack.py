@@ -22,12 +22,12 @@ physical camera (so the consumer stream's header stamps are capture times). Meas
   group) publishing the stack's recorded messages (their CDR bytes) on the same topics at their recorded
   times and taking (polled raw takes at 100 Hz) every topic each group subscribes to, with the stack's QoS:
   what DDS and rclpy cost for the same traffic with no work done on it.
-* the host's own stalls over the episode, a second baseline: a process outside the stack at the highest
-  real-time priority (``SCHED_FIFO`` 99 where permitted) that sleeps to 200 Hz deadlines and does nothing
-  else. Its lateness is what the machine (hypervisor, kernel) takes from every process whatever the stack
-  does: ``host_stall_max_ms``, ``host_stalls`` (each stall over 10 ms: seconds into the episode and its
-  length, to compare with the episode problems' times) and ``host_steal_fraction`` (/proc/stat steal time
-  over the episode, share of all CPUs' time).
+* the host's own stalls over the episode, a second baseline: one process per CPU, pinned to it, outside the
+  stack, at the highest real-time priority (``SCHED_FIFO`` 99 where permitted), that sleeps to 200 Hz
+  deadlines and does nothing else. Its lateness is what the machine (hypervisor, kernel) takes from that
+  CPU whatever the stack does: ``host_stall_max_ms``, ``host_stalls`` (each stall over 10 ms: the CPU,
+  seconds into the episode and its length, to compare with the episode problems' times) and
+  ``host_steal_fraction`` (/proc/stat steal time over the episode, share of all CPUs' time).
 
 The last line printed is one JSON object.
 """
@@ -167,9 +167,11 @@ def _steal_ticks() -> int:
         return int(f.readline().split()[8])
 
 
-def host_probe(seconds: float) -> None:
-    """The host-stall probe's process: ``seconds`` of 200 Hz deadline sleeps at the highest real-time
-    priority allowed; prints one JSON object (stall wall-clock times [s] and lengths [s], steal ticks)."""
+def host_probe(seconds: float, cpu: int) -> None:
+    """The host-stall probe's process on CPU ``cpu``: ``seconds`` of 200 Hz deadline sleeps at the highest
+    real-time priority allowed; prints one JSON object (stall wall-clock times [s] and lengths [s], steal
+    ticks of all CPUs)."""
+    os.sched_setaffinity(0, {cpu})
     try:
         os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
         policy = "SCHED_FIFO 99"
@@ -187,22 +189,32 @@ def host_probe(seconds: float) -> None:
         if late > HOST_STALL_S and not in_stall:  # one stall, however many ticks it swallowed
             stalls.append((time.time() - late, late))
         in_stall = late > HOST_PROBE_PERIOD_S
-    print(json.dumps({"policy": policy, "stalls": stalls, "steal_ticks": _steal_ticks() - steal0,
+    print(json.dumps({"policy": policy, "cpu": cpu, "stalls": stalls, "steal_ticks": _steal_ticks() - steal0,
                       "seconds": time.monotonic() - start, "cpus": os.cpu_count()}), flush=True)
 
 
-def host_stall_summary(out: str, episode_start_s: float) -> dict:
-    """The JSON fields of the probe's output ``out`` (times relative to ``episode_start_s``, wall clock [s])."""
-    try:
-        probe = json.loads(out.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        return {"host_stall_max_ms": None, "host_stalls": None, "host_steal_fraction": None}
-    stalls = probe["stalls"]
+def start_host_probes(seconds: float) -> list[subprocess.Popen]:
+    """One :func:`host_probe` process per CPU this process may use."""
+    return [subprocess.Popen([sys.executable, __file__, "--host-probe", str(seconds), "--host-probe-cpu", str(cpu)],
+                             stdout=subprocess.PIPE, text=True) for cpu in sorted(os.sched_getaffinity(0))]
+
+
+def host_stall_summary(probes: list[subprocess.Popen], episode_start_s: float) -> dict:
+    """The JSON fields of the probes' outputs (stall times relative to ``episode_start_s``, wall clock [s])."""
+    results = []
+    for proc in probes:
+        out, _ = proc.communicate(timeout=60)
+        try:
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            return {"host_stall_max_ms": None, "host_stalls": None, "host_steal_fraction": None}
+    stalls = sorted((t, r["cpu"], s) for r in results for t, s in r["stalls"])
+    first = results[0]
     return {
-        "host_stall_max_ms": round(1e3 * max((s for _, s in stalls), default=0.0), 1),
-        "host_stalls": [[round(t - episode_start_s, 3), round(1e3 * s, 1)] for t, s in stalls],
-        "host_steal_fraction": round(probe["steal_ticks"] / CLK_TCK / (probe["seconds"] * probe["cpus"]), 4),
-        "host_probe": probe["policy"],
+        "host_stall_max_ms": round(1e3 * max((s for *_, s in stalls), default=0.0), 1),
+        "host_stalls": [[cpu, round(t - episode_start_s, 3), round(1e3 * s, 1)] for t, cpu, s in stalls],
+        "host_steal_fraction": round(first["steal_ticks"] / CLK_TCK / (first["seconds"] * first["cpus"]), 4),
+        "host_probe": first["policy"],
     }
 
 
@@ -220,12 +232,13 @@ def main() -> None:
     parser.add_argument("--floor-seconds", type=float, default=15.0, help="length of the floor's run [s]")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     parser.add_argument("--host-probe", type=float, help=argparse.SUPPRESS)
+    parser.add_argument("--host-probe-cpu", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
         floor_child(args.floor_child)
         return
     if args.host_probe:
-        host_probe(args.host_probe)
+        host_probe(args.host_probe, args.host_probe_cpu)
         return
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] != "LOCALHOST":
@@ -267,8 +280,7 @@ def main() -> None:
                 pubs = {t for t, _ in probe.get_publisher_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
                 subs = {t for t, _ in probe.get_subscriber_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
                 graph[name] = (pubs, subs)
-            host = subprocess.Popen([sys.executable, __file__, "--host-probe", str(args.seconds)],
-                                    stdout=subprocess.PIPE, text=True)
+            host = start_host_probes(args.seconds)
             probe.trigger("/recorder/start_episode")
             before = {p.pid: cpu_seconds(p.pid) for p in procs}
             t0 = time.monotonic()
@@ -280,7 +292,6 @@ def main() -> None:
         demo.stop_groups(procs)
     episode = Path(stopped.split(" | ")[0])
     info = episode_info(episode)
-    host_out, _ = host.communicate(timeout=60)
     episode_start_s = yaml.safe_load((episode / "episode.yaml").read_text())["start_ns"] * 1e-9
     store = get_typestore(Stores.ROS2_JAZZY)
     recorded: dict[str, list[tuple[int, bytes]]] = defaultdict(list)
@@ -349,7 +360,7 @@ def main() -> None:
         "stale_fraction": None if stale_fraction is None else round(stale_fraction, 4),
         "episode_problems": len(info.problems),
         "dropped": {t: s.dropped for t, s in info.stats.topics.items() if s.dropped},
-        **host_stall_summary(host_out, episode_start_s),
+        **host_stall_summary(host, episode_start_s),
         "seconds": args.seconds,
         "floor_seconds": args.floor_seconds,
         "floor_detail": floor_detail,

@@ -186,8 +186,9 @@ def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any =
     return f"{cls.name}: normal scheduling{refused}"
 
 
-#: the nice value a thread takes in :func:`lower_this_thread`
-BACKGROUND_THREAD_NICE = 5
+#: the nice value a thread takes in :func:`lower_this_thread`: below the world model's (``generate``, nice 10),
+#: whose late frames show in the episode, while a writer behind a queue only catches up later
+BACKGROUND_THREAD_NICE = 15
 
 _LOWERED: set[int] = set()  # native ids of the threads that lowered themselves (apply_process_priority skips them)
 

@@ -141,9 +141,10 @@ class HandRetargetNode(TeleopNode):
             if kind == "synthetic":
                 for side in self.sides:
                     self.meter(f"command.{side}", nominal_hz=p["rate_hz"])
-            self._loop = self.create_loop(p["rate_hz"], self._poll, "poll")  # one loop polls both hands
         for side in self.sides:
             self.meter(f"command.{side}", latency_budget_ms=LATENCY_BUDGET_MS)
+        if self.source is not None:
+            self._loop = self.create_loop(p["rate_hz"], self._poll, "poll")  # one loop polls both hands
         self.get_logger().info(f"{kind} hands {', '.join(self.sides)} -> {p['command_topic']}")
 
     # ------------------------------------------------------------------ inputs
