@@ -261,12 +261,13 @@ def main() -> None:
     overrides = demo.demo_overrides(work)
     overrides["camera_switch"]["active_source"] = "physical"
     overrides["recorder"].update(topics=list(topics), expected_rates_hz=list(topics.values()))
-    procs = [demo._spawn(group, overrides, work / f"{'+'.join(group)}.log") for group in demo.DEMO_GROUPS]
+    procs: list = []
     graph: dict[str, tuple[set, set]] = {}
     try:
         with Composition([]) as comp:
             probe = demo._Probe(comp.context)
             comp.add_node(probe)
+            demo.spawn_groups(demo.DEMO_GROUPS, overrides, work, probe, procs)
             rated = sum(1 for r in topics.values() if r)
             ready = demo._wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
                                and probe.diagnostics.get("recorder", {}).get("topics_flowing") == f"{rated}/{rated}",

@@ -107,6 +107,37 @@ def _spawn(nodes: tuple[str, ...], overrides: dict, log: Path) -> subprocess.Pop
                             preexec_fn=_terminate_with_parent)
 
 
+#: the group whose synthetic operator holds the calibration posture for its first ``synthetic.hold_s`` seconds:
+#: started once the node that calibrates on that posture (arm_ik) reports, so a slow start cannot miss it
+OPERATOR_GROUP = ("tracker",)
+CALIBRATING_NODE = "arm_ik"
+
+
+def spawn_groups(groups: tuple[tuple[str, ...], ...], overrides: dict, out: Path, probe: "_Probe",
+                 procs: list[subprocess.Popen], timeout: float = 60.0) -> None:
+    """Start one process per group (logs ``out/<group>.log``), appending each to ``procs`` as it starts (so
+    that a caller's ``finally`` stops what started) and leaving ``procs`` in ``groups`` order: every group but
+    :data:`OPERATOR_GROUP` first, then that one once ``probe`` has seen :data:`CALIBRATING_NODE`'s
+    diagnostics (at most ``timeout`` [s]).
+
+    Raises:
+        RynnTeleopError: the calibrating node did not report within ``timeout``.
+    """
+    started: dict[tuple[str, ...], subprocess.Popen] = {}
+    for group in groups:
+        if group != OPERATOR_GROUP:
+            started[group] = _spawn(group, overrides, out / f"{'+'.join(group)}.log")
+            procs.append(started[group])
+    if OPERATOR_GROUP in groups:
+        if not _wait(lambda: CALIBRATING_NODE in probe.diagnostics, timeout):
+            dead = ["+".join(g) for g, p in started.items() if p.poll() is not None]
+            raise RynnTeleopError(f"demo: {CALIBRATING_NODE} did not come up within {timeout:g} s "
+                                  f"(exited: {dead}); logs in {out}")
+        started[OPERATOR_GROUP] = _spawn(OPERATOR_GROUP, overrides, out / f"{'+'.join(OPERATOR_GROUP)}.log")
+        procs.append(started[OPERATOR_GROUP])
+    procs[:] = [started[g] for g in groups]
+
+
 def _terminate_with_parent() -> None:
     """In a group process before it runs: SIGTERM when the demo process dies, however it dies (Linux)."""
     try:
@@ -197,11 +228,12 @@ def run_interactive(out_dir: str | Path | None = None, port: int = 8080, duratio
     overrides = demo_overrides(out)
     overrides[bringup.CONSOLE] = {"port": int(port)}
     groups = (*DEMO_GROUPS, (bringup.CONSOLE,))
-    procs = [_spawn(group, overrides, out / f"{'+'.join(group)}.log") for group in groups]
+    procs: list[subprocess.Popen] = []
     try:
         with Composition([]) as comp:
             probe = _Probe(comp.context)
             comp.add_node(probe)
+            spawn_groups(groups, overrides, out, probe, procs)
             if not _wait(lambda: "url" in probe.diagnostics.get(bringup.CONSOLE, {}), 60.0):
                 dead = ["+".join(g) for g, p in zip(groups, procs) if p.poll() is not None]
                 raise RynnTeleopError(f"demo: the console did not come up within 60 s (exited: {dead}); logs in {out}")
@@ -219,11 +251,12 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     use_transport_profile()
     overrides = demo_overrides(out)
-    procs = [_spawn(group, overrides, out / f"{'+'.join(group)}.log") for group in DEMO_GROUPS]
+    procs: list[subprocess.Popen] = []
     try:
         with Composition([]) as comp:
             probe = _Probe(comp.context)
             comp.add_node(probe)
+            spawn_groups(DEMO_GROUPS, overrides, out, probe, procs)
             rated = sum(1 for r in DEMO_TOPICS.values() if r)
             # the episode starts once the arms are engaged and every topic reaches the recorder (not only
             # subscribed: a new subscription may match its publisher a moment later)
