@@ -178,7 +178,7 @@ def host_probe(seconds: float, cpu: int) -> None:
     except (OSError, AttributeError):
         policy = "normal (real-time refused)"
     stalls: list[tuple[float, float]] = []
-    steal0, start = _steal_ticks(), time.monotonic()
+    start = time.monotonic()
     due, in_stall = start, False
     while due - start < seconds:
         due += HOST_PROBE_PERIOD_S
@@ -189,8 +189,7 @@ def host_probe(seconds: float, cpu: int) -> None:
         if late > HOST_STALL_S and not in_stall:  # one stall, however many ticks it swallowed
             stalls.append((time.time() - late, late))
         in_stall = late > HOST_PROBE_PERIOD_S
-    print(json.dumps({"policy": policy, "cpu": cpu, "stalls": stalls, "steal_ticks": _steal_ticks() - steal0,
-                      "seconds": time.monotonic() - start, "cpus": os.cpu_count()}), flush=True)
+    print(json.dumps({"policy": policy, "cpu": cpu, "stalls": stalls}), flush=True)
 
 
 def start_host_probes(seconds: float) -> list[subprocess.Popen]:
@@ -199,8 +198,10 @@ def start_host_probes(seconds: float) -> list[subprocess.Popen]:
                              stdout=subprocess.PIPE, text=True) for cpu in sorted(os.sched_getaffinity(0))]
 
 
-def host_stall_summary(probes: list[subprocess.Popen], episode_start_s: float) -> dict:
-    """The JSON fields of the probes' outputs (stall times relative to ``episode_start_s``, wall clock [s])."""
+def host_stall_summary(probes: list[subprocess.Popen], episode_start_s: float, seconds: float, steal: float) -> dict:
+    """The JSON fields of the probes' outputs: the stalls within the episode (``seconds`` from
+    ``episode_start_s``, wall clock [s]; times relative to its start), and ``steal`` (the episode's steal
+    fraction)."""
     results = []
     for proc in probes:
         out, _ = proc.communicate(timeout=60)
@@ -208,13 +209,13 @@ def host_stall_summary(probes: list[subprocess.Popen], episode_start_s: float) -
             results.append(json.loads(out.strip().splitlines()[-1]))
         except (ValueError, IndexError):
             return {"host_stall_max_ms": None, "host_stalls": None, "host_steal_fraction": None}
-    stalls = sorted((t, r["cpu"], s) for r in results for t, s in r["stalls"])
-    first = results[0]
+    stalls = sorted((t, r["cpu"], s) for r in results for t, s in r["stalls"]
+                    if episode_start_s <= t <= episode_start_s + seconds)
     return {
         "host_stall_max_ms": round(1e3 * max((s for *_, s in stalls), default=0.0), 1),
         "host_stalls": [[cpu, round(t - episode_start_s, 3), round(1e3 * s, 1)] for t, cpu, s in stalls],
-        "host_steal_fraction": round(first["steal_ticks"] / CLK_TCK / (first["seconds"] * first["cpus"]), 4),
-        "host_probe": first["policy"],
+        "host_steal_fraction": round(steal, 4),
+        "host_probe": results[0]["policy"],
     }
 
 
@@ -274,6 +275,9 @@ def main() -> None:
                                90.0)
             if not ready:
                 sys.exit(f"bench/stack.py: the stack did not come up within 90 s; logs in {work}")
+            # the host probes start before the settle time: their own start-up (a Python process each) must
+            # not take the stack's CPU at the episode's start
+            host = start_host_probes(demo.SETTLE_S + args.seconds + 5.0)
             time.sleep(demo.SETTLE_S)
             for name, ns in probe.get_node_names_and_namespaces():
                 if name.startswith(("demo_probe", "_")):
@@ -281,13 +285,14 @@ def main() -> None:
                 pubs = {t for t, _ in probe.get_publisher_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
                 subs = {t for t, _ in probe.get_subscriber_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
                 graph[name] = (pubs, subs)
-            host = start_host_probes(args.seconds)
             probe.trigger("/recorder/start_episode")
             before = {p.pid: cpu_seconds(p.pid) for p in procs}
+            steal_before = _steal_ticks()
             t0 = time.monotonic()
             time.sleep(args.seconds)
             used = {p.pid: cpu_seconds(p.pid) - before[p.pid] for p in procs}
             elapsed = time.monotonic() - t0
+            steal = (_steal_ticks() - steal_before) / CLK_TCK / (elapsed * os.cpu_count())
             stopped = probe.trigger("/recorder/stop_episode", timeout=60.0)
     finally:
         demo.stop_groups(procs)
@@ -361,7 +366,7 @@ def main() -> None:
         "stale_fraction": None if stale_fraction is None else round(stale_fraction, 4),
         "episode_problems": len(info.problems),
         "dropped": {t: s.dropped for t, s in info.stats.topics.items() if s.dropped},
-        **host_stall_summary(host, episode_start_s),
+        **host_stall_summary(host, episode_start_s, elapsed, steal),
         "seconds": args.seconds,
         "floor_seconds": args.floor_seconds,
         "floor_detail": floor_detail,
