@@ -62,3 +62,29 @@ def test_bytes_shorter_than_they_announce_are_refused():
     for cut in (2, 15, 20, 30, last_position_ends - 1):
         with pytest.raises(ValueError):
             joint_state(raw[:cut])
+
+
+@pytest.mark.parametrize("frame_id", ["", "a", "ab", "abc", "world", "left_operator_wrist"])
+def test_a_pose_array_written_as_bytes_is_what_rclpy_reads(frame_id):
+    from geometry_msgs.msg import PoseArray  # noqa: PLC0415
+
+    from rynn_teleop.recording.cdr import pose_array, pose_array_cdr  # noqa: PLC0415
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 5, 21):
+        positions = rng.normal(size=(n, 3))
+        quaternions = rng.normal(size=(n, 4))
+        for q in (quaternions, None):
+            raw = pose_array_cdr(1_700_000_000_123_456_789, frame_id, positions, q)
+            msg = deserialize_message(raw, PoseArray)
+            assert (msg.header.stamp.sec, msg.header.stamp.nanosec, msg.header.frame_id) == (1_700_000_000, 123_456_789,
+                                                                                               frame_id)
+            got = np.array([[p.position.x, p.position.y, p.position.z] for p in msg.poses]).reshape(n, 3)
+            quat = np.array([[p.orientation.x, p.orientation.y, p.orientation.z, p.orientation.w]
+                             for p in msg.poses]).reshape(n, 4)
+            np.testing.assert_array_equal(got, positions)
+            np.testing.assert_array_equal(quat, quaternions if q is not None else np.tile([0.0, 0, 0, 1], (n, 1)))
+            stamp_ns, pos2, quat2 = pose_array(raw)  # and the project's own reader agrees
+            assert stamp_ns == 1_700_000_000_123_456_789
+            np.testing.assert_array_equal(pos2, got)
+            np.testing.assert_array_equal(quat2, quat)

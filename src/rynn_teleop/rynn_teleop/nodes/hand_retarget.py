@@ -29,7 +29,7 @@ from collections import deque
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from geometry_msgs.msg import Pose, PoseArray
+from geometry_msgs.msg import PoseArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.time import Time
 from scipy.spatial.transform import Rotation
@@ -39,6 +39,7 @@ from ..core.hand_retarget import HandPipeline, HandRetargeter, RetargetSettings,
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..core.robot_model import hand_joint_names
 from ..errors import HardwareUnavailableError
+from ..recording.cdr import pose_array_cdr
 from ..sources.hands import SIDES, HandSample, ManusSkeletonError, make_hand_source, manus_to_mediapipe
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
@@ -117,9 +118,7 @@ class HandRetargetNode(TeleopNode):
         prefix = p["skeleton_prefix"].rstrip("/")
         self._skeleton_pubs = {s: self.create_publisher(PoseArray, f"{prefix}/{s}/skeleton", RELIABLE)
                                for s in self.sides}
-        self._skeletons = {s: PoseArray() for s in self.sides}  # reused: only stamps and positions change
-        for s, msg in self._skeletons.items():
-            msg.header.frame_id = p["skeleton_frame"].replace("{side}", s)
+        self._skeleton_frames = {s: p["skeleton_frame"].replace("{side}", s) for s in self.sides}
         self._command_pub = self.create_publisher(JointState, p["command_topic"], RELIABLE)
         kind = p["source"]
         if kind == "manus":
@@ -215,16 +214,10 @@ class HandRetargetNode(TeleopNode):
         if out.q is None:
             return  # no good frame yet: nothing to command
         stamp = stamp_msg if stamp_msg is not None else Time(nanoseconds=int(round(sample.stamp * 1e9))).to_msg()
-        points = np.asarray(sample.points, dtype=float)
-        if not out.held:
-            skeleton = self._skeletons[sample.side]
-            if len(skeleton.poses) != len(points):
-                skeleton.poses = [_point_pose(0.0, 0.0, 0.0) for _ in range(len(points))]
-            skeleton.header.stamp = stamp
-            for pose, (x, y, z) in zip(skeleton.poses, points.tolist()):
-                position = pose.position
-                position.x, position.y, position.z = x, y, z
-            self._skeleton_pubs[sample.side].publish(skeleton)
+        if not out.held:  # the skeleton as its CDR bytes: no Pose objects to build for rclpy
+            points = np.asarray(sample.points, dtype=float).reshape(-1, 3)
+            self._skeleton_pubs[sample.side].publish(
+                pose_array_cdr(stamp.sec * 1_000_000_000 + stamp.nanosec, self._skeleton_frames[sample.side], points))
         command = self._commands[sample.side]
         command.position = out.q.tolist()
         command.header.stamp = stamp
@@ -275,13 +268,6 @@ class HandRetargetNode(TeleopNode):
         if source is not None:
             source.close()
         super().destroy_node()
-
-
-def _point_pose(x: float, y: float, z: float) -> Pose:
-    pose = Pose()
-    pose.position.x, pose.position.y, pose.position.z = x, y, z
-    pose.orientation.w = 1.0
-    return pose
 
 
 def main(args=None) -> int:

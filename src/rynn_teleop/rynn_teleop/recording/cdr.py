@@ -174,3 +174,34 @@ def _decode_names(block: bytes, u32: struct.Struct) -> tuple[str, ...]:
             raise ValueError(f"JointState name {len(out)} is not UTF-8: {exc}") from None
         at += 4 + n
     return tuple(out)
+
+
+_CDR_LE = b"\x00\x01\x00\x00"  # encapsulation: plain CDR, little-endian
+_pose_array_heads: dict[str, tuple[bytes, int]] = {}  # frame_id -> (frame_id and padding bytes, data offset after)
+
+
+def pose_array_cdr(stamp_ns: int, frame_id: str, positions: np.ndarray, quaternions: np.ndarray | None = None) -> bytes:
+    """The serialized (CDR, little-endian) ``geometry_msgs/PoseArray`` of ``positions`` (n, 3) [m] and
+    ``quaternions`` (n, 4) (x, y, z, w; None: identity) stamped ``stamp_ns`` [ns] in ``frame_id``: what a
+    publisher sends as it is (``Publisher.publish(bytes)``), without building the message. The layout is
+    :func:`pose_array`'s.
+    """
+    head = _pose_array_heads.get(frame_id)
+    if head is None:
+        name = frame_id.encode("utf-8") + b"\0"
+        at = 8 + 4 + len(name)  # data offset after stamp, frame_id
+        head = (struct.pack("<I", len(name)) + name + b"\0" * (-at % 4), (at + 3) & ~3)
+        _pose_array_heads[frame_id] = head
+    frame, at = head
+    n = len(positions)
+    values = np.empty((n, 7), dtype="<f8")
+    values[:, :3] = positions
+    if quaternions is None:
+        values[:, 3:6] = 0.0
+        values[:, 6] = 1.0
+    else:
+        values[:, 3:] = quaternions
+    at += 4  # the pose count
+    sec, nanosec = divmod(int(stamp_ns), 1_000_000_000)
+    return b"".join((_CDR_LE, _LE.pack(sec, nanosec), frame, struct.pack("<I", n), b"\0" * (-at % 8),
+                     values.tobytes()))
