@@ -399,7 +399,8 @@ def main() -> None:
         recorded = int(t.get("received", 0))
         # gaps inside the load (the silences before the first and after the last message are the
         # episode starting before the load and stopping after it)
-        inner = [(a, b) for a, b in t.get("gaps", []) if a != start_ns and b != stop_ns]
+        # (a gap is [start_ns, end_ns], or [start_ns, end_ns, clock, at_ns] for header-stamp gaps)
+        inner = [(g[0], g[1]) for g in t.get("gaps", []) if g[0] != start_ns and g[1] != stop_ns]
         rows[s.topic] = {
             "target_hz": s.rate_hz, "published": published, "published_hz": published / pub["seconds"],
             "recorded": recorded, "dropped": published - recorded, "queue_dropped": int(t.get("dropped", 0)),

@@ -1,12 +1,15 @@
-"""Header stamps straight from serialized (CDR) messages, without deserializing them (ROS-free).
+"""Fields read straight from serialized (CDR) messages, and the few messages written as CDR, without
+building rclpy message objects (ROS-free).
 
 Messages whose first field is a ``std_msgs/Header`` (JointState, PoseStamped,
 Image, CameraInfo, DiagnosticArray...) start, after the 4-byte CDR
 encapsulation header, with ``header.stamp.sec`` (int32) and
 ``header.stamp.nanosec`` (uint32): the capture time set at the source.
 Reading those 12 bytes is all the integrity statistics need (see
-:mod:`rynn_teleop.recording.stats`).
-The feed switch's latency meter uses the same helper.
+:mod:`rynn_teleop.recording.stats`); the feed switch's latency meter uses the
+same helper. :func:`pose_array` and :func:`joint_state` read the fields
+``arm_ik`` and the drivers use from their raw takes; :func:`pose_array_cdr`
+writes the PoseArray the tracker and the hand skeletons publish as bytes.
 """
 
 from __future__ import annotations
