@@ -35,10 +35,12 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -231,6 +233,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=30.0, help="episode length [s]")
     parser.add_argument("--floor-seconds", type=float, default=15.0, help="length of the floor's run [s]")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the work folder (episode, logs, floor recordings; printed as work_dir)")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     parser.add_argument("--host-probe", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--host-probe-cpu", type=int, default=0, help=argparse.SUPPRESS)
@@ -257,6 +261,8 @@ def main() -> None:
     from rynn_teleop.sources.playback import open_bag  # noqa: PLC0415
 
     work = Path(tempfile.mkdtemp(prefix="bench_stack_"))
+    if not args.keep:  # an episode and the floor's recordings are 1-2 GB
+        atexit.register(shutil.rmtree, work, True)
     use_transport_profile()
     topics = {**demo.DEMO_TOPICS, **EXTRA_TOPICS}
     overrides = demo.demo_overrides(work)
@@ -370,7 +376,7 @@ def main() -> None:
         "seconds": args.seconds,
         "floor_seconds": args.floor_seconds,
         "floor_detail": floor_detail,
-        "work_dir": str(work),
+        "work_dir": str(work) if args.keep else None,
     }
     for problem in info.problems:
         print(f"episode problem: {problem}")

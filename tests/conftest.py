@@ -4,15 +4,17 @@
   a run without it refuses to start rather than multicast on the network.
 * Each test that needs ROS gets its own ROS_DOMAIN_ID (fixture
   ``ros_domain_id``), so contexts of different tests never see each other.
-* ROS logs go to a temporary folder.
+* ROS logs go to a temporary folder, removed when the session ends.
 * Processes keep the scheduling they were started with (RYNN_TELEOP_REALTIME=off): a test never raises
   its own or its children's priority; tests/test_priority.py sets it on in child processes it checks.
 """
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -22,7 +24,9 @@ if os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE") != "LOCALHOST":
         "set ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST (and a ROS_DOMAIN_ID) before running the tests; "
         "scripts/test.sh does this"
     )
-os.environ.setdefault("ROS_LOG_DIR", tempfile.mkdtemp(prefix="rynn_teleop_roslog_"))
+if "ROS_LOG_DIR" not in os.environ:
+    os.environ["ROS_LOG_DIR"] = tempfile.mkdtemp(prefix="rynn_teleop_roslog_")
+    atexit.register(shutil.rmtree, os.environ["ROS_LOG_DIR"], True)
 os.environ["RYNN_TELEOP_REALTIME"] = "off"
 
 _BASE_DOMAIN = int(os.environ.get("ROS_DOMAIN_ID", "42"))

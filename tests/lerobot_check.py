@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -21,6 +22,13 @@ def main(argv: list[str]) -> int:
     root, repo_id, out = argv[0], argv[1], argv[2]
     indices = [int(x) for x in argv[3:]]
     cache = tempfile.mkdtemp(prefix="lerobot-check-")
+    try:
+        return _check(root, repo_id, out, indices, cache)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _check(root: str, repo_id: str, out: str, indices: list[int], cache: str) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HOME", cache)
