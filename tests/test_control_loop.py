@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -9,7 +10,7 @@ import pytest
 from std_srvs.srv import Trigger
 
 from rynn_teleop.core.params import Param, ParamSchema
-from rynn_teleop.core.scheduling import Deadlines
+from rynn_teleop.core.scheduling import Deadlines, name_this_thread
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.nodes.base import TeleopNode
 from rynn_teleop.runner import Composition
@@ -160,3 +161,28 @@ def test_a_tick_knows_when_it_was_due_however_late_it_started(loop_node):
     for k, due in enumerate(dues):  # yet every due time is on the grid of the first (clock reads: 20 ms)
         assert due == pytest.approx(dues[0] + k * period, abs=0.02)
     assert TeleopNode.tick_due_time(12.5) == 12.5  # outside a loop tick: now
+
+
+def _kernel_names() -> list[str]:
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm", encoding="utf-8") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # the thread ended meanwhile
+    return names
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/comm"), reason="Linux thread names")
+def test_loop_and_spin_threads_carry_their_names_in_the_kernel(loop_node):
+    comp, node = loop_node  # top -H, ps -L, perf and scheduler traces show which loop of which node ran
+    assert wait_for(lambda: "loop_probe:test" in _kernel_names() and "spin:loop_probe" in _kernel_names(), 5.0)
+
+
+def test_a_thread_name_is_cut_to_what_the_kernel_keeps(tmp_path):
+    comm = tmp_path / "comm"
+    comm.write_text("")
+    assert name_this_thread("hand_retarget:poll", str(comm)) == "hand_retarget:p"
+    assert comm.read_text() == "hand_retarget:p"
+    assert name_this_thread("x", str(tmp_path / "absent" / "comm")) is None  # no such file: nothing set, no error

@@ -31,6 +31,7 @@ from .core.scheduling import (
     REALTIME_ENV,
     PriorityClass,
     apply_process_priority,
+    name_this_thread,
     process_priority,
     process_threads,
     realtime_mode,
@@ -241,6 +242,7 @@ class Composition:
         thread.start()
 
     def _spin_executor(self, executor: SingleThreadedExecutor, stop: Future) -> None:
+        name_this_thread(threading.current_thread().name)
         try:
             executor.spin_until_future_complete(stop)
         except ExternalShutdownException:

@@ -216,3 +216,17 @@ def lower_this_thread(system: Any = os) -> bool:
         except OSError:
             pass
     return changed
+
+
+def name_this_thread(name: str, proc: str = "/proc/thread-self/comm") -> str | None:
+    """Give the calling thread the kernel name ``name`` (its first 15 bytes, what Linux keeps), so that
+    ``top -H``, ``ps -L``, ``perf`` and scheduler traces tell the threads of a process apart (Python's
+    ``threading`` names stay inside the interpreter). Returns the name set, None where the system has no
+    such file (not Linux) or refuses."""
+    short = name.encode("utf-8", "replace")[:15].decode("utf-8", "ignore")
+    try:
+        with open(proc, "w", encoding="utf-8") as f:
+            f.write(short)
+    except OSError:
+        return None
+    return short

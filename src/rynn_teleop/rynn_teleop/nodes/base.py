@@ -28,7 +28,7 @@ from rclpy.qos import QoSCompatibility, qos_check_compatible
 from rclpy.subscription import Subscription
 
 from ..core.params import ParamSchema
-from ..core.scheduling import Deadlines
+from ..core.scheduling import Deadlines, name_this_thread
 from ..core.stats import RateMeter
 from ..errors import RynnTeleopError
 from .parameters import declare_schema
@@ -74,6 +74,7 @@ class ControlLoop:
 
     def _run(self) -> None:
         _THIS_THREAD.loop = self
+        name_this_thread(self._thread.name)
         deadlines, stop, lock = self.deadlines, self._stop, self.node.lock
         while not stop.is_set():
             wait = deadlines.due - time.monotonic()
@@ -134,6 +135,7 @@ class EventLoop:
         self._thread.start()
 
     def _run(self) -> None:
+        name_this_thread(self._thread.name)
         context, stop, lock = self.node.context, self._stop, self.node.lock
         with ExitStack() as held:  # the handles stay valid while the loop waits on them
             handles = [sub.handle for sub in self._subscriptions]

@@ -45,6 +45,7 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 from ..core.camera import default_intrinsics, parse_profile
 from ..core.params import Param, ParamSchema
 from ..core.robot_model import arm_joint_names, hand_joint_names
+from ..core.scheduling import name_this_thread
 from ..errors import ConfigurationError, ParameterError
 from ..recording.cdr import first_name_after_header, header_stamp_ns
 from ..world_model.generator import as_rgb
@@ -207,6 +208,7 @@ class WorldModelNode(TeleopNode):
 
     # ------------------------------------------------------------------ generation thread
     def _generate_loop(self) -> None:
+        name_this_thread("world_model:gen")
         period = 1.0 / self.rate_hz
         next_tick = time.monotonic()
         started = False

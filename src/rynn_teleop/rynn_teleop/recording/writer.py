@@ -55,7 +55,7 @@ from rosbags.rosbag2 import StoragePlugin, Writer, WriterError
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.store import Typestore
 
-from ..core.scheduling import lower_this_thread
+from ..core.scheduling import lower_this_thread, name_this_thread
 from .cdr import has_header, header_stamp_ns
 from .errors import RecordingError
 
@@ -353,6 +353,7 @@ class EpisodeWriter:
     # -- writer thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
+        name_this_thread("episode-writer")
         lower_this_thread()  # behind its queue: never ahead of the process's own drains or other nodes' loops
         flush_at: float | None = None  # monotonic deadline [s] of the oldest unflushed write; None: all flushed
         try:
