@@ -159,65 +159,27 @@ def run_floor(groups, graph: dict[str, tuple[set, set]], types: dict[str, str], 
 
 
 # ---------------------------------------------------------------------- the host's stalls
-HOST_PROBE_PERIOD_S = 0.005
-HOST_STALL_S = 0.010  # [s] a probe tick this late is a stall of the host
-
-
 def _steal_ticks() -> int:
     """Steal time of all CPUs so far [clock ticks] (/proc/stat, 8th value of the 'cpu' line)."""
     with open("/proc/stat") as f:
         return int(f.readline().split()[8])
 
 
-def host_probe(seconds: float, cpu: int) -> None:
-    """The host-stall probe's process on CPU ``cpu``: ``seconds`` of 200 Hz deadline sleeps at the highest
-    real-time priority allowed; prints one JSON object (stall wall-clock times [s] and lengths [s], steal
-    ticks of all CPUs)."""
-    os.sched_setaffinity(0, {cpu})
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(99))
-        policy = "SCHED_FIFO 99"
-    except (OSError, AttributeError):
-        policy = "normal (real-time refused)"
-    stalls: list[tuple[float, float]] = []
-    start = time.monotonic()
-    due, in_stall = start, False
-    while due - start < seconds:
-        due += HOST_PROBE_PERIOD_S
-        wait = due - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
-        late = time.monotonic() - due
-        if late > HOST_STALL_S and not in_stall:  # one stall, however many ticks it swallowed
-            stalls.append((time.time() - late, late))
-        in_stall = late > HOST_PROBE_PERIOD_S
-    print(json.dumps({"policy": policy, "cpu": cpu, "stalls": stalls}), flush=True)
+def host_stall_summary(probes, episode_start_s: float, seconds: float, steal: float) -> dict:
+    """The JSON fields of the host probes (``rynn_teleop.host_stalls.HostProbes``): the stalls within the
+    episode (``seconds`` from ``episode_start_s``, wall clock [s]; times relative to its start), and
+    ``steal`` (the episode's steal fraction)."""
+    from rynn_teleop import host_stalls  # noqa: PLC0415
 
-
-def start_host_probes(seconds: float) -> list[subprocess.Popen]:
-    """One :func:`host_probe` process per CPU this process may use."""
-    return [subprocess.Popen([sys.executable, __file__, "--host-probe", str(seconds), "--host-probe-cpu", str(cpu)],
-                             stdout=subprocess.PIPE, text=True) for cpu in sorted(os.sched_getaffinity(0))]
-
-
-def host_stall_summary(probes: list[subprocess.Popen], episode_start_s: float, seconds: float, steal: float) -> dict:
-    """The JSON fields of the probes' outputs: the stalls within the episode (``seconds`` from
-    ``episode_start_s``, wall clock [s]; times relative to its start), and ``steal`` (the episode's steal
-    fraction)."""
-    results = []
-    for proc in probes:
-        out, _ = proc.communicate(timeout=60)
-        try:
-            results.append(json.loads(out.strip().splitlines()[-1]))
-        except (ValueError, IndexError):
-            return {"host_stall_max_ms": None, "host_stalls": None, "host_steal_fraction": None}
-    stalls = sorted((t, r["cpu"], s) for r in results for t, s in r["stalls"]
-                    if episode_start_s <= t <= episode_start_s + seconds)
+    policy, stalls = probes.finish()
+    if policy is None:
+        return {"host_stall_max_ms": None, "host_stalls": None, "host_steal_fraction": None}
+    stalls = host_stalls.within(stalls, episode_start_s, episode_start_s + seconds)
     return {
-        "host_stall_max_ms": round(1e3 * max((s for *_, s in stalls), default=0.0), 1),
-        "host_stalls": [[cpu, round(t - episode_start_s, 3), round(1e3 * s, 1)] for t, cpu, s in stalls],
+        "host_stall_max_ms": round(1e3 * max((s.length_s for s in stalls), default=0.0), 1),
+        "host_stalls": [[s.cpu, round(s.start_s - episode_start_s, 3), round(1e3 * s.length_s, 1)] for s in stalls],
         "host_steal_fraction": round(steal, 4),
-        "host_probe": results[0]["policy"],
+        "host_probe": policy,
     }
 
 
@@ -236,14 +198,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true",
                         help="keep the work folder (episode, logs, floor recordings; printed as work_dir)")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
-    parser.add_argument("--host-probe", type=float, help=argparse.SUPPRESS)
-    parser.add_argument("--host-probe-cpu", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
         floor_child(args.floor_child)
-        return
-    if args.host_probe:
-        host_probe(args.host_probe, args.host_probe_cpu)
         return
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     if os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] != "LOCALHOST":
@@ -252,7 +209,7 @@ def main() -> None:
 
     from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
 
-    from rynn_teleop import demo  # noqa: PLC0415
+    from rynn_teleop import demo, host_stalls  # noqa: PLC0415
     from rynn_teleop.core.params import ParamSchema  # noqa: F401, PLC0415
     from rynn_teleop.core.stats import RateMeter  # noqa: PLC0415
     from rynn_teleop.nodes import node_class  # noqa: PLC0415
@@ -283,7 +240,7 @@ def main() -> None:
                 sys.exit(f"bench/stack.py: the stack did not come up within 90 s; logs in {work}")
             # the host probes start before the settle time: their own start-up (a Python process each) must
             # not take the stack's CPU at the episode's start
-            host = start_host_probes(demo.SETTLE_S + args.seconds + 5.0)
+            host = host_stalls.HostProbes(demo.SETTLE_S + args.seconds + 5.0)
             time.sleep(demo.SETTLE_S)
             for name, ns in probe.get_node_names_and_namespaces():
                 if name.startswith(("demo_probe", "_")):

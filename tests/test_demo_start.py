@@ -53,3 +53,28 @@ def test_a_calibrating_node_that_never_reports_stops_the_start_with_a_clear_erro
     with pytest.raises(RynnTeleopError, match=r"arm_ik did not come up within 0\.2 s .*logs in"):
         demo.spawn_groups(GROUPS, {}, tmp_path, FakeProbe(), procs, timeout=0.2)
     assert [p.group for p in procs] == [g for g in GROUPS if g != ("tracker",)]  # what started, to be stopped
+
+
+def test_the_demo_reports_the_gaps_that_overlap_a_stall_of_the_machine():
+    from types import SimpleNamespace  # noqa: PLC0415
+
+    from rynn_teleop.host_stalls import Stall  # noqa: PLC0415
+    from rynn_teleop.recording.stats import EpisodeStats, Gap, TopicStats  # noqa: PLC0415
+
+    s = 1_000_000_000
+    stats = EpisodeStats(100 * s, 120 * s, {
+        "/arms/command": TopicStats("/arms/command", "sensor_msgs/msg/JointState", 4000, expected_rate_hz=200.0,
+                                    gaps=(Gap(103 * s, 103 * s + 40_000_000, "header", 103 * s),
+                                          Gap(110 * s, 110 * s + 30_000_000, "header", 110 * s))),
+        "/tf": TopicStats("/tf", "tf2_msgs/msg/TFMessage", 10),
+    })
+    info = SimpleNamespace(stats=stats)
+    stalls = [Stall(99.0, 0.05, 0), Stall(103.005, 0.030, 0), Stall(103.006, 0.028, 1)]  # the first: before it
+    report = demo.host_stall_report("SCHED_FIFO 99", stalls, info)
+    assert report["measured"] and report["gaps"] == 2
+    assert report["gaps_overlapping_stalls"] == {"/arms/command": 1}
+    assert [row[:2] for row in report["stalls"]] == [[0, 3.005], [1, 3.006]] and report["longest_ms"] == 30.0
+    assert "1 of the episode's 2 gap(s) overlap one" in demo.host_stall_line(report)
+    # a probe that could not run at real-time priority proves nothing: not reported as measured
+    refused = demo.host_stall_report("normal (real-time refused)", stalls, info)
+    assert not refused["measured"] and "not measured" in demo.host_stall_line(refused)

@@ -45,6 +45,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from . import bringup
+from .host_stalls import HostProbes, Stall, overlaps, within
 from .nodes.camera_switch import LATCHED
 from .errors import RynnTeleopError
 from .nodes.recorder import DEFAULT_TOPICS
@@ -252,6 +253,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     use_transport_profile()
     overrides = demo_overrides(out)
     procs: list[subprocess.Popen] = []
+    host: HostProbes | None = None
     try:
         with Composition([]) as comp:
             probe = _Probe(comp.context)
@@ -269,6 +271,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
                 raise RynnTeleopError(f"demo: the nodes did not come up within 60 s (exited: {dead}); logs in {out}")
             for client in probe.service_clients.values():
                 client.wait_for_service(timeout_sec=10.0)
+            host = HostProbes(SETTLE_S + duration + 120.0)  # before the settle time: its start-up is not the episode's
             time.sleep(SETTLE_S)
             probe.trigger("/recorder/start_episode")
             t0 = time.monotonic()
@@ -282,19 +285,24 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
             stopped = probe.trigger("/recorder/stop_episode", timeout=30.0)
             description, active_sources = probe.description, list(probe.active_sources)
             diagnostics = dict(probe.diagnostics)
+            host_policy, stalls = host.finish()
     finally:
         stop_groups(procs)
+        if host is not None:
+            host.stop()
     episode = Path(stopped.split(" | ")[0])
     if not (episode / "metadata.yaml").is_file():
         raise RynnTeleopError(f"demo: the episode was not stopped cleanly: {stopped}")
     info = episode_info(episode)
+    host = host_stall_report(host_policy, stalls, info)
     plot_joints(episode, out / "joints.png")
     video_preview(episode, out / "preview.mp4", topic="/head_camera/color/image_raw")
     arm_ik = diagnostics.get("arm_ik", {})
     summary = {"duration_s": duration, "groups": [list(g) for g in DEMO_GROUPS], "meters": rows,
                "arms": {"engaged": arm_ik.get("engaged"), "calibrated": arm_ik.get("calibrated")},
                "toggles": toggles, "active_sources_seen": active_sources, "episode": str(episode),
-               "episode_problems": info.problems, "robot_description_received": description is not None}
+               "episode_problems": info.problems, "host_stalls": host,
+               "robot_description_received": description is not None}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     header = f"{'node':<18} {'meter':<22} {'rate Hz':>8} {'p50 ms':>8} {'p99 ms':>8}"
     print(header)
@@ -307,4 +315,39 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
           f"{len(info.problems)} problem(s); joints.png and preview.mp4 in {out}")
     for problem in info.problems:
         print(f"  {problem}")
+    print(host_stall_line(host))
     return episode  # printed last by the CLI
+
+
+def host_stall_report(policy: str | None, stalls: list[Stall], info) -> dict:
+    """The machine's own stalls during the episode (``host_stalls.HostProbes``) and, per topic, how many of
+    the episode's gaps overlap one. ``measured`` is False when the probes failed or could not run at
+    real-time priority (their lateness then proves nothing)."""
+    if policy is None or info.stats is None or not policy.startswith("SCHED_FIFO"):
+        return {"measured": False, "probe": policy}
+    start_ns = info.stats.start_ns
+    inside = within(stalls, start_ns * 1e-9, info.stats.stop_ns * 1e-9)
+    gaps = {topic: [g for g in t.gaps] for topic, t in info.stats.topics.items() if t.gaps}
+    return {
+        "measured": True, "probe": policy,
+        "stalls": [[s.cpu, round(s.start_s - start_ns * 1e-9, 3), round(1e3 * s.length_s, 1)] for s in inside],
+        "longest_ms": round(1e3 * max((s.length_s for s in inside), default=0.0), 1),
+        "gaps": sum(map(len, gaps.values())),
+        "gaps_overlapping_stalls": {topic: sum(overlaps(inside, g.start_ns, g.end_ns) for g in gs)
+                                    for topic, gs in gaps.items()},
+    }
+
+
+def host_stall_line(report: dict) -> str:
+    """One line for the operator: the machine's stalls and the gaps that overlap them."""
+    if not report.get("measured"):
+        return f"host stalls: not measured (probe: {report.get('probe') or 'failed'})"
+    if not report["stalls"]:
+        line = "host stalls: none of >= 10 ms during the episode (a SCHED_FIFO 99 probe per CPU)"
+    else:
+        cpus = len({cpu for cpu, *_ in report["stalls"]})
+        line = (f"host stalls: {len(report['stalls'])} of >= 10 ms on {cpus} CPU(s) during the episode "
+                f"(longest {report['longest_ms']} ms; a SCHED_FIFO 99 probe per CPU)")
+    if report["gaps"]:
+        line += f"; {sum(report['gaps_overlapping_stalls'].values())} of the episode's {report['gaps']} gap(s) overlap one"
+    return line
