@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -157,7 +158,10 @@ def test_the_recorders_file_writer_runs_behind_its_drains(tmp_path):
     recorder = EpisodeRecorder(tmp_path, {"/x": 10.0})
     recorder.start(EpisodeMetadata(task="t"))
     writer = next(t for t in threading.enumerate() if t.name.startswith("episode-writer"))
-    nice = os.getpriority(os.PRIO_PROCESS, writer.native_id)
+    deadline = time.monotonic() + 10.0  # the thread lowers itself as it starts: wait for it, not a fixed time
+    while (nice := os.getpriority(os.PRIO_PROCESS, writer.native_id)) < BACKGROUND_THREAD_NICE \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
     recorder.stop()
     assert nice >= BACKGROUND_THREAD_NICE
 

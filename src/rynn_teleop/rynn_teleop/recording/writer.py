@@ -353,8 +353,8 @@ class EpisodeWriter:
     # -- writer thread -----------------------------------------------------------------------
 
     def _run(self) -> None:
-        name_this_thread("episode-writer")
         lower_this_thread()  # behind its queue: never ahead of the process's own drains or other nodes' loops
+        name_this_thread("episode-writer")
         flush_at: float | None = None  # monotonic deadline [s] of the oldest unflushed write; None: all flushed
         try:
             while True:
