@@ -35,7 +35,6 @@ The last line printed is one JSON object.
 from __future__ import annotations
 
 import argparse
-import atexit
 import importlib
 import json
 import os
@@ -177,7 +176,7 @@ def host_stall_summary(probes, episode_start_s: float, seconds: float, steal: fl
     stalls = host_stalls.within(stalls, episode_start_s, episode_start_s + seconds)
     return {
         "host_stall_max_ms": round(1e3 * max((s.length_s for s in stalls), default=0.0), 1),
-        "host_stalls": [[s.cpu, round(s.start_s - episode_start_s, 3), round(1e3 * s.length_s, 1)] for s in stalls],
+        "host_stalls": host_stalls.rows(stalls, episode_start_s),
         "host_steal_fraction": round(steal, 4),
         "host_probe": policy,
     }
@@ -196,7 +195,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="episode length [s]")
     parser.add_argument("--floor-seconds", type=float, default=15.0, help="length of the floor's run [s]")
     parser.add_argument("--keep", action="store_true",
-                        help="keep the work folder (episode, logs, floor recordings; printed as work_dir)")
+                        help="keep the work folder after a complete run too (episode, logs, floor recordings; "
+                             "printed as work_dir)")
     parser.add_argument("--floor-child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.floor_child:
@@ -217,9 +217,7 @@ def main() -> None:
     from rynn_teleop.runner import Composition, node_parameters, use_transport_profile  # noqa: PLC0415
     from rynn_teleop.sources.playback import open_bag  # noqa: PLC0415
 
-    work = Path(tempfile.mkdtemp(prefix="bench_stack_"))
-    if not args.keep:  # an episode and the floor's recordings are 1-2 GB
-        atexit.register(shutil.rmtree, work, True)
+    work = Path(tempfile.mkdtemp(prefix="bench_stack_"))  # removed after a complete run (1-2 GB) unless --keep
     use_transport_profile()
     topics = {**demo.DEMO_TOPICS, **EXTRA_TOPICS}
     overrides = demo.demo_overrides(work)
@@ -338,6 +336,8 @@ def main() -> None:
     for problem in info.problems:
         print(f"episode problem: {problem}")
     print(json.dumps(result))
+    if not args.keep:  # a failed run keeps its folder: its logs say why
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

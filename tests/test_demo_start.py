@@ -78,3 +78,5 @@ def test_the_demo_reports_the_gaps_that_overlap_a_stall_of_the_machine():
     # a probe that could not run at real-time priority proves nothing: not reported as measured
     refused = demo.host_stall_report("normal (real-time refused)", stalls, info)
     assert not refused["measured"] and "not measured" in demo.host_stall_line(refused)
+    mixed = demo.host_stall_report("SCHED_FIFO 99, normal (real-time refused)", stalls, info)  # one CPU refused
+    assert not mixed["measured"]

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from rynn_teleop.host_stalls import HostProbes, Stall, StallDetector, overlaps, probe, within
+from rynn_teleop.host_stalls import HostProbes, Stall, StallDetector, overlaps, probe, rows, within
 
 
 def test_a_run_of_late_ticks_is_one_stall_reported_by_its_first_tick():
@@ -52,6 +52,7 @@ def test_stalls_inside_a_window_and_gaps_that_overlap_them():
     assert overlaps(stalls, 10_020_000_000, 10_100_000_000)  # one that starts inside it
     assert not overlaps(stalls, 10_040_000_000, 11_000_000_000)  # after it
     assert not overlaps([], 0, 10**12)
+    assert rows(stalls, 9.5) == [[0, 0.5, 30.0], [1, 2.5, 15.0]]
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux CPU affinity")

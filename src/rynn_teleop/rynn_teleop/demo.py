@@ -45,7 +45,7 @@ from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from . import bringup
-from .host_stalls import HostProbes, Stall, overlaps, within
+from .host_stalls import REALTIME_POLICY, HostProbes, Stall, overlaps, rows, within
 from .nodes.camera_switch import LATCHED
 from .errors import RynnTeleopError
 from .nodes.recorder import DEFAULT_TOPICS
@@ -294,14 +294,14 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     if not (episode / "metadata.yaml").is_file():
         raise RynnTeleopError(f"demo: the episode was not stopped cleanly: {stopped}")
     info = episode_info(episode)
-    host = host_stall_report(host_policy, stalls, info)
+    host_report = host_stall_report(host_policy, stalls, info)
     plot_joints(episode, out / "joints.png")
     video_preview(episode, out / "preview.mp4", topic="/head_camera/color/image_raw")
     arm_ik = diagnostics.get("arm_ik", {})
     summary = {"duration_s": duration, "groups": [list(g) for g in DEMO_GROUPS], "meters": rows,
                "arms": {"engaged": arm_ik.get("engaged"), "calibrated": arm_ik.get("calibrated")},
                "toggles": toggles, "active_sources_seen": active_sources, "episode": str(episode),
-               "episode_problems": info.problems, "host_stalls": host,
+               "episode_problems": info.problems, "host_stalls": host_report,
                "robot_description_received": description is not None}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     header = f"{'node':<18} {'meter':<22} {'rate Hz':>8} {'p50 ms':>8} {'p99 ms':>8}"
@@ -315,22 +315,22 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
           f"{len(info.problems)} problem(s); joints.png and preview.mp4 in {out}")
     for problem in info.problems:
         print(f"  {problem}")
-    print(host_stall_line(host))
+    print(host_stall_line(host_report))
     return episode  # printed last by the CLI
 
 
 def host_stall_report(policy: str | None, stalls: list[Stall], info) -> dict:
     """The machine's own stalls during the episode (``host_stalls.HostProbes``) and, per topic, how many of
     the episode's gaps overlap one. ``measured`` is False when the probes failed or could not run at
-    real-time priority (their lateness then proves nothing)."""
-    if policy is None or info.stats is None or not policy.startswith("SCHED_FIFO"):
+    real-time priority on every CPU (their lateness then proves nothing)."""
+    if policy != REALTIME_POLICY or info.stats is None:
         return {"measured": False, "probe": policy}
-    start_ns = info.stats.start_ns
-    inside = within(stalls, start_ns * 1e-9, info.stats.stop_ns * 1e-9)
-    gaps = {topic: [g for g in t.gaps] for topic, t in info.stats.topics.items() if t.gaps}
+    start_s = info.stats.start_ns * 1e-9
+    inside = within(stalls, start_s, info.stats.stop_ns * 1e-9)
+    gaps = {topic: t.gaps for topic, t in info.stats.topics.items() if t.gaps}
     return {
         "measured": True, "probe": policy,
-        "stalls": [[s.cpu, round(s.start_s - start_ns * 1e-9, 3), round(1e3 * s.length_s, 1)] for s in inside],
+        "stalls": rows(inside, start_s),
         "longest_ms": round(1e3 * max((s.length_s for s in inside), default=0.0), 1),
         "gaps": sum(map(len, gaps.values())),
         "gaps_overlapping_stalls": {topic: sum(overlaps(inside, g.start_ns, g.end_ns) for g in gs)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 PERIOD_S = 0.005  # [s] between a probe's ticks
+REALTIME_POLICY = "SCHED_FIFO 99"  # the policy a probe must run at for its stalls to be the machine's
 STALL_S = 0.010  # [s] a tick at least this late is a stall
 
 
@@ -59,7 +60,7 @@ def probe(seconds: float, cpu: int, clock: Callable[[], float] = time.monotonic,
     try:
         system.sched_setaffinity(0, {cpu})
         system.sched_setscheduler(0, system.SCHED_FIFO, system.sched_param(99))
-        policy = "SCHED_FIFO 99"
+        policy = REALTIME_POLICY
     except (OSError, AttributeError):
         policy = "normal (real-time refused)"
     detector, stalls = StallDetector(cpu), []
@@ -81,14 +82,13 @@ class HostProbes:
     ``seconds`` [s]: an orphaned probe ends by itself)."""
 
     def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
         self._procs = [subprocess.Popen([sys.executable, "-m", __name__, str(seconds), str(cpu)],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
                        for cpu in sorted(os.sched_getaffinity(0))]
 
     def finish(self, timeout: float = 10.0) -> tuple[str | None, list[Stall]]:
-        """End the probes; returns (the policy they ran at, None if any failed, and every stall seen, by
-        start time)."""
+        """End the probes; returns (the policy they ran at: None if any failed, several joined by ", " if
+        they differ; and every stall seen, by start time)."""
         for proc in self._procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)  # the probe prints what it saw and exits
@@ -115,6 +115,11 @@ class HostProbes:
 def within(stalls: Iterable[Stall], start_s: float, stop_s: float) -> list[Stall]:
     """The stalls that start between ``start_s`` and ``stop_s`` [s]."""
     return [s for s in stalls if start_s <= s.start_s <= stop_s]
+
+
+def rows(stalls: Iterable[Stall], start_s: float) -> list[list]:
+    """The stalls as ``[cpu, seconds after start_s, ms]`` rows (JSON reports)."""
+    return [[s.cpu, round(s.start_s - start_s, 3), round(1e3 * s.length_s, 1)] for s in stalls]
 
 
 def overlaps(stalls: Iterable[Stall], start_ns: int, end_ns: int) -> bool:
