@@ -343,3 +343,23 @@ def test_clamp_step_is_velocity_times_the_measured_period():
         out = ctl.step(now, previous)
         assert np.all(np.abs(out.target - previous) <= LIMITS.velocity * dt * (1 + 1e-9))
         previous = out.target
+
+
+def test_a_state_ruckig_refuses_brakes_the_joint_instead_of_raising():
+    """Seen in a CI run: a hand joint at 0.57 rad/s accelerating at 89.5 rad/s^2 (limits 2.5726 rad/s,
+    100 rad/s^2, 2000 rad/s^3) cannot stay under its velocity limit (0.57 + 89.5^2 / (2 * 2000) = 2.573), and
+    Ruckig's binding raises RuckigError. The follower brakes instead, as for a failed result (it used to let
+    the exception through, and the driver latched its e-stop)."""
+    limits = JointLimits(lower=np.array([-3.0]), upper=np.array([3.0]), velocity=np.array([2.5726]),
+                         acceleration=np.array([100.0]), jerk=np.array([2000.0]))
+    f = JerkLimitedFollower(limits, 0.01)
+    f.reset(np.array([-0.1168926221726632]))
+    f._in.current_velocity = [0.5698124671986224]  # the state Ruckig had reached there
+    f._in.current_acceleration = [89.50502852468966]
+    state = f.step(np.array([0.1136894777009392]))
+    assert f.errors == 1
+    assert np.isfinite(state.position).all() and state.acceleration[0] < 89.50502852468966  # braking
+    for _ in range(200):  # and it comes back to following the target
+        state = f.step(np.array([0.1136894777009392]))
+    assert state.position[0] == pytest.approx(0.1136894777009392, abs=1e-6)
+    assert abs(state.velocity[0]) <= 2.5726 * 1.001

@@ -21,7 +21,7 @@ import logging
 from typing import NamedTuple
 
 import numpy as np
-from ruckig import ControlInterface, InputParameter, OutputParameter, Result, Ruckig, Synchronization
+from ruckig import ControlInterface, InputParameter, OutputParameter, Result, Ruckig, RuckigError, Synchronization
 
 from ..errors import ConfigurationError
 from .robot_model import JointLimits
@@ -154,13 +154,13 @@ class JerkLimitedFollower:
             ]
             self._per_dof = True
             inp.target_position = goal.tolist()
-        result = self._otg.update(inp, self._out)
+        result = self._update()
         if result not in (Result.Working, Result.Finished):
             self.errors += 1
             _log.error("Ruckig failed (%s); braking all joints", result)
             inp.per_dof_control_interface = None
             inp.control_interface = ControlInterface.Velocity
-            result = self._otg.update(inp, self._out)
+            result = self._update()
             inp.control_interface = ControlInterface.Position
             self._per_dof = False
             if result not in (Result.Working, Result.Finished):
@@ -173,6 +173,15 @@ class JerkLimitedFollower:
             np.asarray(out.new_position), np.asarray(out.new_velocity), np.asarray(out.new_acceleration)
         )
         return self._state
+
+    def _update(self) -> Result | str:
+        """One Ruckig update; a failure it raises (its Python binding raises ``RuckigError`` where the C++
+        library returns an error code, e.g. a state from which a joint cannot keep within its velocity limit)
+        comes back as its message, handled like a failed result: brake, else hold."""
+        try:
+            return self._otg.update(self._in, self._out)
+        except RuckigError as exc:
+            return str(exc).strip().splitlines()[0]
 
     def set_velocity_scale(self, scale: float) -> None:
         """Run at ``scale`` (0, 1] of the velocity limits from now on (e.g. a slow ramp)."""
