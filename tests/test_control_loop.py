@@ -186,3 +186,15 @@ def test_a_thread_name_is_cut_to_what_the_kernel_keeps(tmp_path):
     assert name_this_thread("hand_retarget:poll", str(comm)) == "hand_retarget:p"
     assert comm.read_text() == "hand_retarget:p"
     assert name_this_thread("x", str(tmp_path / "absent" / "comm")) is None  # no such file: nothing set, no error
+
+
+def test_a_loop_with_a_long_period_stops_at_once_not_at_its_next_tick(loop_node):
+    # waits up to SLEEP_MAX_S are plain sleeps; a longer one must stay interruptible by cancel()
+    comp, node = loop_node
+    slow = node.create_loop(0.05, lambda: None, "slow")  # a tick every 20 s
+    assert wait_for(lambda: slow.running, 5.0)
+    time.sleep(0.1)  # now inside its first wait
+    started = time.monotonic()
+    slow.cancel(timeout=30.0)
+    assert not slow.running
+    assert time.monotonic() - started < 10.0  # a plain sleep would end only at 20 s

@@ -44,6 +44,7 @@ class Taken(NamedTuple):
 
 
 SAMPLE_LEAD_S = 0.001  # [s] a synthetic sample is due this long before the loop tick that reads it
+SLEEP_MAX_S = 0.05  # [s] a loop waits for its next tick in one plain sleep up to this long (longer: a stoppable wait)
 _THIS_THREAD = threading.local()  # .loop: the ControlLoop running on this thread
 
 
@@ -51,7 +52,8 @@ class ControlLoop:
     """A fixed-rate loop of one node on its own thread, off the executor (deadline sleeps, no wait set).
 
     Tick ``k`` is due ``k * period`` after the loop starts (:class:`~..core.scheduling.Deadlines`: a late
-    tick does not shift the next ones; ticks a whole period behind are skipped and counted). Each tick
+    tick does not shift the next ones; ticks a whole period behind are skipped and counted). Between ticks it
+    sleeps (a wait of up to :data:`SLEEP_MAX_S` in one plain sleep, so :meth:`cancel` may wait that long). Each tick
     calls ``callback()`` holding :attr:`TeleopNode.lock`, so it never runs concurrently with the node's
     executor callbacks (services, subscriptions, timers, parameter changes). An exception raised by the
     callback is logged and kept in :attr:`TeleopNode.loop_exceptions`; the loop goes on.
@@ -78,8 +80,13 @@ class ControlLoop:
         deadlines, stop, lock = self.deadlines, self._stop, self.node.lock
         while not stop.is_set():
             wait = deadlines.due - time.monotonic()
-            if wait > 0 and stop.wait(wait):
-                break
+            if wait > 0:
+                if wait <= SLEEP_MAX_S:
+                    time.sleep(wait)  # cheaper per tick than Event.wait's lock dance (bench/control_loop.py)
+                elif stop.wait(wait):
+                    break
+                if stop.is_set():
+                    break
             with lock:
                 if stop.is_set() or not self.node.context.ok():
                     break
