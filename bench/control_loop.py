@@ -1,6 +1,7 @@
 """What a fixed-rate loop's tick costs on this machine, beyond its own work.
 
     .venv/bin/python bench/control_loop.py [--rate 200] [--ticks 1000] [--rounds 4]
+    .venv/bin/python bench/control_loop.py --reference SECONDS [--rate 100]   # bench/stack.py's third baseline
 
 Two measurements, each in interleaved rounds (the host's speed drifts within minutes; interleaving gives each
 variant the same conditions):
@@ -13,6 +14,10 @@ variant the same conditions):
   ``cold_factor`` = in loop / hot. On a virtual machine whose cores other tenants share, the caches a tick
   finds are cold and this factor moves with the host's load (1.0 would be a machine of one's own); every
   loop of the stack pays it, so ``bench/stack.py``'s CPU figures move with it.
+
+``--reference SECONDS`` measures only the second, for ``SECONDS`` while something else runs (``bench/stack.py``
+runs it beside the stack, at the normal priority: it then also pays for what the stack does to the caches):
+``work_in_loop_us`` over the run, ``work_hot_us`` (the lower of right before and right after), ``cold_factor``.
 
 Prints one JSON line. No ROS.
 """
@@ -78,7 +83,17 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="loop rate [Hz] (default 200)")
     parser.add_argument("--ticks", type=int, default=1000, help="ticks per round and variant")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds")
+    parser.add_argument("--reference", type=float, metavar="SECONDS",
+                        help="only the work unit's cold factor, over SECONDS (default rate 100 Hz)")
     args = parser.parse_args()
+    if args.reference is not None:
+        rate = args.rate if args.rate != parser.get_default("rate") else 100.0
+        before = hot_us(2000)
+        w = loop_cpu_us(rate, max(int(args.reference * rate), 20), "sleep", True)
+        h = min(before, hot_us(2000))  # the lower of before and after: a burst of the others' lasts less
+        print(json.dumps({"rate_hz": rate, "seconds": args.reference, "work_hot_us": round(h, 1),
+                          "work_in_loop_us": round(w, 1), "cold_factor": round(w / h, 2)}))
+        return
     event, sleep, hot, in_loop = [], [], [], []
     for _ in range(args.rounds):
         event.append(loop_cpu_us(args.rate, args.ticks, "event", False))

@@ -28,6 +28,11 @@ physical camera (so the consumer stream's header stamps are capture times). Meas
   CPU whatever the stack does: ``host_stall_max_ms``, ``host_stalls`` (each stall over 10 ms: the CPU,
   seconds into the episode and its length, to compare with the episode problems' times) and
   ``host_steal_fraction`` (/proc/stat steal time over the episode, share of all CPUs' time).
+* the cost of a short burst of work here, a third baseline: ``bench/control_loop.py --reference`` beside the
+  stack (normal priority, 100 Hz) times one fixed unit of Python and numpy work per tick and back to back
+  after: ``host_cold_factor`` (per tick / back to back; 1.0 = warm caches at every tick) and
+  ``reference_work_hot_us``. Every loop of the stack pays that factor on its own work, so on a shared
+  virtual machine ``cpu_cores_total`` moves with it while the floor (little work per message) moves less.
 
 The last line printed is one JSON object.
 """
@@ -190,6 +195,17 @@ def _p99_windows(statuses: list[dict], key: str) -> float | None:
     return max(values) if values else None
 
 
+def _reference_result(proc: subprocess.Popen) -> dict:
+    """The JSON line of ``bench/control_loop.py --reference`` (empty if it failed or hung)."""
+    try:
+        out, _ = proc.communicate(timeout=30.0)
+        return json.loads(out.strip().splitlines()[-1])
+    except (subprocess.TimeoutExpired, ValueError, IndexError):
+        proc.kill()
+        proc.wait()
+        return {}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=30.0, help="episode length [s]")
@@ -239,6 +255,9 @@ def main() -> None:
             # the host probes start before the settle time: their own start-up (a Python process each) must
             # not take the stack's CPU at the episode's start
             host = host_stalls.HostProbes(demo.SETTLE_S + args.seconds + 5.0)
+            reference = subprocess.Popen(  # noqa: S603 - this interpreter, this repository's script
+                [sys.executable, str(ROOT / "bench" / "control_loop.py"), "--reference", str(args.seconds + 3.0)],
+                stdout=subprocess.PIPE, text=True)
             time.sleep(demo.SETTLE_S)
             for name, ns in probe.get_node_names_and_namespaces():
                 if name.startswith(("demo_probe", "_")):
@@ -257,6 +276,7 @@ def main() -> None:
             stopped = probe.trigger("/recorder/stop_episode", timeout=60.0)
     finally:
         demo.stop_groups(procs)
+    reference_result = _reference_result(reference)
     episode = Path(stopped.split(" | ")[0])
     info = episode_info(episode)
     episode_start_s = yaml.safe_load((episode / "episode.yaml").read_text())["start_ns"] * 1e-9
@@ -328,6 +348,8 @@ def main() -> None:
         "episode_problems": len(info.problems),
         "dropped": {t: s.dropped for t, s in info.stats.topics.items() if s.dropped},
         **host_stall_summary(host, episode_start_s, elapsed, steal),
+        "host_cold_factor": reference_result.get("cold_factor"),
+        "reference_work_hot_us": reference_result.get("work_hot_us"),
         "seconds": args.seconds,
         "floor_seconds": args.floor_seconds,
         "floor_detail": floor_detail,
