@@ -99,9 +99,9 @@ class RecorderNode(TeleopNode):
                   "MB", min=1.0, max=16384.0),
             Param("flush_period_s", float, 0.5, "written data reaches the file at least this often", "s",
                   min=0.05, max=1.0),
-            Param("poll_period_s", float, 0.01,
-                  "subscriptions are drained this often (each holds 100 messages: 0.2 s of a 500 Hz topic)", "s",
-                  min=0.001, max=0.1),
+            Param("poll_period_s", float, 0.05,
+                  "subscriptions are drained this often (each holds 1 s of its expected rate, at least 100 "
+                  "messages; bag times are receive times whatever the period)", "s", min=0.001, max=0.1),
         ],
     )
 
