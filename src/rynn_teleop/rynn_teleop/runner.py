@@ -268,9 +268,12 @@ class Composition:
     def spin(self, duration: float | None = None) -> None:
         """Wait while the nodes run, for ``duration`` [s] (None: until Ctrl-C or shutdown)."""
         deadline = None if duration is None else time.monotonic() + duration
+        shut_down = threading.Event()
+        self.context.on_shutdown(lambda: shut_down.set())  # woken at the shutdown, not by polling the context
         try:
             while self.context.ok() and (deadline is None or time.monotonic() < deadline):
-                time.sleep(0.02 if deadline is None else max(0.0, min(0.02, deadline - time.monotonic())))
+                # a signal (Ctrl-C) interrupts the wait; the slice bounds the wait should a shutdown go unseen
+                shut_down.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
         except KeyboardInterrupt:
             pass
 
