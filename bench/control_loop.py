@@ -80,20 +80,21 @@ def hot_us(n: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rate", type=float, default=200.0, help="loop rate [Hz] (default 200)")
+    parser.add_argument("--rate", type=float, help="loop rate [Hz] (default 200; --reference: 100)")
     parser.add_argument("--ticks", type=int, default=1000, help="ticks per round and variant")
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds")
     parser.add_argument("--reference", type=float, metavar="SECONDS",
                         help="only the work unit's cold factor, over SECONDS (default rate 100 Hz)")
     args = parser.parse_args()
     if args.reference is not None:
-        rate = args.rate if args.rate != parser.get_default("rate") else 100.0
+        rate = args.rate or 100.0
         before = hot_us(2000)
         w = loop_cpu_us(rate, max(int(args.reference * rate), 20), "sleep", True)
         h = min(before, hot_us(2000))  # the lower of before and after: a burst of the others' lasts less
         print(json.dumps({"rate_hz": rate, "seconds": args.reference, "work_hot_us": round(h, 1),
                           "work_in_loop_us": round(w, 1), "cold_factor": round(w / h, 2)}))
         return
+    args.rate = args.rate or 200.0
     event, sleep, hot, in_loop = [], [], [], []
     for _ in range(args.rounds):
         event.append(loop_cpu_us(args.rate, args.ticks, "event", False))

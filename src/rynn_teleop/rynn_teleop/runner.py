@@ -211,6 +211,8 @@ class Composition:
         # Ctrl-C / SIGTERM reach the main thread as KeyboardInterrupt (Python's handlers; see spin()), not
         # through rclpy's signal handler thread: a runner process once ignored a SIGINT with it
         rclpy.init(context=self.context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
+        self._shut_down = threading.Event()  # set at the context's shutdown: spin() waits on it, not polling
+        self.context.on_shutdown(self._shut_down.set)
         self.nodes: list[Node] = []
         self._executors: list[SingleThreadedExecutor] = []
         self._threads: list[threading.Thread] = []
@@ -268,12 +270,10 @@ class Composition:
     def spin(self, duration: float | None = None) -> None:
         """Wait while the nodes run, for ``duration`` [s] (None: until Ctrl-C or shutdown)."""
         deadline = None if duration is None else time.monotonic() + duration
-        shut_down = threading.Event()
-        self.context.on_shutdown(lambda: shut_down.set())  # woken at the shutdown, not by polling the context
         try:
             while self.context.ok() and (deadline is None or time.monotonic() < deadline):
                 # a signal (Ctrl-C) interrupts the wait; the slice bounds the wait should a shutdown go unseen
-                shut_down.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
+                self._shut_down.wait(1.0 if deadline is None else max(0.0, min(1.0, deadline - time.monotonic())))
         except KeyboardInterrupt:
             pass
 

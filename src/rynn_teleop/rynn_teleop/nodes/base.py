@@ -85,9 +85,7 @@ class ControlLoop:
                     time.sleep(wait)  # cheaper per tick than Event.wait's lock dance (bench/control_loop.py)
                 elif stop.wait(wait):
                     break
-                if stop.is_set():
-                    break
-            with lock:
+            with lock:  # a stop during the sleep is seen here
                 if stop.is_set() or not self.node.context.ok():
                     break
                 self.lateness = deadlines.start_tick(time.monotonic())
