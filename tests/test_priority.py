@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from rynn_teleop.core import scheduling
 from rynn_teleop.core.scheduling import (
     PRIORITY_CLASSES,
     REALTIME_ENV,
@@ -18,6 +19,7 @@ from rynn_teleop.core.scheduling import (
     BACKGROUND_THREAD_NICE,
     apply_process_priority,
     lower_this_thread,
+    process_cpus,
     process_priority,
 )
 from rynn_teleop.errors import ConfigurationError
@@ -66,6 +68,30 @@ class FakeSystem:
     ended: frozenset[int] = frozenset()  # thread ids that have ended
 
 
+class PlacingSystem(FakeSystem):
+    """FakeSystem with CPU affinity: every thread may use ``cpus`` until placed."""
+
+    def __init__(self, cpus=(0, 1), **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cpus = frozenset(cpus)
+        self.placed: dict[int, frozenset[int]] = {}  # thread id -> CPUs set
+
+    def sched_getaffinity(self, pid: int) -> frozenset[int]:
+        return self.placed.get(pid, self.cpus)
+
+    def sched_setaffinity(self, pid: int, cpus) -> None:
+        self.calls.append(("sched_setaffinity", pid, frozenset(cpus)))
+        if pid in self.ended:
+            raise ProcessLookupError(3, "No such process")
+        self.placed[pid] = frozenset(cpus)
+
+
+@pytest.fixture
+def placed_process(monkeypatch):
+    """Whatever a test places, the module forgets afterwards (it keeps the CPUs the process started with)."""
+    monkeypatch.setattr(scheduling, "_STARTED_CPUS", None)
+
+
 def test_a_process_takes_the_most_urgent_class_of_its_nodes():
     assert process_priority(["record", "control", "stream"]).name == "control"
     assert process_priority(["normal", "generate"]).name == "generate"
@@ -112,6 +138,43 @@ def test_the_world_model_is_never_real_time():
     system = FakeSystem()
     said = apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system)
     assert system.calls == [("setpriority", FakeSystem.PRIO_PROCESS, 0, 10)] and said == "generate: nice 10"
+
+
+def test_cpu_placement_gives_the_control_processes_a_cpu_of_their_own():
+    assert process_cpus("control", [3, 1, 2]) == {1}  # the lowest CPU the process may use
+    assert process_cpus("others", [3, 1, 2]) == {2, 3}
+    assert process_cpus("control", [5]) is None and process_cpus("others", [5]) is None  # one CPU: not placed
+    assert process_cpus(None, [0, 1]) is None
+    with pytest.raises(ConfigurationError, match="'isolated'.*control, others"):
+        process_cpus("isolated", [0, 1])
+    assert {c.name: c.placement for c in PRIORITY_CLASSES.values()} == {
+        "control": "control", "record": "others", "input": "others", "stream": "others", "generate": None,
+        "normal": None}
+
+
+def test_real_time_threads_are_placed_and_the_rest_left_where_they_are(placed_process):
+    system = PlacingSystem(cpus=(0, 1, 2, 3))
+    said = apply_process_priority(PRIORITY_CLASSES["control"], "auto", system, threads=[11, 12])
+    assert system.placed == {11: {0}, 12: {0}} and said == "control: SCHED_RR priority 30 on CPU 0"
+    system = PlacingSystem(cpus=(0, 1, 2, 3))
+    system.ended = frozenset({12})
+    said = apply_process_priority(PRIORITY_CLASSES["input"], "auto", system, threads=[11, 12, 13])
+    assert system.placed == {11: {1, 2, 3}, 13: {1, 2, 3}} and said.endswith("on CPU 1, 2, 3")
+    # not placed: the world model, the normal class, real time refused, one CPU, off
+    for cls, system, mode in ((PRIORITY_CLASSES["generate"], PlacingSystem(), "auto"),
+                              (PRIORITY_CLASSES["normal"], PlacingSystem(), "auto"),
+                              (PRIORITY_CLASSES["control"], PlacingSystem(refuse=True), "auto"),
+                              (PRIORITY_CLASSES["control"], PlacingSystem(cpus=(4,)), "auto"),
+                              (PRIORITY_CLASSES["control"], PlacingSystem(), "off")):
+        said = apply_process_priority(cls, mode, system, threads=[11])
+        assert system.placed == {} and " on CPU" not in said, (cls.name, mode)
+
+
+def test_a_background_thread_of_a_placed_process_may_run_anywhere(placed_process):
+    system = PlacingSystem(cpus=(0, 1))
+    apply_process_priority(PRIORITY_CLASSES["record"], "auto", system, threads=[0])
+    assert system.placed == {0: {1}}
+    assert lower_this_thread(system) and system.placed == {0: {0, 1}}  # the CPUs the process started with
 
 
 def test_refused_real_time_falls_back_to_nice_and_says_why():
@@ -189,7 +252,7 @@ CHILD = textwrap.dedent("""
 
     def early():  # a thread that exists before the call (the middleware's, a loop's)
         go.wait()
-        started.update(policy=os.sched_getscheduler(0), nice=os.nice(0))
+        started.update(policy=os.sched_getscheduler(0), nice=os.nice(0), cpus=sorted(os.sched_getaffinity(0)))
 
     before = threading.Thread(target=early)
     before.start()
@@ -197,7 +260,8 @@ CHILD = textwrap.dedent("""
     said = use_process_priority(cls)
     go.set(); before.join()
     seen = {}
-    thread = threading.Thread(target=lambda: seen.update(policy=os.sched_getscheduler(0), nice=os.nice(0)))
+    thread = threading.Thread(target=lambda: seen.update(policy=os.sched_getscheduler(0), nice=os.nice(0),
+                                                         cpus=sorted(os.sched_getaffinity(0))))
     thread.start(); thread.join()
     print(json.dumps({"said": said, "thread": seen, "early": started, "start_up": start_up}))
 """)
@@ -222,17 +286,23 @@ def test_a_runner_process_and_the_threads_it_starts_take_its_nodes_class():
     class. Where real-time scheduling is refused, only the log says so."""
     got = _child(["recorder", "arm_ik"], "auto")
     assert got["start_up"] == os.sched_getscheduler(0)  # start-up runs as started
+    started_cpus = sorted(os.sched_getaffinity(0))  # a child starts with this thread's CPUs
     if _rr_permitted():
         assert got["thread"]["policy"] == got["early"]["policy"] == os.SCHED_RR and "SCHED_RR priority 30" in got["said"]
+        expected = started_cpus[:1] if len(started_cpus) > 1 else started_cpus  # the control CPU
+        assert got["thread"]["cpus"] == got["early"]["cpus"] == expected
     else:
         assert got["thread"]["policy"] == os.sched_getscheduler(0) and "refused" in got["said"]  # as started
-    # the world model alone: nice 10 in the normal scheduler, real time permitted or not
+        assert got["thread"]["cpus"] == started_cpus
+    # the world model alone: nice 10 in the normal scheduler, real time permitted or not, on any CPU
     got = _child(["world_model"], "auto")
     assert got["thread"]["nice"] >= 10 and got["early"]["nice"] >= 10
     assert got["thread"]["policy"] == got["early"]["policy"] == os.sched_getscheduler(0)
+    assert got["thread"]["cpus"] == got["early"]["cpus"] == started_cpus
     # off: as started (a child starts with this thread's scheduling)
     got = _child(["arm_ik"], "off")
     assert got["thread"]["policy"] == os.sched_getscheduler(0) and "unchanged" in got["said"]
+    assert got["thread"]["cpus"] == started_cpus
 
 
 COMPOSED = textwrap.dedent("""
