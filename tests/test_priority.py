@@ -11,7 +11,6 @@ import time
 
 import pytest
 
-from rynn_teleop.core import scheduling
 from rynn_teleop.core.scheduling import (
     PRIORITY_CLASSES,
     REALTIME_ENV,
@@ -86,12 +85,6 @@ class PlacingSystem(FakeSystem):
         self.placed[pid] = frozenset(cpus)
 
 
-@pytest.fixture
-def placed_process(monkeypatch):
-    """Whatever a test places, the module forgets afterwards (it keeps the CPUs the process started with)."""
-    monkeypatch.setattr(scheduling, "_STARTED_CPUS", None)
-
-
 def test_a_process_takes_the_most_urgent_class_of_its_nodes():
     assert process_priority(["record", "control", "stream"]).name == "control"
     assert process_priority(["normal", "generate"]).name == "generate"
@@ -144,37 +137,50 @@ def test_cpu_placement_gives_the_control_processes_a_cpu_of_their_own():
     assert process_cpus("control", [3, 1, 2]) == {1}  # the lowest CPU the process may use
     assert process_cpus("others", [3, 1, 2]) == {2, 3}
     assert process_cpus("control", [5]) is None and process_cpus("others", [5]) is None  # one CPU: not placed
-    assert process_cpus(None, [0, 1]) is None
     with pytest.raises(ConfigurationError, match="'isolated'.*control, others"):
         process_cpus("isolated", [0, 1])
-    assert {c.name: c.placement for c in PRIORITY_CLASSES.values()} == {
-        "control": "control", "record": "others", "input": "others", "stream": "others", "generate": None,
-        "normal": None}
+    assert [c.name for c in PRIORITY_CLASSES.values() if c.placement == "control"] == ["control"]
+    assert {c.name: c.placement for c in PRIORITY_CLASSES.values() if c.placement != "others"} == {
+        "control": "control", "normal": None}
+    assert process_cpus(None, [0, 1]) is None
 
 
-def test_real_time_threads_are_placed_and_the_rest_left_where_they_are(placed_process):
+def test_every_node_process_is_placed_and_the_control_cpu_needs_real_time():
     system = PlacingSystem(cpus=(0, 1, 2, 3))
     said = apply_process_priority(PRIORITY_CLASSES["control"], "auto", system, threads=[11, 12])
     assert system.placed == {11: {0}, 12: {0}} and said == "control: SCHED_RR priority 30 on CPU 0"
     system = PlacingSystem(cpus=(0, 1, 2, 3))
     system.ended = frozenset({12})
     said = apply_process_priority(PRIORITY_CLASSES["input"], "auto", system, threads=[11, 12, 13])
-    assert system.placed == {11: {1, 2, 3}, 13: {1, 2, 3}} and said.endswith("on CPU 1, 2, 3")
-    # not placed: the world model, the normal class, real time refused, one CPU, off
-    for cls, system, mode in ((PRIORITY_CLASSES["generate"], PlacingSystem(), "auto"),
-                              (PRIORITY_CLASSES["normal"], PlacingSystem(), "auto"),
-                              (PRIORITY_CLASSES["control"], PlacingSystem(refuse=True), "auto"),
-                              (PRIORITY_CLASSES["control"], PlacingSystem(cpus=(4,)), "auto"),
-                              (PRIORITY_CLASSES["control"], PlacingSystem(), "off")):
-        said = apply_process_priority(cls, mode, system, threads=[11])
-        assert system.placed == {} and " on CPU" not in said, (cls.name, mode)
+    assert system.placed == {11: {1, 2, 3}, 13: {1, 2, 3}} and said == "input: SCHED_RR priority 20 on CPU 1, 2, 3"
+    # the world model: off the control CPU, in the normal scheduler
+    system = PlacingSystem()
+    assert apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system, threads=[11]) == "generate: nice 10 on CPU 1"
+    assert system.placed == {11: {1}}
+    # the normal class (tools, the demo's parent, which hands its CPUs down to the stack it spawns): as started
+    system = PlacingSystem()
+    assert apply_process_priority(PRIORITY_CLASSES["normal"], "auto", system, threads=[11]) == "normal: normal scheduling"
+    assert system.calls == []
+    # real time refused: the others still leave the control CPU; a control process stays where it was
+    system = PlacingSystem(refuse=True)
+    said = apply_process_priority(PRIORITY_CLASSES["record"], "auto", system, threads=[11])
+    assert system.placed == {11: {1}} and said.startswith("record: normal scheduling on CPU 1 (SCHED_RR 25 refused")
+    system = PlacingSystem(refuse=True)
+    said = apply_process_priority(PRIORITY_CLASSES["control"], "auto", system, threads=[11])
+    assert system.placed == {} and " on CPU" not in said
+    # one CPU, or off: not placed
+    for system, mode in ((PlacingSystem(cpus=(4,)), "auto"), (PlacingSystem(), "off")):
+        said = apply_process_priority(PRIORITY_CLASSES["control"], mode, system, threads=[11])
+        assert system.placed == {} and " on CPU" not in said, mode
 
 
-def test_a_background_thread_of_a_placed_process_may_run_anywhere(placed_process):
+def test_a_thread_started_after_the_placement_keeps_it_when_it_lowers_itself():
+    """The recorder's file writer (started with each episode) runs beside the drains, off the control CPU."""
     system = PlacingSystem(cpus=(0, 1))
     apply_process_priority(PRIORITY_CLASSES["record"], "auto", system, threads=[0])
-    assert system.placed == {0: {1}}
-    assert lower_this_thread(system) and system.placed == {0: {0, 1}}  # the CPUs the process started with
+    placed = len(system.calls)
+    assert lower_this_thread(system) and system.placed == {0: {1}}
+    assert [c for c in system.calls[placed:] if c[0] == "sched_setaffinity"] == []
 
 
 def test_refused_real_time_falls_back_to_nice_and_says_why():
@@ -294,11 +300,14 @@ def test_a_runner_process_and_the_threads_it_starts_take_its_nodes_class():
     else:
         assert got["thread"]["policy"] == os.sched_getscheduler(0) and "refused" in got["said"]  # as started
         assert got["thread"]["cpus"] == started_cpus
-    # the world model alone: nice 10 in the normal scheduler, real time permitted or not, on any CPU
+    # the world model alone: nice 10 in the normal scheduler, real time permitted or not, off the control CPU
     got = _child(["world_model"], "auto")
     assert got["thread"]["nice"] >= 10 and got["early"]["nice"] >= 10
     assert got["thread"]["policy"] == got["early"]["policy"] == os.sched_getscheduler(0)
-    assert got["thread"]["cpus"] == got["early"]["cpus"] == started_cpus
+    assert got["thread"]["cpus"] == got["early"]["cpus"] == (started_cpus[1:] or started_cpus)
+    # no nodes (the demo's parent, which spawns the stack): as started, so its children may use every CPU
+    got = _child([], "auto")
+    assert got["thread"]["cpus"] == got["early"]["cpus"] == started_cpus and got["said"] == "normal: normal scheduling"
     # off: as started (a child starts with this thread's scheduling)
     got = _child(["arm_ik"], "off")
     assert got["thread"]["policy"] == os.sched_getscheduler(0) and "unchanged" in got["said"]

@@ -16,11 +16,12 @@ do start-up and background threads: the kernel stops every real-time thread of a
 second once real-time threads have used ``sched_rt_runtime_us`` (95 %) of it there, so unbounded work at a
 real-time priority, however low, would stall the arm loops too.
 
-With real-time scheduling granted, a process is also placed on CPUs (where it may use two or more): the
-control processes on the *control CPU*, the lowest CPU of the set it may use, and the other real-time
-classes on the rest of that set, so the arm loops share their CPU (and its caches) with nothing else of the
-stack and no thread of the stack moves between CPUs; the world model and the normal class stay wherever the
-kernel puts them. ``bench/stack.py`` measures the effect.
+A process is also placed on CPUs (where it may use two or more): the control processes, once granted
+real-time scheduling, on the *control CPU*, the lowest CPU of the set they may use; the other classes but
+``normal`` (tools, viewers, and the parents that spawn the stack, whose children inherit their CPUs) on the
+rest of that set. So the arm loops share their CPU (and its caches) with no other process of the
+stack, no heavy or non-preemptible work of the stack (the world model, file writing) runs there, and no
+thread of the stack moves between CPUs. ``bench/stack.py`` measures the effect.
 """
 
 from __future__ import annotations
@@ -90,14 +91,15 @@ class PriorityClass:
     the user may (root, ``CAP_SYS_NICE`` or an ``rtprio`` limit); None: it stays in the normal scheduler.
     ``fallback_nice``: the nice value it takes otherwise (or when real-time scheduling is off): only values
     >= 0, which need no privilege.
-    ``placement``: the CPUs it is placed on once real-time scheduling is granted (:func:`process_cpus`):
-    ``"control"`` (the control CPU), ``"others"`` (every other CPU it may use) or None (not placed).
+    ``placement``: the CPUs it is placed on (:func:`process_cpus`): ``"control"`` (the control CPU, only
+    once real-time scheduling is granted: without it the process competes with every other on its CPU) or
+    ``"others"`` (every CPU it may use but the control CPU) or None (not placed).
     """
 
     name: str
     rr_priority: int | None
     fallback_nice: int
-    placement: str | None = None
+    placement: str | None = "others"
 
 
 #: the classes, most urgent first. A node declares its class (``TeleopNode.PRIORITY``); a process running
@@ -106,13 +108,15 @@ PRIORITY_CLASSES: dict[str, PriorityClass] = {c.name: c for c in (
     PriorityClass("control", 30, 0, "control"),  # 200 Hz arm loops and the drivers: a late tick is a late command
     # the recorder: short drains that must come before its subscriptions' history overflows (its file
     # writer thread, behind a queue, runs in the normal scheduler: lower_this_thread)
-    PriorityClass("record", 25, 0, "others"),
-    PriorityClass("input", 20, 0, "others"),  # operator input feeding the arm loops (trackers, gloves -> retargeting)
-    PriorityClass("stream", 10, 0, "others"),  # the camera and the feed switch (frames the operator watches)
+    PriorityClass("record", 25, 0),
+    PriorityClass("input", 20, 0),  # operator input feeding the arm loops (trackers, gloves -> retargeting)
+    PriorityClass("stream", 10, 0),  # the camera and the feed switch (frames the operator watches)
     # the world model: heavy and unbounded (a diffusion model may take a whole core), late-tolerant (its
     # frames carry their commands' stamps): never real time, which would spend the arm loops' budget
     PriorityClass("generate", None, 10),
-    PriorityClass("normal", None, 0),  # viewers, tools, the description: the normal scheduler, unchanged
+    # viewers, tools, the description, the demo's parent process: the normal scheduler, unplaced (a process
+    # that spawns others hands its CPUs down to them)
+    PriorityClass("normal", None, 0, None),
 )}
 
 #: environment variable: "auto" (default) tries real-time scheduling, "off" leaves the process as started
@@ -150,7 +154,7 @@ PLACEMENTS = ("control", "others")
 def process_cpus(placement: str | None, allowed: Iterable[int]) -> frozenset[int] | None:
     """The CPUs a process with ``placement`` (:class:`PriorityClass`) is placed on when it may use the CPUs
     ``allowed``: ``"control"``: the lowest of them (the control CPU); ``"others"``: all of them but that one.
-    None (not placed): no placement, or fewer than two CPUs allowed.
+    None (not placed) for no placement or when fewer than two CPUs are allowed.
 
     Raises:
         ConfigurationError: a placement that is not in :data:`PLACEMENTS`.
@@ -164,13 +168,11 @@ def process_cpus(placement: str | None, allowed: Iterable[int]) -> frozenset[int
     return frozenset({control}) if placement == "control" else cpus - {control}
 
 
-_STARTED_CPUS: frozenset[int] | None = None  # the CPUs this process could use before it was placed (None: not placed)
-
-
-def _place(cls: PriorityClass, system: Any, targets: list[int]) -> str:
-    """Place ``targets`` on ``cls``'s CPUs (:func:`process_cpus`); returns what was done, for the log."""
-    global _STARTED_CPUS
-    if cls.placement is None or not hasattr(system, "sched_setaffinity"):
+def _place(cls: PriorityClass, system: Any, targets: list[int], real_time: bool) -> str:
+    """Place ``targets`` on ``cls``'s CPUs (:func:`process_cpus`; ``"control"`` only with ``real_time``
+    granted); returns what was done, for the log."""
+    if cls.placement is None or (cls.placement == "control" and not real_time) \
+            or not hasattr(system, "sched_setaffinity"):
         return ""
     try:
         allowed = frozenset(system.sched_getaffinity(0))
@@ -179,7 +181,6 @@ def _place(cls: PriorityClass, system: Any, targets: list[int]) -> str:
     cpus = process_cpus(cls.placement, allowed)
     if cpus is None:
         return ""
-    _STARTED_CPUS = allowed
     for tid in targets:
         try:
             system.sched_setaffinity(tid, cpus)
@@ -208,10 +209,11 @@ def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any =
     class. Returns what was done, in words, for the log.
 
     ``mode``: "auto" asks for ``SCHED_RR`` at ``cls.rr_priority`` (not ``SCHED_RESET_ON_FORK``: it would
-    keep new threads out of it too) and, once granted, places the threads on ``cls.placement``'s CPUs
-    (:func:`process_cpus`; threads started later inherit them); where real-time scheduling is refused or
-    the class has none, it sets ``cls.fallback_nice`` (when above a thread's current nice value) and places
-    nothing; "off" changes nothing. A thread that ended meanwhile is passed over. ``system``: the ``os``
+    keep new threads out of it too); where that is refused or the class has none, it sets
+    ``cls.fallback_nice`` (when above a thread's current nice value). Then it places the threads on
+    ``cls.placement``'s CPUs (:func:`process_cpus`; threads started later inherit them; the control CPU
+    only with real-time scheduling granted). "off" changes nothing. A thread that ended meanwhile is passed
+    over. ``system``: the ``os``
     module or a stand-in with ``sched_setscheduler``, ``sched_param``, ``SCHED_RR``, ``getpriority``,
     ``setpriority`` and ``PRIO_PROCESS`` (and ``sched_getaffinity``/``sched_setaffinity`` to place).
 
@@ -229,9 +231,10 @@ def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any =
                     system.sched_setscheduler(tid, system.SCHED_RR, system.sched_param(cls.rr_priority))
                 except ProcessLookupError:  # that thread has ended
                     continue
-            return f"{cls.name}: SCHED_RR priority {cls.rr_priority}{_place(cls, system, targets)}"
+            return f"{cls.name}: SCHED_RR priority {cls.rr_priority}{_place(cls, system, targets, True)}"
         except OSError as exc:  # EPERM without the privilege; EINVAL where the kernel has no RR
             refused = f" (SCHED_RR {cls.rr_priority} refused: {exc.strerror or exc}; see the README's 'Priorities')"
+    placed = _place(cls, system, targets, False)
     if cls.fallback_nice > 0 and hasattr(system, "setpriority"):
         for tid in targets:
             try:
@@ -239,8 +242,8 @@ def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any =
                     system.setpriority(system.PRIO_PROCESS, tid, cls.fallback_nice)
             except ProcessLookupError:
                 continue
-        return f"{cls.name}: nice {cls.fallback_nice}{refused}"
-    return f"{cls.name}: normal scheduling{refused}"
+        return f"{cls.name}: nice {cls.fallback_nice}{placed}{refused}"
+    return f"{cls.name}: normal scheduling{placed}{refused}"
 
 
 #: the nice value a thread takes in :func:`lower_this_thread`: below the world model's (``generate``, nice 10),
@@ -252,19 +255,12 @@ _LOWERED: set[int] = set()  # native ids of the threads that lowered themselves 
 
 def lower_this_thread(system: Any = os) -> bool:
     """Put the calling thread in the normal scheduler at nice :data:`BACKGROUND_THREAD_NICE` (never higher
-    priority than it had; no privilege needed), on every CPU the process could use before it was placed: for
-    a thread of an urgent process whose work may wait, such as the recorder's file writer behind its queue.
-    :func:`apply_process_priority` leaves it there. True if anything changed.
+    priority than it had; no privilege needed), on the CPUs it has: for a thread of an urgent process whose
+    work may wait, such as the recorder's file writer behind its queue. :func:`apply_process_priority`
+    leaves it there. True if anything changed.
     """
     _LOWERED.add(threading.get_native_id())
     changed = False
-    if _STARTED_CPUS is not None and hasattr(system, "sched_setaffinity"):
-        try:
-            if frozenset(system.sched_getaffinity(0)) != _STARTED_CPUS:
-                system.sched_setaffinity(0, _STARTED_CPUS)
-                changed = True
-        except OSError:
-            pass
     if hasattr(system, "sched_getscheduler"):
         try:
             if system.sched_getscheduler(0) != system.SCHED_OTHER:
