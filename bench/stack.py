@@ -25,8 +25,10 @@ physical camera (so the consumer stream's header stamps are capture times). Meas
 * the host's own stalls over the episode, a second baseline: one process per CPU, pinned to it, outside the
   stack, at the highest real-time priority (``SCHED_FIFO`` 99 where permitted), that sleeps to 200 Hz
   deadlines and does nothing else. Its lateness is what the machine (hypervisor, kernel) takes from that
-  CPU whatever the stack does: ``host_stall_max_ms``, ``host_stalls`` (each stall over 10 ms: the CPU,
-  seconds into the episode and its length, to compare with the episode problems' times) and
+  CPU whatever the stack does; the lowest CPU's probe also times a walk over the pages of a buffer of its
+  own (``rynn_teleop.host_stalls``: memory stalls): ``host_stall_max_ms``, ``host_stalls`` (each stall over
+  10 ms and each memory stall: the CPU, seconds into the episode, its length and kind, to compare with the
+  episode problems' times) and
   ``host_steal_fraction`` (/proc/stat steal time over the episode, share of all CPUs' time).
 * the cost of a short burst of work here, a third baseline: ``bench/control_loop.py --reference`` beside the
   stack (normal priority, 100 Hz) times one fixed unit of Python and numpy work per tick and back to back

@@ -69,12 +69,15 @@ def test_the_demo_reports_the_gaps_that_overlap_a_stall_of_the_machine():
         "/tf": TopicStats("/tf", "tf2_msgs/msg/TFMessage", 10),
     })
     info = SimpleNamespace(stats=stats)
-    stalls = [Stall(99.0, 0.05, 0), Stall(103.005, 0.030, 0), Stall(103.006, 0.028, 1)]  # the first: before it
+    stalls = [Stall(99.0, 0.05, 0), Stall(103.005, 0.030, 0), Stall(103.006, 0.028, 1),  # the first: before it
+              Stall(110.010, 0.012, 0, "memory")]
     report = demo.host_stall_report("SCHED_FIFO 99", stalls, info)
     assert report["measured"] and report["gaps"] == 2
-    assert report["gaps_overlapping_stalls"] == {"/arms/command": 1}
-    assert [row[:2] for row in report["stalls"]] == [[0, 3.005], [1, 3.006]] and report["longest_ms"] == 30.0
-    assert "1 of the episode's 2 gap(s) overlap one" in demo.host_stall_line(report)
+    assert report["gaps_overlapping_stalls"] == {"/arms/command": 2}  # one CPU stall, one memory stall
+    assert [row[:2] for row in report["stalls"]] == [[0, 3.005], [1, 3.006], [0, 10.01]]
+    assert report["longest_ms"] == 30.0
+    line = demo.host_stall_line(report)
+    assert "2 of >= 10 ms on 2 CPU(s) and 1 memory stall(s)" in line and "2 of the episode's 2 gap(s) overlap one" in line
     # a probe that could not run at real-time priority proves nothing: not reported as measured
     refused = demo.host_stall_report("normal (real-time refused)", stalls, info)
     assert not refused["measured"] and "not measured" in demo.host_stall_line(refused)

@@ -10,16 +10,28 @@ import types
 
 import pytest
 
-from rynn_teleop.host_stalls import HostProbes, Stall, StallDetector, overlaps, probe, rows, within
+from rynn_teleop.host_stalls import (
+    MEMORY_EVERY,
+    PERIOD_S,
+    HostProbes,
+    PageWalker,
+    Stall,
+    StallDetector,
+    overlaps,
+    probe,
+    rows,
+    within,
+)
 
 
 def test_a_run_of_late_ticks_is_one_stall_reported_by_its_first_tick():
     d = StallDetector(cpu=1, period=0.005, threshold=0.010)
     assert d.tick(100.000, 0.001) is None  # on time
-    assert tuple(d.tick(100.050, 0.030)) == pytest.approx((100.020, 0.030, 1))  # due at 100.020, ran 30 ms late
+    stall = d.tick(100.050, 0.030)
+    assert tuple(stall[:3]) == pytest.approx((100.020, 0.030, 1)) and stall.kind == "cpu"  # due at 100.020, 30 ms late
     assert d.tick(100.052, 0.027) is None  # the ticks swallowed by the same stall
     assert d.tick(100.053, 0.003) is None  # back on time
-    assert tuple(d.tick(100.070, 0.012)) == pytest.approx((100.058, 0.012, 1))  # a new stall
+    assert tuple(d.tick(100.070, 0.012)[:3]) == pytest.approx((100.058, 0.012, 1))  # a new stall
     assert d.tick(100.080, 0.008) is None  # late, but less than the threshold
 
 
@@ -52,7 +64,31 @@ def test_stalls_inside_a_window_and_gaps_that_overlap_them():
     assert overlaps(stalls, 10_020_000_000, 10_100_000_000)  # one that starts inside it
     assert not overlaps(stalls, 10_040_000_000, 11_000_000_000)  # after it
     assert not overlaps([], 0, 10**12)
-    assert rows(stalls, 9.5) == [[0, 0.5, 30.0], [1, 2.5, 15.0]]
+    assert rows(stalls, 9.5) == [[0, 0.5, 30.0, "cpu"], [1, 2.5, 15.0, "cpu"]]
+    assert rows([Stall(10.0, 0.111, 0, "memory")], 9.5) == [[0, 0.5, 111.0, "memory"]]
+
+
+def test_a_slow_page_walk_is_a_memory_stall_and_not_also_a_late_tick():
+    now = [0.0]
+    walks = []
+
+    class Walker:
+        def walk(self):
+            walks.append(now[0])
+            now[0] += 0.111 if len(walks) == 10 else 0.0002  # one walk 111 ms (its pages' translation lost)
+
+    system = types.SimpleNamespace(sched_setaffinity=lambda *a: None, SCHED_FIFO=1, sched_param=lambda p: p,
+                                   sched_setscheduler=lambda *a: None)
+    out = probe(1.0, 0, clock=lambda: now[0], wall=lambda: 1000.0 + now[0],
+                sleep=lambda s: now.__setitem__(0, now[0] + s), system=system, walker=Walker())
+    assert len(walks) >= (1.0 - 0.111) / PERIOD_S / MEMORY_EVERY - 2  # a walk every MEMORY_EVERY ticks
+    assert len(out["memory_stalls"]) == 1 and out["stalls"] == []
+    start, length = out["memory_stalls"][0]
+    assert length == pytest.approx(0.111) and start == pytest.approx(1000.0 + walks[9])
+
+
+def test_the_page_walker_reads_every_page_of_its_buffer():
+    assert PageWalker(mib=1).walk() == 256  # one byte (1) of each 4 KiB page
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux CPU affinity")

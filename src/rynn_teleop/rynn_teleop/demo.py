@@ -342,12 +342,15 @@ def host_stall_line(report: dict) -> str:
     """One line for the operator: the machine's stalls and the gaps that overlap them."""
     if not report.get("measured"):
         return f"host stalls: not measured (probe: {report.get('probe') or 'failed'})"
+    probe = "a SCHED_FIFO 99 probe per CPU; memory: a page walk of >= 5 ms"
     if not report["stalls"]:
-        line = "host stalls: none of >= 10 ms during the episode (a SCHED_FIFO 99 probe per CPU)"
+        line = f"host stalls: none of >= 10 ms during the episode, no memory stall ({probe})"
     else:
-        cpus = len({cpu for cpu, *_ in report["stalls"]})
-        line = (f"host stalls: {len(report['stalls'])} of >= 10 ms on {cpus} CPU(s) during the episode "
-                f"(longest {report['longest_ms']} ms; a SCHED_FIFO 99 probe per CPU)")
+        cpu_rows = [row for row in report["stalls"] if row[3] == "cpu"]
+        cpus = len({row[0] for row in cpu_rows})
+        cpu_part = f"{len(cpu_rows)} of >= 10 ms on {cpus} CPU(s)" if cpu_rows else "none of >= 10 ms"
+        line = (f"host stalls: {cpu_part} and {len(report['stalls']) - len(cpu_rows)} memory stall(s) during the "
+                f"episode (longest {report['longest_ms']} ms; {probe})")
     if report["gaps"]:
         line += f"; {sum(report['gaps_overlapping_stalls'].values())} of the episode's {report['gaps']} gap(s) overlap one"
     return line
