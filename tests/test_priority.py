@@ -145,6 +145,19 @@ def test_cpu_placement_gives_the_control_processes_a_cpu_of_their_own():
     assert process_cpus(None, [0, 1]) is None
 
 
+def test_a_process_is_placed_only_where_its_nodes_agree():
+    """The drivers with the description: the control CPU; the whole stack in one process (``run --mode``):
+    not placed, so it keeps every CPU; the camera with the feed switch: the other CPUs."""
+    assert process_priority(["control", "control", "normal"]).placement == "control"
+    whole = process_priority(["control", "record", "input", "stream", "generate", "normal"])
+    assert whole.name == "control" and whole.rr_priority == 30 and whole.placement is None
+    assert process_priority(["stream", "stream"]).placement == process_priority(["input", "generate"]).placement == "others"
+    assert process_priority([]).placement is None and process_priority(["normal"]).placement is None
+    system = PlacingSystem()
+    assert apply_process_priority(whole, "auto", system, threads=[11]) == "control: SCHED_RR priority 30"
+    assert system.placed == {}
+
+
 def test_every_node_process_is_placed_and_the_control_cpu_needs_real_time():
     system = PlacingSystem(cpus=(0, 1, 2, 3))
     said = apply_process_priority(PRIORITY_CLASSES["control"], "auto", system, threads=[11, 12])
@@ -295,11 +308,13 @@ def test_a_runner_process_and_the_threads_it_starts_take_its_nodes_class():
     started_cpus = sorted(os.sched_getaffinity(0))  # a child starts with this thread's CPUs
     if _rr_permitted():
         assert got["thread"]["policy"] == got["early"]["policy"] == os.SCHED_RR and "SCHED_RR priority 30" in got["said"]
-        expected = started_cpus[:1] if len(started_cpus) > 1 else started_cpus  # the control CPU
-        assert got["thread"]["cpus"] == got["early"]["cpus"] == expected
     else:
         assert got["thread"]["policy"] == os.sched_getscheduler(0) and "refused" in got["said"]  # as started
-        assert got["thread"]["cpus"] == started_cpus
+    assert got["thread"]["cpus"] == got["early"]["cpus"] == started_cpus  # nodes placed differently: not placed
+    # the arm loops alone: on the control CPU where real time is granted
+    got = _child(["arm_ik"], "auto")
+    control = started_cpus[:1] if _rr_permitted() and len(started_cpus) > 1 else started_cpus
+    assert got["thread"]["cpus"] == got["early"]["cpus"] == control
     # the world model alone: nice 10 in the normal scheduler, real time permitted or not, off the control CPU
     got = _child(["world_model"], "auto")
     assert got["thread"]["nice"] >= 10 and got["early"]["nice"] >= 10

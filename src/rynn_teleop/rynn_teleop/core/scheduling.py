@@ -19,7 +19,8 @@ real-time priority, however low, would stall the arm loops too.
 A process is also placed on CPUs (where it may use two or more): the control processes, once granted
 real-time scheduling, on the *control CPU*, the lowest CPU of the set they may use; the other classes but
 ``normal`` (tools, viewers, and the parents that spawn the stack, whose children inherit their CPUs) on the
-rest of that set. So the arm loops share their CPU (and its caches) with no other process of the
+rest of that set; a process whose nodes would be placed differently (the whole stack in one process) is not
+placed. So the arm loops share their CPU (and its caches) with no other process of the
 stack, no heavy or non-preemptible work of the stack (the world model, file writing) runs there, and no
 thread of the stack moves between CPUs. ``bench/stack.py`` measures the effect.
 """
@@ -29,7 +30,7 @@ from __future__ import annotations
 import math
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Iterable
 
 from ..errors import ConfigurationError
@@ -124,7 +125,10 @@ REALTIME_ENV = "RYNN_TELEOP_REALTIME"
 
 
 def process_priority(classes: list[str]) -> PriorityClass:
-    """The class a process running nodes of ``classes`` takes: the most urgent (``normal`` if none).
+    """The class a process running nodes of ``classes`` takes: the most urgent (``normal`` if none), with the
+    placement its nodes share (``normal`` nodes have none and do not count): a process whose nodes would be
+    placed differently, such as the whole stack in one process (``rynn-teleop run --mode``), is not placed,
+    so that it keeps every CPU it may use.
 
     Raises:
         ConfigurationError: a name that is not in :data:`PRIORITY_CLASSES`.
@@ -133,7 +137,10 @@ def process_priority(classes: list[str]) -> PriorityClass:
     unknown = sorted(set(classes) - set(order))
     if unknown:
         raise ConfigurationError(f"unknown priority class(es) {unknown}; classes are {', '.join(order)}")
-    return PRIORITY_CLASSES[order[min((order.index(c) for c in classes), default=order.index("normal"))]]
+    cls = PRIORITY_CLASSES[order[min((order.index(c) for c in classes), default=order.index("normal"))]]
+    placements = {PRIORITY_CLASSES[c].placement for c in classes} - {None}
+    placement = placements.pop() if len(placements) == 1 else None
+    return cls if placement == cls.placement else replace(cls, placement=placement)
 
 
 def realtime_mode(value: str | None) -> str:
