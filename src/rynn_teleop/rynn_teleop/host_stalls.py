@@ -58,8 +58,7 @@ class PageWalker:
         if hasattr(mmap, "MADV_NOHUGEPAGE"):
             self._map.madvise(mmap.MADV_NOHUGEPAGE)
         view = memoryview(self._map)
-        self.pages = len(view) // PAGE
-        view[::PAGE] = b"\x01" * self.pages
+        view[::PAGE] = b"\x01" * (len(view) // PAGE)
         self._pages = view[::PAGE]
 
     def walk(self) -> int:

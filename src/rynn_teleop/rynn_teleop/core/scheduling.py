@@ -220,9 +220,9 @@ def apply_process_priority(cls: PriorityClass, mode: str = "auto", system: Any =
     ``cls.fallback_nice`` (when above a thread's current nice value). Then it places the threads on
     ``cls.placement``'s CPUs (:func:`process_cpus`; threads started later inherit them; the control CPU
     only with real-time scheduling granted). "off" changes nothing. A thread that ended meanwhile is passed
-    over. ``system``: the ``os``
-    module or a stand-in with ``sched_setscheduler``, ``sched_param``, ``SCHED_RR``, ``getpriority``,
-    ``setpriority`` and ``PRIO_PROCESS`` (and ``sched_getaffinity``/``sched_setaffinity`` to place).
+    over. ``system``: the ``os`` module or a stand-in with ``sched_setscheduler``, ``sched_param``,
+    ``SCHED_RR``, ``getpriority``, ``setpriority`` and ``PRIO_PROCESS`` (and ``sched_getaffinity`` /
+    ``sched_setaffinity`` to place).
 
     Raises:
         ConfigurationError: ``mode`` is neither "auto" nor "off".
