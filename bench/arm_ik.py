@@ -73,7 +73,8 @@ from rynn_teleop.core.motion import JerkLimitedFollower
 from rynn_teleop.core.robot_model import GROUPS, N_ARM, JointLimits, RobotModel
 from rynn_teleop.core.trackers import TrackerSet
 from rynn_teleop.core.transforms import pose_error
-from rynn_teleop.sources.trackers import ROLES, SyntheticOperator
+from rynn_teleop.core.layout import ROLES
+from rynn_teleop.sources.trackers import SyntheticOperator
 
 SIDES = ("left", "right")
 RATE_HZ = 200.0

@@ -9,7 +9,7 @@ camera_switch``, as ``ros2 launch`` would start them) publish the synthetic
 same run, to the camera's own ``/head_camera/physical/color/image_raw``
 (latency = receive time - capture stamp, both on this machine's clock). The
 Fast DDS profile of ``config/fastdds_profile.xml`` (shared memory +
-loopback UDP) and the allocator settings of ``runner.tune_allocator`` are
+loopback UDP) and the allocator settings of ``nodes.process.tune_allocator`` are
 used, as in every process of the stack. Goal: output p99 <= 10 ms.
 The last line is one JSON object with ``latency_p50_ms``, ``latency_p99_ms``,
 ``delivered_hz`` (then extras).
@@ -39,7 +39,7 @@ def publish_frames(duration: float) -> None:
     from sensor_msgs.msg import Image  # noqa: PLC0415
 
     from rynn_teleop.nodes.conversions import image_message  # noqa: PLC0415
-    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
     from rynn_teleop.sources.camera import make_camera_source  # noqa: PLC0415
 
     use_transport_profile()
@@ -75,7 +75,7 @@ def main() -> None:
         return
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(100, 199)))
-    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
 
     use_transport_profile()  # the stack's Fast DDS profile and allocator settings, as in every node process
 

@@ -53,7 +53,7 @@ def generated_publisher(seconds: float) -> None:
     from rclpy.qos import qos_profile_sensor_data  # noqa: PLC0415
     from sensor_msgs.msg import Image  # noqa: PLC0415
 
-    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
 
     use_transport_profile()
     rclpy.init()
@@ -104,7 +104,7 @@ def main() -> None:
     from sensor_msgs.msg import Image  # noqa: PLC0415
 
     from rynn_teleop.demo import stop_groups  # noqa: PLC0415
-    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
 
     use_transport_profile()
     port = _free_port()

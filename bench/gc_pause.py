@@ -1,5 +1,5 @@
 """How long a full garbage collection holds the GIL in a node process, before and after start-up objects are
-frozen (``runner.freeze_startup_objects``): every thread of the process, its control loop included, waits
+frozen (``nodes.process.freeze_startup_objects``): every thread of the process, its control loop included, waits
 that long whenever Python runs one.
 
     .venv/bin/python bench/gc_pause.py [--node arm_ik] [--repeat 5]
@@ -39,7 +39,8 @@ def main() -> None:
     os.environ.setdefault("ROS_DOMAIN_ID", str(90 + os.getpid() % 20))
     os.environ["RYNN_TELEOP_REALTIME"] = "off"  # this process only measures
 
-    from rynn_teleop.runner import Composition, freeze_startup_objects  # noqa: PLC0415
+    from rynn_teleop.nodes.process import freeze_startup_objects  # noqa: PLC0415
+    from rynn_teleop.runner import Composition  # noqa: PLC0415
 
     with Composition([args.node]):
         time.sleep(1.0)

@@ -129,7 +129,7 @@ def _qos(kind: str):
 
 def publish_load(duration: float, counts_file: str) -> None:
     """The load process: wait for the recorder's subscriptions, publish for ``duration`` s, write the counts."""
-    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
 
     use_transport_profile()
     import rclpy  # noqa: PLC0415
@@ -326,7 +326,7 @@ def main() -> None:
         return
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(100, 199)))
-    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
 
     profile = use_transport_profile()  # the stack's Fast DDS profile, inherited by both child processes
 

@@ -95,7 +95,7 @@ def floor_child(spec_path: str) -> None:
     """One bare process of the floor: publish the given recorded messages on schedule, take every
     subscribed topic at 100 Hz, for ``seconds``. No executor."""
     import rclpy  # noqa: PLC0415
-    from rynn_teleop.runner import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
 
     spec = pickle.loads(Path(spec_path).read_bytes())
     use_transport_profile()
@@ -232,7 +232,8 @@ def main() -> None:
     from rynn_teleop.core.stats import RateMeter  # noqa: PLC0415
     from rynn_teleop.nodes import node_class  # noqa: PLC0415
     from rynn_teleop.recording.inspect import episode_info  # noqa: PLC0415
-    from rynn_teleop.runner import Composition, node_parameters, use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.runner import Composition, node_parameters  # noqa: PLC0415
     from rynn_teleop.sources.playback import open_bag  # noqa: PLC0415
 
     work = Path(tempfile.mkdtemp(prefix="bench_stack_"))  # removed after a complete run (1-2 GB) unless --keep

@@ -1,4 +1,4 @@
-"""The allocator settings every node process applies (runner.tune_allocator).
+"""The allocator settings every node process applies (nodes.process.tune_allocator).
 
 Images pass through several fresh megabyte-sized buffers per hop; with glibc's
 defaults those are returned to the system after use and page-faulted back in
@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from rynn_teleop.runner import tune_allocator
+from rynn_teleop.nodes.process import tune_allocator
 
 PATTERN = r"""
 import json, resource, sys
-from rynn_teleop.runner import tune_allocator
+from rynn_teleop.nodes.process import tune_allocator
 applied = tune_allocator() if sys.argv[1] == "1" else False
 def cycle():  # three image-sized buffers alive at once, touched, freed: one hop's worth
     bufs = [bytearray(921600) for _ in range(3)]

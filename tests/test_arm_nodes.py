@@ -25,7 +25,7 @@ from rynn_teleop.core.calibration import Calibration
 from rynn_teleop.core.robot_model import arm_joint_names
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError, ParameterError, RynnTeleopError
 from rynn_teleop.runner import Composition
-from rynn_teleop.sources.trackers import ROLES
+from rynn_teleop.core.layout import ROLES
 from ros_helpers import wait_for
 
 ARM_NAMES = list(arm_joint_names("left") + arm_joint_names("right"))

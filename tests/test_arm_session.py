@@ -12,7 +12,8 @@ from rynn_teleop.core.calibration import Calibration
 from rynn_teleop.core.robot_model import GROUPS, RobotModel, arm_joint_names
 from rynn_teleop.core.trackers import TrackerSet, group_frames
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.sources.trackers import ROLES, SyntheticOperator
+from rynn_teleop.core.layout import ROLES
+from rynn_teleop.sources.trackers import SyntheticOperator
 
 SERIALS = {r: f"LHR-{i:08X}" for i, r in enumerate(ROLES, start=1)}
 ARM_NAMES = list(arm_joint_names("left") + arm_joint_names("right"))

@@ -14,7 +14,8 @@ from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.core.trackers import ChestRelativeArms, TrackerSet, group_frames
 from rynn_teleop.core.transforms import fit_similarity, make_transform, pose_error
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.sources.trackers import ROLES, SyntheticOperator
+from rynn_teleop.core.layout import ROLES
+from rynn_teleop.sources.trackers import SyntheticOperator
 
 SIDES = ("left", "right")
 

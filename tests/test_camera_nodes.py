@@ -22,7 +22,8 @@ from rynn_teleop.errors import HardwareUnavailableError
 from rynn_teleop.nodes.camera_switch import LATCHED, CameraSwitchNode
 from rynn_teleop.nodes.conversions import image_array
 from rynn_teleop.nodes.head_camera import HeadCameraNode
-from rynn_teleop.runner import Composition, node_parameters, to_ros_parameters
+from rynn_teleop.nodes.parameters import to_ros_parameters
+from rynn_teleop.runner import Composition, node_parameters
 from ros_helpers import wait_for
 
 

@@ -27,8 +27,8 @@ from rynn_teleop.core.camera import (
     parse_profile,
 )
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError
-from rynn_teleop.hardware import realsense as rs_module
-from rynn_teleop.hardware.realsense import RealSenseCamera, intrinsics_from_realsense
+from rynn_teleop.sources.camera import realsense as rs_module
+from rynn_teleop.sources.camera.realsense import RealSenseCamera, intrinsics_from_realsense
 from rynn_teleop.sources import camera as camera_pkg
 from rynn_teleop.sources.camera import (
     CAMERA_KINDS,
@@ -38,7 +38,7 @@ from rynn_teleop.sources.camera import (
     camera_source_types,
     make_camera_source,
 )
-from rynn_teleop.sources.camera.replay import decode_image
+from rynn_teleop.core.image import decode_image
 
 PACKAGE = Path(camera_pkg.__file__).parents[2]
 CAMERA_MODULES = [*Path(camera_pkg.__file__).parent.glob("*.py"), Path(rs_module.__file__), PACKAGE / "core/camera.py"]
@@ -842,7 +842,7 @@ def test_real_pyrealsense2_without_a_device_fails_fast():
         """
         import time
         from rynn_teleop.errors import HardwareUnavailableError
-        from rynn_teleop.hardware.realsense import RealSenseCamera
+        from rynn_teleop.sources.camera.realsense import RealSenseCamera
         t0 = time.monotonic()
         try:
             RealSenseCamera().start(0.0)

@@ -34,7 +34,8 @@ from rynn_teleop.nodes.foxglove import DEFAULT_TOPICS, LAYOUT_TOPICS, FoxgloveNo
 from rynn_teleop.paths import share_dir
 from rynn_teleop.recording.cdr import header_stamp_ns
 from rynn_teleop.recording.writer import default_typestore
-from rynn_teleop.runner import Composition, node_parameters, to_ros_parameters
+from rynn_teleop.nodes.parameters import to_ros_parameters
+from rynn_teleop.runner import Composition, node_parameters
 from ros_helpers import wait_for
 
 CLIENT_DIR = Path(__file__).parent / "foxglove_client"

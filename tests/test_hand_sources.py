@@ -21,7 +21,6 @@ from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.sources.hands import (
     HAND_SOURCES,
     KEY_POSES,
-    SIDES,
     HandSample,
     HandSource,
     ManusSkeletonError,
@@ -30,6 +29,7 @@ from rynn_teleop.sources.hands import (
     make_hand_source,
     manus_to_mediapipe,
 )
+from rynn_teleop.core.layout import SIDES
 from rynn_teleop.sources.hands import synthetic as synth
 from rynn_teleop.sources.hands.manus import SDK_CHAIN_TYPES, chain_label
 

@@ -265,7 +265,7 @@ def test_every_node_declares_a_known_class():
 CHILD = textwrap.dedent("""
     import json, os, sys, threading
     from rynn_teleop.nodes import node_class
-    from rynn_teleop.runner import process_priority_class, use_process_priority
+    from rynn_teleop.nodes.process import process_priority_class, use_process_priority
     cls = process_priority_class([node_class(n) for n in sys.argv[1:]])
     go, started = threading.Event(), {}
 

@@ -16,8 +16,8 @@ from rosbags.typesys import Stores, get_typestore
 
 from rynn_teleop.core.transforms import invert, is_rigid, matrix_to_pose, pose_to_matrix, rotation_angle
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError
+from rynn_teleop.core.layout import ROLES
 from rynn_teleop.sources.trackers import (
-    ROLES,
     OpenVRSource,
     ReplaySource,
     SyntheticOperator,

@@ -21,7 +21,9 @@ from rynn_teleop.core.trackers import (
 )
 from rynn_teleop.core.transforms import is_rigid, make_transform, pose_to_matrix, quat_from_rotation
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.sources.trackers import ROLES, SIDES, SyntheticOperator, TrackerSample
+from rynn_teleop.core.layout import ROLES, SIDES
+from rynn_teleop.core.trackers import TrackerSample
+from rynn_teleop.sources.trackers import SyntheticOperator
 
 SERIALS = {
     "chest": "LHR-0000C0C0",

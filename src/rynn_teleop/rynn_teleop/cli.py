@@ -21,11 +21,11 @@ from .errors import RynnTeleopError
 
 
 def _cmd_urdf(args: argparse.Namespace) -> int:
-    from .description.urdf_builder import build_urdf  # noqa: PLC0415
+    from .core.urdf_builder import build_urdf  # noqa: PLC0415
 
     text = build_urdf(args.config)
     if args.compare:
-        from .description.compare import urdf_differences  # noqa: PLC0415
+        from .core.urdf_compare import urdf_differences  # noqa: PLC0415
 
         with open(args.compare, encoding="utf-8") as f:
             differences = urdf_differences(text, f.read())
@@ -87,7 +87,8 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .runner import Composition, freeze_startup_objects  # noqa: PLC0415
+    from .nodes.process import freeze_startup_objects  # noqa: PLC0415
+    from .runner import Composition  # noqa: PLC0415
 
     _stop_on_signals()
     nodes, overrides = _run_plan(args)

@@ -50,7 +50,8 @@ from .nodes.camera_switch import LATCHED
 from .errors import RynnTeleopError
 from .nodes.recorder import DEFAULT_TOPICS
 from .recording.inspect import episode_info, plot_joints, video_preview
-from .runner import Composition, use_transport_profile
+from .nodes.process import use_transport_profile
+from .runner import Composition
 
 DEMO_NODES = bringup.mode_nodes(record=True)
 DEMO_GROUPS: tuple[tuple[str, ...], ...] = (  # one process each (the composed runner), like a launch file's containers

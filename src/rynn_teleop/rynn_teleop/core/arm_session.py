@@ -35,7 +35,8 @@ import numpy as np
 
 from ..errors import ConfigurationError, RynnTeleopError
 from .arm_teleop import ArmCommand, ArmTeleop
-from .calibration import SIDES, StillnessDetector
+from .calibration import StillnessDetector
+from .layout import SIDES
 from .joint_state import JointStateBuffer
 from .robot_model import GROUPS
 from .trackers import ChestRelativeArms

@@ -48,7 +48,8 @@ import numpy as np
 
 from ..errors import ConfigurationError
 from .arm_ik import ArmIK, IKResult, IKSettings
-from .calibration import SIDES, Calibration, calibrate
+from .calibration import Calibration, calibrate
+from .layout import SIDES
 from .clutch import Clutch
 from .motion import JerkLimitedFollower, MotionState
 from .robot_model import GROUPS, N_ARM, JointLimits, RobotModel, arm_joint_names

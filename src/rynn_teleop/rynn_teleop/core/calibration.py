@@ -39,9 +39,9 @@ import numpy as np
 import yaml
 
 from ..errors import ConfigurationError
+from .layout import SIDES
 from .transforms import Similarity, fit_similarity, is_rigid, make_transform
 
-SIDES = ("left", "right")
 FORMAT_VERSION = 1
 
 

@@ -25,11 +25,9 @@ import numpy as np
 import pinocchio as pin
 
 from ..errors import ConfigurationError, FrameNotFoundError, JointNotFoundError
+from .layout import N_ARM, N_HAND, N_JOINTS, SIDES
+from .urdf_builder import build_urdf, load_arm_table, load_description_config
 
-SIDES = ("left", "right")
-N_ARM = 7
-N_HAND = 20
-N_JOINTS = 2 * N_ARM + 2 * N_HAND  # 54
 
 
 def arm_joint_names(side: str) -> tuple[str, ...]:
@@ -152,7 +150,6 @@ class RobotModel:
     @classmethod
     def from_description(cls, overlay: str | Path | Mapping[str, Any] | None = None) -> "RobotModel":
         """The generated description, with optional overrides of ``urdf/robot.yaml``."""
-        from ..description.urdf_builder import build_urdf, load_description_config  # noqa: PLC0415
 
         return cls(build_urdf(overlay), default_extra_limits(load_description_config(overlay)))
 
@@ -242,7 +239,6 @@ def _group(extra: Mapping[str, Any], key: str, n: int) -> np.ndarray:
 
 def default_extra_limits(config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Acceleration and jerk limits of the description data (``urdf/*.yaml``)."""
-    from ..description.urdf_builder import load_arm_table, load_description_config  # noqa: PLC0415
 
     cfg = config if config is not None else load_description_config()
     arm_acc = np.radians([row[7] for row in load_arm_table()["joints"]])

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .robot_model import SIDES
+from .layout import SIDES
 
 DRIVERS = ("arm_driver", "hand_driver")
 LEVELS = ("ok", "warn", "error", "stale")  # diagnostic_msgs/DiagnosticStatus levels 0-3, by name

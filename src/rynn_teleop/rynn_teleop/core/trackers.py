@@ -23,11 +23,19 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 
 from ..errors import ConfigurationError
-from ..sources.trackers.base import ROLES, SIDES, TrackerSample
+from .layout import ROLES, SIDES
 from .transforms import invert, is_rigid, rows_rigid
 
 RIGID_TOLERANCE = 1e-3  # [-] orthonormality tolerance of an accepted tracker rotation (float32 sources)
 _ROLE_INDEX = {role: i for i, role in enumerate(ROLES)}
+
+
+class TrackerSample(NamedTuple):
+    """One pose of one tracker, as a tracker source returns it."""
+
+    serial: str  # tracker serial number, e.g. "LHR-1A2B3C4D"
+    stamp: float  # capture time [s] on the caller's clock (the ``now`` values given to the source's read)
+    matrix: np.ndarray  # (4, 4) pose of the tracker in the source's tracking world frame [m]
 
 
 class RelativePoses(NamedTuple):

@@ -32,6 +32,7 @@ from ..core.scheduling import Deadlines, name_this_thread
 from ..core.stats import RateMeter
 from ..errors import RynnTeleopError
 from .parameters import declare_schema
+from .process import freeze_startup_objects, process_priority_class, use_process_priority, use_transport_profile
 
 
 class Taken(NamedTuple):
@@ -476,13 +477,6 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
     A :class:`RynnTeleopError` at start (bad parameter, missing hardware) is
     printed as one line on stderr and returns 2: the node refuses to start.
     """
-    from ..runner import (  # noqa: PLC0415
-        freeze_startup_objects,
-        process_priority_class,
-        use_process_priority,
-        use_transport_profile,
-    )
-
     use_transport_profile()
     node = None
     code = 0

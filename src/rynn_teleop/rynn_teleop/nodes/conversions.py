@@ -6,6 +6,7 @@ import numpy as np
 from geometry_msgs.msg import Pose
 from scipy.spatial.transform import Rotation
 
+from ..core.image import DEPTH_ENCODINGS, decode_image
 from ..core.transforms import quat_from_rotation, rotation_from_quat
 
 
@@ -72,16 +73,9 @@ def image_message(array: np.ndarray, encoding: str, stamp, frame_id: str):
 
 
 def image_array(msg) -> np.ndarray:
-    """``sensor_msgs/Image`` (rgb8, bgr8, mono8, 16UC1) -> numpy view (no copy); rgb8 for colour."""
-    dtype = np.uint16 if msg.encoding in ("16UC1", "mono16") else np.uint8
-    channels = {"rgb8": 3, "bgr8": 3, "mono8": 1, "16UC1": 1, "mono16": 1}.get(msg.encoding)
-    if channels is None:
-        raise ValueError(f"unsupported image encoding {msg.encoding!r}")
-    flat = np.frombuffer(msg.data, dtype=dtype)
-    row = msg.step // np.dtype(dtype).itemsize
-    image = flat.reshape(msg.height, row)[:, : msg.width * channels]
-    image = image.reshape(msg.height, msg.width, channels) if channels == 3 else image
-    return image[..., ::-1] if msg.encoding == "bgr8" else image
+    """``sensor_msgs/Image`` -> numpy, a view of the message's data where it can be (``core.image.decode_image``
+    with ``copy=False``): (H, W, 3) uint8 RGB for colour, (H, W) uint16 [mm] for depth encodings."""
+    return decode_image(msg, depth=str(msg.encoding) in DEPTH_ENCODINGS, copy=False)
 
 
 def camera_info_message(intrinsics, stamp, frame_id: str):

@@ -17,13 +17,13 @@ import numpy as np
 from sensor_msgs.msg import JointState
 
 from ..core.params import STR_LIST, Param, ParamSchema
+from ..core.layout import SIDES
 from ..core.robot_model import hand_joint_names
 from ..hardware.sim import SimBackend
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import run_single
 from .driver import COMMAND_QOS, JointDriverNode, safety_params
 
-SIDES = ("left", "right")
 
 
 class HandDriverNode(JointDriverNode):

@@ -40,7 +40,8 @@ from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..core.robot_model import hand_joint_names
 from ..errors import HardwareUnavailableError
 from ..recording.cdr import pose_array_cdr
-from ..sources.hands import SIDES, HandSample, ManusSkeletonError, make_hand_source, manus_to_mediapipe
+from ..core.layout import SIDES
+from ..sources.hands import HandSample, ManusSkeletonError, make_hand_source, manus_to_mediapipe
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import stamp_to_seconds

@@ -30,6 +30,7 @@ from std_srvs.srv import SetBool, Trigger
 
 from ..core.session import DRIVERS, SessionState
 from ..recording import OUTCOMES
+from .process import use_transport_profile
 
 ESTOP_TOPIC = "/estop"
 ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
@@ -260,8 +261,6 @@ def call_main(argv: Sequence[str] | None = None) -> int:
     import rclpy  # noqa: PLC0415 - after argument errors, which need no ROS
     from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: PLC0415
     from rclpy.signals import SignalHandlerOptions  # noqa: PLC0415
-
-    from ..runner import use_transport_profile  # noqa: PLC0415
 
     use_transport_profile()
     context = rclpy.Context()

@@ -11,7 +11,7 @@ numeric range) and validates runtime changes of dynamic parameters.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 from rcl_interfaces.msg import (
     FloatingPointRange,
@@ -127,3 +127,15 @@ def declare_schema(node: Node, schema: ParamSchema) -> dict[str, Any]:
 
     node.add_on_set_parameters_callback(check)
     return values
+
+
+def to_ros_parameters(schema: ParamSchema, values: Mapping[str, Any]) -> list[Parameter]:
+    """``rclpy`` parameters (explicit array types, so empty lists work)."""
+    out = []
+    for key, value in values.items():
+        param = schema.params[key]
+        if param.is_list:
+            out.append(Parameter(key, ROS_TYPES[param.type], list(value)))
+        else:
+            out.append(Parameter(key, value=value))
+    return out

@@ -35,7 +35,8 @@ from ..core.params import STR_LIST, Param, ParamSchema
 from ..core.trackers import TrackerSet, drop_late_frames, frame_poses, group_frames
 from ..errors import ConfigurationError, ParameterError
 from ..recording.cdr import pose_array_cdr
-from ..sources.trackers import ROLES, make_tracker_source
+from ..core.layout import ROLES
+from ..sources.trackers import make_tracker_source
 from .base import TeleopNode, run_single
 
 # Serials of the five trackers; the synthetic source impersonates these.

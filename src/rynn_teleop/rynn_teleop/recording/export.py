@@ -66,8 +66,8 @@ from mcap.reader import make_reader
 from mcap.records import Chunk
 from mcap.stream_reader import get_chunk_data_stream
 
+from ..core.image import decode_image
 from ..core.robot_model import CANONICAL_JOINT_NAMES
-from ..sources.camera.replay import decode_image
 from .cdr import has_header, header_stamp_ns
 from .errors import RecordingError
 from .lerobot import (

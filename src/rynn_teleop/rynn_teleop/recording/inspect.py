@@ -36,8 +36,8 @@ import cv2
 import numpy as np
 from rosbags.rosbag2 import Reader
 
+from ..core.image import DEPTH_ENCODINGS, decode_image
 from ..errors import RynnTeleopError
-from ..sources.camera.replay import DEPTH_ENCODINGS, decode_image
 from .cdr import has_header
 from .episodes import episode_dirs
 from .errors import RecordingError

@@ -33,7 +33,8 @@ import numpy as np
 
 from ..core import hand_skeleton
 from ..core.camera import CameraIntrinsics
-from ..core.robot_model import SIDES, RobotModel
+from ..core.layout import SIDES
+from ..core.robot_model import RobotModel
 from ..errors import ConfigurationError, ParameterError
 
 DEFAULT_CAMERA_FRAME = "camera_color_optical_frame"

@@ -2,8 +2,8 @@
 
 Every source yields :class:`~rynn_teleop.core.camera.CameraFrame` records
 (RGB colour, optional uint16 depth in mm). :func:`make_camera_source` builds
-one by name; the RealSense adapter lives in :mod:`rynn_teleop.hardware.realsense`
-and is imported on demand (its vendor SDK only when it starts). A new backend
+one by name; the RealSense adapter (:mod:`.realsense`) imports its vendor SDK
+only when it starts. A new backend
 subclasses :class:`CameraSource` and is added to :func:`camera_source_types`.
 """
 
@@ -13,6 +13,7 @@ from typing import Any
 
 from ..factory import build_source
 from .base import DEFAULT_MAX_BACKLOG, CameraSource
+from .realsense import RealSenseCamera
 from .replay import ReplayCamera
 from .synthetic import SceneObject, SyntheticScene
 
@@ -20,9 +21,7 @@ CAMERA_KINDS: tuple[str, ...] = ("synthetic", "replay", "realsense")
 
 
 def camera_source_types() -> dict[str, type[CameraSource]]:
-    """kind -> class of every camera source (imports the RealSense adapter, not its SDK)."""
-    from ...hardware.realsense import RealSenseCamera  # noqa: PLC0415 (hardware imports this package)
-
+    """kind -> class of every camera source (the RealSense SDK is imported when its source starts)."""
     return {cls.kind: cls for cls in (SyntheticScene, ReplayCamera, RealSenseCamera)}
 
 

@@ -53,6 +53,7 @@ from ...core.camera import (
     CameraIntrinsics,
     default_intrinsics,
 )
+from ...core.image import decode_image
 from ...errors import ConfigurationError
 from .base import DEFAULT_MAX_BACKLOG, CameraSource
 
@@ -63,54 +64,12 @@ CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 BAG_FILES = (".mcap", ".db3")
 DEFAULT_RATE_HZ = 30.0  # [Hz] folders, and videos that give no frame rate
-COLOR_ENCODINGS = ("rgb8", "bgr8", "rgba8", "bgra8", "mono8")
-DEPTH_ENCODINGS = ("16UC1", "mono16", "32FC1")
 
 _END = object()  # a clip's frame() at the end of a pass
 
 
 class _Undecodable(Exception):
     """One frame cannot be turned into an array (skipped and counted)."""
-
-
-def decode_image(msg: Any, depth: bool = False) -> np.ndarray:
-    """The array of a ``sensor_msgs/msg/Image`` (or a stand-in with its fields).
-
-    Colour (``depth=False``): (H, W, 3) uint8 RGB from rgb8, bgr8, rgba8,
-    bgra8 or mono8. Depth: (H, W) uint16 [mm] from 16UC1 / mono16 (as is) or
-    32FC1 [m] (NaN, inf and values outside 0..65.535 m become 0).
-
-    Raises:
-        ValueError: another encoding, or a data size that does not fit
-            height, width and step.
-    """
-    enc = str(msg.encoding)
-    h, w, step = int(msg.height), int(msg.width), int(msg.step)
-    channels = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1, "16UC1": 2, "mono16": 2, "32FC1": 4}
-    allowed = DEPTH_ENCODINGS if depth else COLOR_ENCODINGS
-    if enc not in allowed:
-        what = "depth" if depth else "colour"
-        raise ValueError(f"encoding {enc!r} is not supported for {what}; use one of {', '.join(allowed)}")
-    row = w * channels[enc]
-    data = np.asarray(msg.data, dtype=np.uint8).reshape(-1)
-    if h <= 0 or w <= 0 or step < row or data.size < h * step:
-        raise ValueError(f"image data of {data.size} bytes does not fit {w}x{h} {enc} with step {step}")
-    rows = data[: h * step].reshape(h, step)[:, :row]
-    if enc in ("16UC1", "mono16", "32FC1"):
-        dtype = np.dtype(np.uint16 if enc != "32FC1" else np.float32).newbyteorder(">" if msg.is_bigendian else "<")
-        values = np.ascontiguousarray(rows).view(dtype).reshape(h, w)
-        if enc == "32FC1":
-            mm = np.nan_to_num(values.astype(np.float64) * 1000.0, nan=0.0, posinf=0.0, neginf=0.0)
-            return np.where((mm > 0) & (mm <= 65535), np.round(mm), 0).astype(np.uint16)
-        return values.astype(np.uint16)
-    pixels = rows.reshape(h, w, channels[enc])
-    if enc == "rgb8":
-        return pixels.copy()
-    if enc == "mono8":
-        return np.repeat(pixels, 3, axis=2)
-    if enc == "rgba8":
-        return np.ascontiguousarray(pixels[..., :3])
-    return np.ascontiguousarray(pixels[..., 2::-1])  # bgr8, bgra8
 
 
 def intrinsics_from_camera_info(msg: Any) -> CameraIntrinsics:

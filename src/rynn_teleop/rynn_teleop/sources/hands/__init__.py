@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..factory import build_source
-from .base import SIDES, HandSample, HandSource
+from .base import HandSample, HandSource
 from .manus import ManusHand, ManusSkeletonError, manus_to_mediapipe
 from .replay import ReplayHands
 from .synthetic import KEY_POSES, SyntheticGlove
@@ -33,7 +33,6 @@ def make_hand_source(kind: str, **kwargs: Any) -> HandSource:
 __all__ = [
     "HAND_SOURCES",
     "KEY_POSES",
-    "SIDES",
     "HandSample",
     "HandSource",
     "ManusHand",

@@ -26,9 +26,8 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from ...errors import ConfigurationError
+from ...core.layout import SIDES
 from ..base import PolledSource
-
-SIDES: tuple[str, ...] = ("left", "right")
 
 
 def check_sides(sides: str | Sequence[str], what: str) -> tuple[str, ...]:

@@ -44,7 +44,7 @@ import numpy as np
 
 from ...core.hand_skeleton import FINGERS, N_POINTS
 from ...errors import ConfigurationError
-from .base import SIDES
+from ...core.layout import SIDES
 
 HAND_CHAIN = "hand"
 CHAIN_TYPES: tuple[str, ...] = (HAND_CHAIN, *FINGERS)

@@ -22,7 +22,8 @@ import numpy as np
 
 from ...errors import ConfigurationError
 from ..playback import Playback, ReplayTiming, bag_directory, loop_period, open_bag
-from .base import SIDES, HandSample, HandSource, check_sides
+from ...core.layout import SIDES
+from .base import HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
 

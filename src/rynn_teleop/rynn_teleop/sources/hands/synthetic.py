@@ -47,7 +47,8 @@ import numpy as np
 
 from ...core.hand_skeleton import BONES, FINGERS, N_POINTS
 from ...errors import ConfigurationError
-from .base import SIDES, HandSample, HandSource, check_sides
+from ...core.layout import SIDES
+from .base import HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..factory import build_source
-from .base import ROLES, SIDES, TrackerSample, TrackerSource
+from .base import TrackerSource
 from .openvr_source import OpenVRSource
 from .replay import ReplaySource
 from .synthetic import SyntheticOperator
@@ -31,13 +31,10 @@ def make_tracker_source(kind: str, **kwargs: Any) -> TrackerSource:
 
 
 __all__ = [
-    "ROLES",
-    "SIDES",
     "TRACKER_SOURCES",
     "OpenVRSource",
     "ReplaySource",
     "SyntheticOperator",
-    "TrackerSample",
     "TrackerSource",
     "make_tracker_source",
 ]

@@ -14,26 +14,10 @@ subclasses :class:`TrackerSource`, sets ``kind`` and implements ``start``,
 
 from __future__ import annotations
 
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
-import numpy as np
-
+from ...core.trackers import TrackerSample
 from ..base import PolledSource
-
-ROLES: tuple[str, ...] = ("chest", "left_elbow", "right_elbow", "left_wrist", "right_wrist")
-"""Where the five trackers are worn (``*_elbow`` trackers sit on the upper arm), in the one order used
-everywhere: the poses of a ``<topic_prefix>/trackers`` ``geometry_msgs/PoseArray`` frame (tracker node),
-its replay and its consumers (arm_ik), and the rows of a frame's (5, 4, 4) matrices (``core.trackers``)."""
-
-SIDES: tuple[str, ...] = ("left", "right")
-
-
-class TrackerSample(NamedTuple):
-    """One pose of one tracker."""
-
-    serial: str  # tracker serial number, e.g. "LHR-1A2B3C4D"
-    stamp: float  # capture time [s] on the caller's clock (the ``now`` values given to read)
-    matrix: np.ndarray  # (4, 4) pose of the tracker in the source's tracking world frame [m]
 
 
 class TrackerSource(PolledSource[TrackerSample]):

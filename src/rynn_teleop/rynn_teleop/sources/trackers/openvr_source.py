@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import ConfigurationError, HardwareUnavailableError
-from .base import TrackerSample, TrackerSource
+from ...core.trackers import TrackerSample
+from .base import TrackerSource
 
 _LOG = logging.getLogger(__name__)
 

@@ -22,7 +22,9 @@ import numpy as np
 from ...core.transforms import pose_to_matrix
 from ...errors import ConfigurationError
 from ..playback import Playback, ReplayTiming, bag_directory, loop_period, open_bag
-from .base import ROLES, TrackerSample, TrackerSource
+from ...core.layout import ROLES
+from ...core.trackers import TrackerSample
+from .base import TrackerSource
 
 _LOG = logging.getLogger(__name__)
 

@@ -37,7 +37,9 @@ from scipy.spatial.transform import Rotation
 
 from ...core.transforms import make_transform
 from ...errors import ConfigurationError
-from .base import ROLES, SIDES, TrackerSample, TrackerSource
+from ...core.layout import ROLES, SIDES
+from ...core.trackers import TrackerSample
+from .base import TrackerSource
 
 _LOG = logging.getLogger(__name__)
 

@@ -33,11 +33,8 @@ import yaml
 
 from ..errors import ConfigurationError
 from ..paths import urdf_file
+from .layout import N_ARM, N_FINGER_JOINTS, N_FINGERS, SIDES
 
-SIDES = ("left", "right")
-N_ARM_JOINTS = 7
-N_FINGERS = 5
-N_FINGER_JOINTS = 4
 DEFAULT_URDF_NAME = "rynn_m6_wuji.urdf"
 
 # Optical frame: x right, y down, z forward, relative to a REP-103 body frame.
@@ -166,7 +163,7 @@ def load_description_config(overlay: str | Path | Mapping[str, Any] | None = Non
 def load_arm_table() -> dict[str, Any]:
     """The Marvin M6 modified-DH table (vendor units: deg, mm) from ``urdf/marvin_m6.yaml``."""
     table = _read_yaml(urdf_file("marvin_m6.yaml"))
-    if len(table.get("joints", ())) != N_ARM_JOINTS or len(table.get("flange", ())) != 4:
+    if len(table.get("joints", ())) != N_ARM or len(table.get("flange", ())) != 4:
         raise ConfigurationError("marvin_m6.yaml must have 7 joint rows and a 4-value flange row")
     return table
 
@@ -336,7 +333,7 @@ def _add_arm(w: _UrdfWriter, side: str, arm: Mapping[str, Any]) -> None:
     parent = f"{side}_arm_base_link"
     radii = (0.055, 0.05, 0.045, 0.045, 0.04, 0.035, 0.035)
     w.link(parent, [("cylinder", Origin((0.0, 0.0, 0.04)), {"radius": 0.06, "length": 0.08})], 2.0, "joint_grey")
-    for i in range(N_ARM_JOINTS):
+    for i in range(N_ARM):
         _, _, _, _, lower, upper, vel, _acc, effort = arm["joints"][i]
         link = f"{side}_arm_link{i + 1}"
         w.joint(

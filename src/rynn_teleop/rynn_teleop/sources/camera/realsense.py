@@ -43,15 +43,15 @@ from typing import Any
 
 import numpy as np
 
-from ..core.camera import (
+from ...core.camera import (
     DEFAULT_DEPTH_SCALE,
     CameraFrame,
     CameraIntrinsics,
     Profile,
     parse_profile,
 )
-from ..errors import ConfigurationError, HardwareUnavailableError
-from ..sources.camera.base import CameraSource
+from ...errors import ConfigurationError, HardwareUnavailableError
+from .base import CameraSource
 
 _LOG = logging.getLogger(__name__)
 

@@ -1,0 +1,129 @@
+"""Process set-up shared by every entry point that runs nodes: transport profile, allocator, GIL switch
+interval, scheduling class, frozen start-up objects.
+
+``run_single`` (one node, its console script) and ``runner.Composition`` (several nodes in one process) call
+these in the same order: :func:`use_transport_profile` before rclpy starts, :func:`process_priority_class`
+before any node is built, :func:`use_process_priority` and :func:`freeze_startup_objects` once they exist.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import gc
+import os
+import sys
+from typing import Iterable
+
+from ..core.scheduling import (
+    REALTIME_ENV,
+    PriorityClass,
+    apply_process_priority,
+    process_priority,
+    process_threads,
+    realtime_mode,
+)
+from ..paths import config_file
+
+# glibc mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+ALLOCATOR_SETTINGS = {  # [bytes]
+    "mmap_threshold": 32 << 20,  # buffers below this come from the heap, not from a fresh mmap each time
+    "trim_threshold": 128 << 20,  # free memory kept at the heap top before it is returned to the system
+    "top_pad": 16 << 20,  # extra room kept when a heap grows or shrinks
+}
+
+
+def tune_allocator() -> bool:
+    """Keep freed megabyte-sized buffers in the process heap (glibc ``mallopt``); True if applied.
+
+    Every image (0.9 MB for 640x480 RGB) passes through several fresh buffers
+    per hop (rmw serialization, Fast DDS payloads, the Python message). With
+    glibc's defaults those come from ``mmap`` or are trimmed off the heap top
+    right after use, so each buffer costs a page fault per 4 KiB page when it is
+    touched again: measured here, 2.7 ms per 0.9 MB hop between two processes
+    (p50) that drop to 1.0 ms with these settings (``bench/camera.py``). The
+    price is up to ``trim_threshold`` of freed memory kept per process. Not
+    glibc (musl, macOS), or ``RYNN_TELEOP_TUNE_MALLOC=0`` in the environment:
+    nothing is changed and False is returned.
+    """
+    if os.environ.get("RYNN_TELEOP_TUNE_MALLOC", "1") == "0":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
+    ok = mallopt(_M_MMAP_THRESHOLD, ALLOCATOR_SETTINGS["mmap_threshold"]) == 1
+    ok &= mallopt(_M_TRIM_THRESHOLD, ALLOCATOR_SETTINGS["trim_threshold"]) == 1
+    ok &= mallopt(_M_TOP_PAD, ALLOCATOR_SETTINGS["top_pad"]) == 1
+    return bool(ok)
+
+
+#: [s] how long a Python thread may hold the GIL while another waits for it (CPython's default is 5 ms)
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
+def tune_threads() -> None:
+    """Let a node's threads take turns at the GIL every :data:`GIL_SWITCH_INTERVAL_S`.
+
+    A node process runs its executor thread beside loop threads (``TeleopNode.create_loop``): with CPython's
+    default 5 ms, a message callback (the feed switch forwarding a frame) waits up to 5 ms per GIL
+    acquisition while a loop thread computes (the synthetic camera drawing its next frame).
+    """
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+
+
+def use_transport_profile() -> str:
+    """Prepare this process for camera-sized messages; returns the Fast DDS profile in use.
+
+    Points Fast DDS at ``config/fastdds_profile.xml`` unless
+    ``FASTDDS_DEFAULT_PROFILES_FILE`` is set (shared memory + loopback UDP with
+    large buffers is what lets camera images through; it must be set before
+    the first participant exists), and tunes the allocator
+    (:func:`tune_allocator`).
+    """
+    tune_allocator()
+    tune_threads()
+    profile = os.environ.get("FASTDDS_DEFAULT_PROFILES_FILE")
+    if not profile:
+        path = config_file("fastdds_profile.xml")
+        if path.exists():
+            os.environ["FASTDDS_DEFAULT_PROFILES_FILE"] = profile = str(path)
+    return profile or ""
+
+
+def process_priority_class(node_classes: Iterable[type]) -> PriorityClass:
+    """The most urgent of ``node_classes``' ``PRIORITY`` classes, and a check of ``RYNN_TELEOP_REALTIME``:
+    call it before starting anything, so that a bad setting refuses the start.
+
+    Raises:
+        ConfigurationError: an unknown class or an ``RYNN_TELEOP_REALTIME`` that is neither "auto" nor "off".
+    """
+    cls = process_priority([getattr(c, "PRIORITY", "normal") for c in node_classes])
+    realtime_mode(os.environ.get(REALTIME_ENV))
+    return cls
+
+
+def use_process_priority(cls: PriorityClass) -> str:
+    """Give every thread of this process ``cls``'s scheduling (:func:`~.core.scheduling.apply_process_priority`,
+    mode from the ``RYNN_TELEOP_REALTIME`` environment variable: "auto" by default, or "off"); returns what
+    was done, for the log. Call it once the nodes are built: start-up ran in the normal scheduler, and the
+    middleware's, executors' and loops' threads, which exist by then, take the class (threads started
+    later inherit it from the thread that starts them)."""
+    return apply_process_priority(cls, realtime_mode(os.environ.get(REALTIME_ENV)), threads=process_threads())
+
+
+def freeze_startup_objects() -> int:
+    """Collect the garbage of start-up, then move every object alive now into the collector's permanent
+    generation (``gc.freeze``), where full collections no longer scan it; returns how many were frozen.
+
+    A process's entry point calls it once its nodes exist (``rynn-teleop run``, the console scripts): a
+    full collection (which holds the GIL, so every thread of the process
+    waits) then scans only the objects made since, instead of the tens of thousands the imports and the
+    nodes' construction left (``bench/gc_pause.py`` measures both).
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
