@@ -69,11 +69,11 @@ import pinocchio as pin
 
 from rynn_teleop.core.arm_ik import ArmIK
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME, ArmTeleop
+from rynn_teleop.core.layout import ROLES
 from rynn_teleop.core.motion import JerkLimitedFollower
 from rynn_teleop.core.robot_model import GROUPS, N_ARM, JointLimits, RobotModel
 from rynn_teleop.core.trackers import TrackerSet
 from rynn_teleop.core.transforms import pose_error
-from rynn_teleop.core.layout import ROLES
 from rynn_teleop.sources.trackers import SyntheticOperator
 
 SIDES = ("left", "right")

@@ -34,13 +34,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def publish_frames(duration: float) -> None:
     """The camera process: the synthetic scene's frames (rendered ahead) published at 30 Hz,
     each stamped when it is published, on the physical camera topic, SensorDataQoS."""
-    import rclpy  # noqa: PLC0415
-    from rclpy.qos import qos_profile_sensor_data  # noqa: PLC0415
-    from sensor_msgs.msg import Image  # noqa: PLC0415
+    import rclpy
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
 
-    from rynn_teleop.nodes.conversions import image_message  # noqa: PLC0415
-    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
-    from rynn_teleop.sources.camera import make_camera_source  # noqa: PLC0415
+    from rynn_teleop.nodes.conversions import image_message
+    from rynn_teleop.nodes.process import use_transport_profile
+    from rynn_teleop.sources.camera import make_camera_source
 
     use_transport_profile()
 
@@ -75,15 +75,15 @@ def main() -> None:
         return
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(100, 199)))
-    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile
 
     use_transport_profile()  # the stack's Fast DDS profile and allocator settings, as in every node process
 
-    import numpy as np  # noqa: PLC0415
-    import rclpy  # noqa: PLC0415
-    from rclpy.qos import qos_profile_sensor_data  # noqa: PLC0415
-    from diagnostic_msgs.msg import DiagnosticArray  # noqa: PLC0415
-    from sensor_msgs.msg import Image  # noqa: PLC0415
+    import numpy as np
+    import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
 
     # the camera stream and the switch in their own processes, as `ros2 launch` would run them
     if args.transport_only:  # frames rendered ahead and stamped at publish: the transport path alone
@@ -114,7 +114,7 @@ def main() -> None:
     node.create_subscription(DiagnosticArray, "/diagnostics", keep_diagnostics, 10)
     node.create_subscription(Image, "/head_camera/color/image_raw", keep("output"), qos_profile_sensor_data)
     node.create_subscription(Image, "/head_camera/physical/color/image_raw", keep("physical"), qos_profile_sensor_data)
-    from rclpy.executors import SingleThreadedExecutor  # noqa: PLC0415
+    from rclpy.executors import SingleThreadedExecutor
 
     executor = SingleThreadedExecutor()
     executor.add_node(node)

@@ -46,14 +46,14 @@ def cpu_seconds(pid: int) -> float:
 
 def generated_publisher(seconds: float) -> None:
     """A bare publisher of 640x480 rgb8 frames on the generated topic at 30 Hz, stamped at publish."""
-    import array  # noqa: PLC0415
+    import array
 
-    import numpy as np  # noqa: PLC0415
-    import rclpy  # noqa: PLC0415
-    from rclpy.qos import qos_profile_sensor_data  # noqa: PLC0415
-    from sensor_msgs.msg import Image  # noqa: PLC0415
+    import numpy as np
+    import rclpy
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
 
-    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile
 
     use_transport_profile()
     rclpy.init()
@@ -95,16 +95,15 @@ def main() -> None:
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
         raise SystemExit("chromium is not installed (apt-get install chromium)")
-    from playwright.sync_api import sync_playwright  # noqa: PLC0415
+    import numpy as np
+    import rclpy
+    from playwright.sync_api import sync_playwright
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import qos_profile_sensor_data
+    from sensor_msgs.msg import Image
 
-    import numpy as np  # noqa: PLC0415
-    import rclpy  # noqa: PLC0415
-    from rclpy.executors import SingleThreadedExecutor  # noqa: PLC0415
-    from rclpy.qos import qos_profile_sensor_data  # noqa: PLC0415
-    from sensor_msgs.msg import Image  # noqa: PLC0415
-
-    from rynn_teleop.demo import stop_groups  # noqa: PLC0415
-    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.demo import stop_groups
+    from rynn_teleop.nodes.process import use_transport_profile
 
     use_transport_profile()
     port = _free_port()
@@ -138,7 +137,7 @@ def main() -> None:
                 try:
                     page.goto(f"http://127.0.0.1:{port}/")
                     break
-                except Exception:  # noqa: BLE001 - the console is still starting
+                except Exception:  # the console is still starting
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.5)

@@ -52,10 +52,11 @@ REPO_ID = "bench/rynn"
 
 def build_episodes(root: Path, n: int, seconds: float, raw: Path) -> list[Path]:
     """Record ``n`` episodes under ``root``; also writes every frame, state and action to ``raw`` (for the baseline)."""
-    from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
-    from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES  # noqa: PLC0415
-    from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder  # noqa: PLC0415
-    from rynn_teleop.sources.camera.synthetic import SyntheticScene  # noqa: PLC0415
+    from rosbags.typesys import Stores, get_typestore
+
+    from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES
+    from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
+    from rynn_teleop.sources.camera.synthetic import SyntheticScene
 
     ts = get_typestore(Stores.ROS2_KILTED)
     js, img = "sensor_msgs/msg/JointState", "sensor_msgs/msg/Image"
@@ -127,8 +128,8 @@ def lerobot_baseline(raw: Path, out: Path) -> dict:
     """Runs in the LeRobot environment: write the raw frames with LeRobotDataset.add_frame/save_episode."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_HOME", str(out.parent / "hf"))
-    import lerobot  # noqa: PLC0415
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: PLC0415
+    import lerobot
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     frames = np.load(raw / "frames.npy", mmap_mode="r")
     states = np.load(raw / "states.npy")
@@ -166,8 +167,8 @@ def main() -> None:
         print(json.dumps(lerobot_baseline(Path(args.baseline[0]), Path(args.baseline[1]))))
         return
 
-    from rynn_teleop.recording.export import export_lerobot  # noqa: PLC0415
-    from rynn_teleop.recording.lerobot import VideoOptions, encoder_available  # noqa: PLC0415
+    from rynn_teleop.recording.export import export_lerobot
+    from rynn_teleop.recording.lerobot import VideoOptions, encoder_available
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-export-"))
     try:

@@ -39,8 +39,8 @@ def main() -> None:
     os.environ.setdefault("ROS_DOMAIN_ID", str(90 + os.getpid() % 20))
     os.environ["RYNN_TELEOP_REALTIME"] = "off"  # this process only measures
 
-    from rynn_teleop.nodes.process import freeze_startup_objects  # noqa: PLC0415
-    from rynn_teleop.runner import Composition  # noqa: PLC0415
+    from rynn_teleop.nodes.process import freeze_startup_objects
+    from rynn_teleop.runner import Composition
 
     with Composition([args.node]):
         time.sleep(1.0)

@@ -70,14 +70,14 @@ class Stream:
 
 def load_streams() -> list[Stream]:
     """The full load: message instances built once, with the stack's types and frame ids."""
-    import numpy as np  # noqa: PLC0415
-    from builtin_interfaces.msg import Time  # noqa: PLC0415
-    from geometry_msgs.msg import PoseStamped  # noqa: PLC0415
-    from sensor_msgs.msg import JointState  # noqa: PLC0415
+    import numpy as np
+    from builtin_interfaces.msg import Time
+    from geometry_msgs.msg import PoseStamped
+    from sensor_msgs.msg import JointState
 
-    from rynn_teleop.core.camera import default_intrinsics  # noqa: PLC0415
-    from rynn_teleop.core.robot_model import arm_joint_names, hand_joint_names  # noqa: PLC0415
-    from rynn_teleop.nodes.conversions import camera_info_message, image_message  # noqa: PLC0415
+    from rynn_teleop.core.camera import default_intrinsics
+    from rynn_teleop.core.robot_model import arm_joint_names, hand_joint_names
+    from rynn_teleop.nodes.conversions import camera_info_message, image_message
 
     rng = np.random.default_rng(0)
     streams: list[Stream] = []
@@ -117,7 +117,7 @@ def load_streams() -> list[Stream]:
 
 
 def _qos(kind: str):
-    from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: PLC0415
+    from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
     return {  # as the stack's publishers: tracker POSE_QOS, driver/arm_ik COMMAND_QOS, hand_retarget RELIABLE, cameras
         "pose": QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE),
@@ -129,14 +129,14 @@ def _qos(kind: str):
 
 def publish_load(duration: float, counts_file: str) -> None:
     """The load process: wait for the recorder's subscriptions, publish for ``duration`` s, write the counts."""
-    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile
 
     use_transport_profile()
-    import rclpy  # noqa: PLC0415
-    from builtin_interfaces.msg import Time  # noqa: PLC0415
-    from geometry_msgs.msg import PoseStamped  # noqa: PLC0415
-    from rclpy.signals import SignalHandlerOptions  # noqa: PLC0415
-    from sensor_msgs.msg import CameraInfo, Image, JointState  # noqa: PLC0415
+    import rclpy
+    from builtin_interfaces.msg import Time
+    from geometry_msgs.msg import PoseStamped
+    from rclpy.signals import SignalHandlerOptions
+    from sensor_msgs.msg import CameraInfo, Image, JointState
 
     classes = {"geometry_msgs/msg/PoseStamped": PoseStamped, "sensor_msgs/msg/JointState": JointState,
                "sensor_msgs/msg/Image": Image, "sensor_msgs/msg/CameraInfo": CameraInfo}
@@ -221,7 +221,7 @@ def peak_rss_mb(pid: int) -> float:
 
 def serialized(streams: list[Stream]) -> dict[str, list[bytes]]:
     """Topic -> the CDR bytes of each of its messages (what the recorder receives and writes)."""
-    from rclpy.serialization import serialize_message  # noqa: PLC0415
+    from rclpy.serialization import serialize_message
 
     return {s.topic: [serialize_message(m) for m in s.messages] for s in streams}
 
@@ -241,7 +241,7 @@ def writer_throughput(schedule, out_dir: Path, seconds: float) -> tuple[float, i
 
     Returns (MB/s incl. close, bytes written, load-seconds written, time [s]).
     """
-    from rynn_teleop.recording import EpisodeWriter  # noqa: PLC0415
+    from rynn_teleop.recording import EpisodeWriter
 
     bag = out_dir / "writer_bench"
     writer = EpisodeWriter(bag, queue_max_bytes=1 << 40, queue_max_messages=10**8)  # items share the same bytes
@@ -326,7 +326,7 @@ def main() -> None:
         return
     os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
     os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(100, 199)))
-    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
+    from rynn_teleop.nodes.process import use_transport_profile
 
     profile = use_transport_profile()  # the stack's Fast DDS profile, inherited by both child processes
 
@@ -381,7 +381,7 @@ def main() -> None:
     pub = json.loads(counts_file.read_text(encoding="utf-8"))
     if "error" in pub:
         raise SystemExit(pub["error"])
-    import yaml  # noqa: PLC0415
+    import yaml
 
     bags = sorted(episodes.glob("episode_*"))
     if len(bags) != 1:

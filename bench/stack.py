@@ -75,7 +75,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def _qos_for(topic: str, type_name: str, latched: bool):
-    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data  # noqa: PLC0415
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 
     if latched:
         return QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -94,8 +94,9 @@ def message_class(type_name: str):
 def floor_child(spec_path: str) -> None:
     """One bare process of the floor: publish the given recorded messages on schedule, take every
     subscribed topic at 100 Hz, for ``seconds``. No executor."""
-    import rclpy  # noqa: PLC0415
-    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
+    import rclpy
+
+    from rynn_teleop.nodes.process import use_transport_profile
 
     spec = pickle.loads(Path(spec_path).read_bytes())
     use_transport_profile()
@@ -175,7 +176,7 @@ def host_stall_summary(probes, episode_start_s: float, seconds: float, steal: fl
     """The JSON fields of the host probes (``rynn_teleop.host_stalls.HostProbes``): the stalls within the
     episode (``seconds`` from ``episode_start_s``, wall clock [s]; times relative to its start), and
     ``steal`` (the episode's steal fraction)."""
-    from rynn_teleop import host_stalls  # noqa: PLC0415
+    from rynn_teleop import host_stalls
 
     policy, stalls = probes.finish()
     if policy is None:
@@ -225,16 +226,16 @@ def main() -> None:
         sys.exit("bench/stack.py: set ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST")
     os.environ.setdefault("ROS_DOMAIN_ID", str(70 + os.getpid() % 20))
 
-    from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
+    from rosbags.typesys import Stores, get_typestore
 
-    from rynn_teleop import demo, host_stalls  # noqa: PLC0415
-    from rynn_teleop.core.params import ParamSchema  # noqa: F401, PLC0415
-    from rynn_teleop.core.stats import RateMeter  # noqa: PLC0415
-    from rynn_teleop.nodes import node_class  # noqa: PLC0415
-    from rynn_teleop.recording.inspect import episode_info  # noqa: PLC0415
-    from rynn_teleop.nodes.process import use_transport_profile  # noqa: PLC0415
-    from rynn_teleop.runner import Composition, node_parameters  # noqa: PLC0415
-    from rynn_teleop.sources.playback import open_bag  # noqa: PLC0415
+    from rynn_teleop import demo, host_stalls
+    from rynn_teleop.core.params import ParamSchema  # noqa: F401
+    from rynn_teleop.core.stats import RateMeter
+    from rynn_teleop.nodes import node_class
+    from rynn_teleop.nodes.process import use_transport_profile
+    from rynn_teleop.recording.inspect import episode_info
+    from rynn_teleop.runner import Composition, node_parameters
+    from rynn_teleop.sources.playback import open_bag
 
     work = Path(tempfile.mkdtemp(prefix="bench_stack_"))  # removed after a complete run (1-2 GB) unless --keep
     use_transport_profile()
@@ -258,7 +259,7 @@ def main() -> None:
             # the host probes start before the settle time: their own start-up (a Python process each) must
             # not take the stack's CPU at the episode's start
             host = host_stalls.HostProbes(demo.SETTLE_S + args.seconds + 5.0)
-            reference = subprocess.Popen(  # noqa: S603 - this interpreter, this repository's script
+            reference = subprocess.Popen(  # this interpreter, this repository's script
                 [sys.executable, str(ROOT / "bench" / "control_loop.py"), "--reference", str(args.seconds + 3.0)],
                 stdout=subprocess.PIPE, text=True)
             time.sleep(demo.SETTLE_S)

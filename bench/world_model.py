@@ -35,8 +35,8 @@ RENDER_GOAL_FPS = 60.0
 
 def trajectory(robot, n: int) -> np.ndarray:
     """(n, 54) joint vectors: arms near home (hands in view) with moving wrists and elbows, hands opening and closing."""
-    from rynn_teleop.core.arm_teleop import DEFAULT_HOME  # noqa: PLC0415
-    from rynn_teleop.core.robot_model import arm_joint_names, hand_joint_names  # noqa: PLC0415
+    from rynn_teleop.core.arm_teleop import DEFAULT_HOME
+    from rynn_teleop.core.robot_model import arm_joint_names, hand_joint_names
 
     lim = robot.limits
     qs = np.tile(robot.neutral(), (n, 1))
@@ -54,13 +54,13 @@ def trajectory(robot, n: int) -> np.ndarray:
 
 
 def bench_render(frames: int) -> dict:
-    import cv2  # noqa: PLC0415
+    import cv2
 
-    from rynn_teleop.core.camera import default_intrinsics  # noqa: PLC0415
-    from rynn_teleop.core.robot_model import RobotModel  # noqa: PLC0415
-    from rynn_teleop.sources.camera import make_camera_source  # noqa: PLC0415
-    from rynn_teleop.world_model.conditioning import Conditioner, SkeletonStyle  # noqa: PLC0415
-    from rynn_teleop.world_model.render import RenderGenerator  # noqa: PLC0415
+    from rynn_teleop.core.camera import default_intrinsics
+    from rynn_teleop.core.robot_model import RobotModel
+    from rynn_teleop.sources.camera import make_camera_source
+    from rynn_teleop.world_model.conditioning import Conditioner, SkeletonStyle
+    from rynn_teleop.world_model.render import RenderGenerator
 
     cv2.setNumThreads(1)
     robot = RobotModel.default()
@@ -102,7 +102,7 @@ def bench_render(frames: int) -> dict:
 
 
 def bench_diffusion(preset: str, device: str, dtype: str, frames: int) -> dict:
-    from rynn_teleop.world_model.diffusion.bench_support import measure_stream  # noqa: PLC0415
+    from rynn_teleop.world_model.diffusion.bench_support import measure_stream
 
     return measure_stream(preset, device=device, dtype=dtype, frames=frames, random_weights=True)
 
@@ -115,7 +115,7 @@ def main() -> None:
     parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (GPU default)")
     parser.add_argument("--diffusion-frames", type=int, default=None, help="generated frames to time")
     args = parser.parse_args()
-    import torch  # noqa: PLC0415
+    import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: no CUDA device here (torch {torch.__version__}); "

@@ -34,10 +34,10 @@ def _check(root: str, repo_id: str, out: str, indices: list[int], cache: str) ->
     os.environ.setdefault("HF_HOME", cache)
     os.environ.setdefault("HF_DATASETS_CACHE", os.path.join(cache, "datasets"))
 
-    import numpy as np  # noqa: PLC0415
-    import lerobot  # noqa: PLC0415
-    from lerobot.datasets.lerobot_dataset import LeRobotDataset  # noqa: PLC0415
-    from lerobot.datasets.utils import dataset_to_policy_features  # noqa: PLC0415
+    import lerobot
+    import numpy as np
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+    from lerobot.datasets.utils import dataset_to_policy_features
 
     ds = LeRobotDataset(repo_id, root=root)
     fps = ds.fps

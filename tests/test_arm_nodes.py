@@ -17,16 +17,16 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import PoseArray
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import wait_for
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool
 from std_srvs.srv import SetBool, Trigger
 
 from rynn_teleop.core.calibration import Calibration
+from rynn_teleop.core.layout import ROLES
 from rynn_teleop.core.robot_model import arm_joint_names
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError, ParameterError, RynnTeleopError
 from rynn_teleop.runner import Composition
-from rynn_teleop.core.layout import ROLES
-from ros_helpers import wait_for
 
 ARM_NAMES = list(arm_joint_names("left") + arm_joint_names("right"))
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)

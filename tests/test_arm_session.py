@@ -9,10 +9,10 @@ import pytest
 from rynn_teleop.core.arm_session import ArmSession, SessionSettings
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME, ArmTeleop
 from rynn_teleop.core.calibration import Calibration
+from rynn_teleop.core.layout import ROLES
 from rynn_teleop.core.robot_model import GROUPS, RobotModel, arm_joint_names
 from rynn_teleop.core.trackers import TrackerSet, group_frames
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.core.layout import ROLES
 from rynn_teleop.sources.trackers import SyntheticOperator
 
 SERIALS = {r: f"LHR-{i:08X}" for i, r in enumerate(ROLES, start=1)}

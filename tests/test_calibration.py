@@ -10,11 +10,11 @@ from scipy.spatial.transform import Rotation
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME, ArmTeleop
 from rynn_teleop.core.calibration import Calibration, StillnessDetector, calibrate
+from rynn_teleop.core.layout import ROLES
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.core.trackers import ChestRelativeArms, TrackerSet, group_frames
 from rynn_teleop.core.transforms import fit_similarity, make_transform, pose_error
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.core.layout import ROLES
 from rynn_teleop.sources.trackers import SyntheticOperator
 
 SIDES = ("left", "right")

@@ -14,6 +14,7 @@ from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from ros_helpers import wait_for
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -24,7 +25,6 @@ from rynn_teleop.nodes.conversions import image_array
 from rynn_teleop.nodes.head_camera import HeadCameraNode
 from rynn_teleop.nodes.parameters import to_ros_parameters
 from rynn_teleop.runner import Composition, node_parameters
-from ros_helpers import wait_for
 
 
 class Probe:

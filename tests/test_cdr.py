@@ -66,9 +66,9 @@ def test_bytes_shorter_than_they_announce_are_refused():
 
 @pytest.mark.parametrize("frame_id", ["", "a", "ab", "abc", "world", "left_operator_wrist"])
 def test_a_pose_array_written_as_bytes_is_what_rclpy_reads(frame_id):
-    from geometry_msgs.msg import PoseArray  # noqa: PLC0415
+    from geometry_msgs.msg import PoseArray
 
-    from rynn_teleop.recording.cdr import pose_array, pose_array_cdr  # noqa: PLC0415
+    from rynn_teleop.recording.cdr import pose_array, pose_array_cdr
 
     rng = np.random.default_rng(3)
     for n in (0, 1, 5, 21):

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 import cv2
 import numpy as np
 import pytest
+
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
 from rynn_teleop.core.hand_skeleton import robot_keypoint_frames

@@ -20,13 +20,12 @@ import yaml
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from ros_helpers import wait_for
 from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from rynn_teleop.core.robot_model import arm_joint_names
 from rynn_teleop.runner import Composition
-
-from ros_helpers import wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 playwright = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (requirements/dev.txt)")

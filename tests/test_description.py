@@ -12,8 +12,8 @@ import pinocchio as pin
 import pytest
 
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, RobotModel
-from rynn_teleop.core.urdf_compare import urdf_differences
 from rynn_teleop.core.urdf_builder import DEFAULT_URDF_NAME, build_urdf, matrix_to_rpy, rpy_to_matrix
+from rynn_teleop.core.urdf_compare import urdf_differences
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.paths import urdf_file
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
+from ros_helpers import wait_for
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
@@ -17,7 +18,6 @@ from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.robot_model import arm_joint_names, hand_joint_names
 from rynn_teleop.errors import HardwareUnavailableError
 from rynn_teleop.runner import Composition
-from ros_helpers import wait_for
 
 ARM = list(arm_joint_names("left") + arm_joint_names("right"))
 HANDS = list(hand_joint_names("left") + hand_joint_names("right"))

@@ -22,6 +22,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rosbags.rosbag2 import Reader
 from rosbags.typesys import Stores, get_typestore
+
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES
 from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
 from rynn_teleop.recording.export import DEPTH_TOPICS, FEED_TOPICS, ExportError, export_lerobot
@@ -379,7 +380,7 @@ def test_a_second_camera_key_takes_the_newest_frame_at_each_row(episodes, tmp_pa
 
 
 def test_with_other_threads_running_the_workers_start_from_a_fork_server(episodes, tmp_path):
-    import threading  # noqa: PLC0415
+    import threading
 
     stop = threading.Event()
     thread = threading.Thread(target=stop.wait, daemon=True)
@@ -407,9 +408,9 @@ def test_an_episode_that_fails_its_check_is_skipped_unless_problems_are_included
 
 
 def test_the_export_checks_episodes_as_episodes_check_does(tmp_path, episodes):
-    from rynn_teleop.recording.export import _Bag, _episode_problems  # noqa: PLC0415
-    from rynn_teleop.recording.inspect import episode_info  # noqa: PLC0415
-    from rynn_teleop.recording.metadata import episode_doc  # noqa: PLC0415
+    from rynn_teleop.recording.export import _Bag, _episode_problems
+    from rynn_teleop.recording.inspect import episode_info
+    from rynn_teleop.recording.metadata import episode_doc
 
     bad = build_episode(tmp_path / "bad", digital=True, seconds=1.5, skip_frames=(5, 6, 7, 8, 20))
     for path in (bad, episodes["digital"], episodes["physical"]):
@@ -428,7 +429,7 @@ def test_the_export_checks_episodes_as_episodes_check_does(tmp_path, episodes):
 @given(frame_id=st.text(max_size=9), names=st.lists(st.text(min_size=0, max_size=12), max_size=8),
        data=st.data())
 def test_joint_states_are_read_in_place_as_rosbags_reads_them(frame_id, names, data):
-    from rynn_teleop.recording.export import _JointStateReader  # noqa: PLC0415
+    from rynn_teleop.recording.export import _JointStateReader
 
     positions = np.array(data.draw(st.lists(st.floats(allow_nan=False), min_size=len(names), max_size=len(names))))
     msg = TS.types["sensor_msgs/msg/JointState"](

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from ros_helpers import wait_for
 from rosbags.typesys import Stores, get_typestore
 from rosbags.typesys.msg import get_types_from_msg
 from sensor_msgs.msg import Image, JointState
@@ -31,12 +32,11 @@ from std_msgs.msg import String
 from rynn_teleop.errors import ParameterError
 from rynn_teleop.nodes.camera_switch import LATCHED
 from rynn_teleop.nodes.foxglove import DEFAULT_TOPICS, LAYOUT_TOPICS, FoxgloveNode, ros2msg_definition
+from rynn_teleop.nodes.parameters import to_ros_parameters
 from rynn_teleop.paths import share_dir
 from rynn_teleop.recording.cdr import header_stamp_ns
 from rynn_teleop.recording.writer import default_typestore
-from rynn_teleop.nodes.parameters import to_ros_parameters
 from rynn_teleop.runner import Composition, node_parameters
-from ros_helpers import wait_for
 
 CLIENT_DIR = Path(__file__).parent / "foxglove_client"
 SUBPROTOCOL = "foxglove.sdk.v1"  # the Foxglove WebSocket protocol (ws-protocol spec) as foxglove-sdk names it

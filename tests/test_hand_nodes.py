@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from geometry_msgs.msg import Pose, PoseArray
 from rclpy.node import Node
+from ros_helpers import wait_for
 from sensor_msgs.msg import JointState
 
 from rynn_teleop.core.robot_model import RobotModel, hand_joint_names
 from rynn_teleop.errors import HardwareUnavailableError
 from rynn_teleop.runner import Composition
 from rynn_teleop.sources.hands import SyntheticGlove
-from ros_helpers import wait_for
 
 
 class Probe:

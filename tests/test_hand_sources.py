@@ -17,6 +17,7 @@ from rosbags.typesys import Stores, get_typestore
 from scipy.spatial.transform import Rotation
 
 from rynn_teleop.core.hand_skeleton import BONES, CHAINS, FINGERS, N_POINTS, TIPS, check
+from rynn_teleop.core.layout import SIDES
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.sources.hands import (
     HAND_SOURCES,
@@ -29,7 +30,6 @@ from rynn_teleop.sources.hands import (
     make_hand_source,
     manus_to_mediapipe,
 )
-from rynn_teleop.core.layout import SIDES
 from rynn_teleop.sources.hands import synthetic as synth
 from rynn_teleop.sources.hands.manus import SDK_CHAIN_TYPES, chain_label
 
@@ -694,9 +694,9 @@ def test_factory_errors():
 
 def test_hand_points_equal_the_chain_of_rotation_matrices():
     """hand_points' closed form (cumulative flexion about one axis) against the plain product of rotations."""
-    import math  # noqa: PLC0415
+    import math
 
-    from rynn_teleop.sources.hands import synthetic as syn  # noqa: PLC0415
+    from rynn_teleop.sources.hands import synthetic as syn
 
     def rx(a):
         c, s = math.cos(a), math.sin(a)

@@ -6,8 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rynn_teleop.core.joint_sweep import JointSweep
 from rynn_teleop.core.joint_state import JointStateBuffer
+from rynn_teleop.core.joint_sweep import JointSweep
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, RobotModel
 
 ROBOT = RobotModel.default()

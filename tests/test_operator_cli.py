@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ros_helpers import wait_for
 
 from rynn_teleop.runner import Composition
-
-from ros_helpers import wait_for
 
 
 def call(env: dict, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:

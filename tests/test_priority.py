@@ -12,10 +12,10 @@ import time
 import pytest
 
 from rynn_teleop.core.scheduling import (
+    BACKGROUND_THREAD_NICE,
     PRIORITY_CLASSES,
     REALTIME_ENV,
     PriorityClass,
-    BACKGROUND_THREAD_NICE,
     apply_process_priority,
     lower_this_thread,
     process_cpus,

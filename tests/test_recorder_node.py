@@ -16,6 +16,7 @@ from mcap_ros2.decoder import DecoderFactory
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.serialization import deserialize_message, serialize_message
+from ros_helpers import wait_for
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
@@ -24,7 +25,6 @@ from rynn_teleop.nodes.base import Taken
 from rynn_teleop.nodes.camera_switch import LATCHED
 from rynn_teleop.runner import Composition
 from rynn_teleop.sources.playback import open_bag
-from ros_helpers import wait_for
 
 TOPICS = ["/test/joints", "/test/image", "/head_camera/active_source", "/test/never"]
 RATES = [100.0, 10.0, 0.0, 50.0]
@@ -157,7 +157,7 @@ def test_unwritable_output_directory_fails_the_episode_and_the_node_keeps_runnin
         rec = comp.node("recorder")
         probe = Node("probe", context=comp.context)
         comp.add_node(probe)
-        from rynn_teleop.nodes.joint_sweep import JointSweepNode  # noqa: PLC0415 - another node beside it
+        from rynn_teleop.nodes.joint_sweep import JointSweepNode  # another node beside it
 
         comp.add_node(JointSweepNode(context=comp.context))
         states: list[JointState] = []

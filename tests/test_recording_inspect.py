@@ -8,6 +8,7 @@ import cv2
 import numpy as np
 import pytest
 from rosbags.typesys import Stores, get_typestore
+
 from rynn_teleop.recording import (
     EpisodeMetadata,
     EpisodeRecorder,

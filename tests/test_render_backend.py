@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.camera import default_intrinsics
 from rynn_teleop.core.hand_skeleton import robot_keypoint_frames

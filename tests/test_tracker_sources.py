@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
 
+from rynn_teleop.core.layout import ROLES
 from rynn_teleop.core.transforms import invert, is_rigid, matrix_to_pose, pose_to_matrix, rotation_angle
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError
-from rynn_teleop.core.layout import ROLES
 from rynn_teleop.sources.trackers import (
     OpenVRSource,
     ReplaySource,

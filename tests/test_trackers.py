@@ -8,10 +8,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rynn_teleop.core.layout import ROLES, SIDES
 from rynn_teleop.core.trackers import (
     ChestRelativeArms,
     RelativePoses,
     TrackerFrame,
+    TrackerSample,
     TrackerSet,
     drop_late_frames,
     frame_matrices,
@@ -21,8 +23,6 @@ from rynn_teleop.core.trackers import (
 )
 from rynn_teleop.core.transforms import is_rigid, make_transform, pose_to_matrix, quat_from_rotation
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.core.layout import ROLES, SIDES
-from rynn_teleop.core.trackers import TrackerSample
 from rynn_teleop.sources.trackers import SyntheticOperator
 
 SERIALS = {

@@ -158,10 +158,10 @@ def test_reset_forgets_pending_actions():
 
 
 def test_first_name_after_header_reads_a_joint_states_first_name_from_its_cdr():
-    from rclpy.serialization import serialize_message  # noqa: PLC0415
-    from sensor_msgs.msg import JointState  # noqa: PLC0415
+    from rclpy.serialization import serialize_message
+    from sensor_msgs.msg import JointState
 
-    from rynn_teleop.recording.cdr import first_name_after_header, header_stamp_ns  # noqa: PLC0415
+    from rynn_teleop.recording.cdr import first_name_after_header, header_stamp_ns
 
     for frame_id in ("", "a", "ab", "abc", "base_link"):  # every padding after frame_id
         msg = JointState(name=["left_finger1_joint1", "x"], position=[0.0, 1.0])

@@ -34,12 +34,12 @@ class FakeLowPass:
 
 
 class FakeController:
-    def __init__(self, hand: "FakeHand", enable_upstream: bool, filter: FakeLowPass) -> None:
+    def __init__(self, hand: FakeHand, enable_upstream: bool, filter: FakeLowPass) -> None:
         self.hand = hand
         self.enable_upstream = enable_upstream
         self.filter = filter
 
-    def __enter__(self) -> "FakeController":
+    def __enter__(self) -> FakeController:
         self.hand.calls.append(("enter",))
         return self
 
@@ -64,7 +64,7 @@ class FakeController:
 class FakeHand:
     """Records calls; ``actual``, ``effort``, ``voltage`` and the ``*_error`` fields steer it."""
 
-    def __init__(self, sdk: "FakeSdk", serial_number: str | None = None, *, side: str | None = None) -> None:
+    def __init__(self, sdk: FakeSdk, serial_number: str | None = None, *, side: str | None = None) -> None:
         if sdk.open_error is not None:
             raise sdk.open_error
         self.sdk = sdk
@@ -120,7 +120,7 @@ class FakeSdk:
         self.controller_error: Exception | None = None
         self.filter = SimpleNamespace(LowPass=FakeLowPass)
 
-    def Hand(self, serial_number: str | None = None, *, side: str | None = None) -> FakeHand:  # noqa: N802
+    def Hand(self, serial_number: str | None = None, *, side: str | None = None) -> FakeHand:
         return FakeHand(self, serial_number, side=side)
 
     def hand(self, side: str) -> FakeHand:

@@ -7,7 +7,7 @@ class, print the message and exit non-zero instead of dumping a traceback.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class RynnTeleopError(Exception):

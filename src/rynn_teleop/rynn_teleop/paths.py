@@ -32,7 +32,7 @@ def share_dir() -> Path:
         return source_root
     candidates = []
     try:
-        from ament_index_python.packages import (  # noqa: PLC0415 (optional dependency)
+        from ament_index_python.packages import (  # optional dependency
             PackageNotFoundError,
             get_package_share_directory,
         )

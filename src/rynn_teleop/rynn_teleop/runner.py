@@ -8,22 +8,17 @@ starts), then per-node overrides.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import gc
-import os
-import sys
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import rclpy
 from rclpy.exceptions import InvalidHandle
-from rclpy.signals import SignalHandlerOptions
 from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.parameter import Parameter
+from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
 
 from .core.params import ParamSchema
@@ -31,12 +26,12 @@ from .core.scheduling import name_this_thread
 from .nodes import node_class
 from .nodes.parameters import to_ros_parameters
 from .nodes.process import (
-    freeze_startup_objects,
     process_priority_class,
     use_process_priority,
     use_transport_profile,
 )
 from .paths import share_dir
+
 
 def node_parameters(
     name: str, schema: ParamSchema, config_dir: str | Path | None = None, overrides: Mapping[str, Any] | None = None
@@ -187,7 +182,7 @@ class Composition:
         self.nodes, self._executors, self._threads, self._stops = [], [], [], []
         rclpy.try_shutdown(context=self.context)
 
-    def __enter__(self) -> "Composition":
+    def __enter__(self) -> Composition:
         return self
 
     def __exit__(self, *exc) -> None:

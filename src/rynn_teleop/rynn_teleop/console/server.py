@@ -211,7 +211,7 @@ class ConsoleServer:
         site = web.TCPSite(self._runner, self.host, self.port)
         await site.start()
         if self.port == 0:
-            self.port = site._server.sockets[0].getsockname()[1]  # noqa: SLF001 - aiohttp has no public getter
+            self.port = site._server.sockets[0].getsockname()[1]  # aiohttp has no public getter
 
     async def _shutdown(self) -> None:
         if self._runner is not None:

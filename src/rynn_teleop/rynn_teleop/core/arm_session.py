@@ -36,8 +36,8 @@ import numpy as np
 from ..errors import ConfigurationError, RynnTeleopError
 from .arm_teleop import ArmCommand, ArmTeleop
 from .calibration import StillnessDetector
-from .layout import SIDES
 from .joint_state import JointStateBuffer
+from .layout import SIDES
 from .robot_model import GROUPS
 from .trackers import ChestRelativeArms
 

@@ -49,12 +49,11 @@ import numpy as np
 from ..errors import ConfigurationError
 from .arm_ik import ArmIK, IKResult, IKSettings
 from .calibration import Calibration, calibrate
-from .layout import SIDES
 from .clutch import Clutch
+from .layout import SIDES
 from .motion import JerkLimitedFollower, MotionState
 from .robot_model import GROUPS, N_ARM, JointLimits, RobotModel, arm_joint_names
 from .transforms import is_rigid
-
 
 # Home posture [rad] (left arm joints 1-7, then right): upper arms down, elbows bent,
 # forearms forward, palms facing each other, thumbs up; hands about 0.38 m in front

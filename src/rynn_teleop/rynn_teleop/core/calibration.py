@@ -31,9 +31,10 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import yaml
@@ -96,7 +97,7 @@ class Calibration:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "calibration") -> "Calibration":
+    def from_dict(cls, data: Mapping[str, Any], source: str = "calibration") -> Calibration:
         """Inverse of :meth:`to_dict`; ConfigurationError naming the bad entry."""
         try:
             if data.get("format_version") != FORMAT_VERSION:
@@ -138,7 +139,7 @@ class Calibration:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "Calibration":
+    def load(cls, path: str | Path) -> Calibration:
         path = Path(path).expanduser()
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))

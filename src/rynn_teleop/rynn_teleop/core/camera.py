@@ -47,7 +47,7 @@ class CameraIntrinsics(NamedTuple):
         """(3, 4) projection matrix [K | 0] of a monocular camera (CameraInfo.p)."""
         return np.hstack([self.K(), np.zeros((3, 1))])
 
-    def scaled(self, width: int, height: int) -> "CameraIntrinsics":
+    def scaled(self, width: int, height: int) -> CameraIntrinsics:
         """The intrinsics of the same camera after resizing its images to ``width`` x ``height`` [px].
 
         Focal lengths scale with the size; the principal point maps like
@@ -70,7 +70,7 @@ class CameraIntrinsics(NamedTuple):
             cy=(self.cy + 0.5) * sy - 0.5,
         )
 
-    def check(self) -> "CameraIntrinsics":
+    def check(self) -> CameraIntrinsics:
         """Itself, once its values are checked (positive sizes and focal lengths, finite numbers).
 
         Raises:

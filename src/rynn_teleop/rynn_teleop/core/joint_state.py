@@ -7,7 +7,7 @@ model) merge them here. ROS-free: callers pass names, positions and stamps.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -30,7 +30,7 @@ class Primitive(NamedTuple):
     rgba: np.ndarray
 
 
-def _primitive(obj: "pin.GeometryObject", link: str) -> Primitive:
+def _primitive(obj: pin.GeometryObject, link: str) -> Primitive:
     geom = obj.geometry
     kind = type(geom).__name__.lower()
     if kind == "box":

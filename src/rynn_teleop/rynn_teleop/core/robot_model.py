@@ -16,18 +16,18 @@ Units: positions [rad], velocities [rad/s], accelerations [rad/s^2], jerks
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import pinocchio as pin
 
 from ..errors import ConfigurationError, FrameNotFoundError, JointNotFoundError
-from .layout import N_ARM, N_HAND, N_JOINTS, SIDES
+from .layout import N_ARM, N_HAND, N_JOINTS
 from .urdf_builder import build_urdf, load_arm_table, load_description_config
-
 
 
 def arm_joint_names(side: str) -> tuple[str, ...]:
@@ -73,7 +73,7 @@ class JointLimits:
     acceleration: np.ndarray  # [rad/s^2]
     jerk: np.ndarray  # [rad/s^3]
 
-    def __getitem__(self, index: slice | Sequence[int] | np.ndarray) -> "JointLimits":
+    def __getitem__(self, index: slice | Sequence[int] | np.ndarray) -> JointLimits:
         return JointLimits(*(np.asarray(v)[index] for v in self._vectors()))
 
     def _vectors(self) -> tuple[np.ndarray, ...]:
@@ -135,12 +135,12 @@ class RobotModel:
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_urdf(cls, urdf: str, extra_limits: Mapping[str, Any] | None = None) -> "RobotModel":
+    def from_urdf(cls, urdf: str, extra_limits: Mapping[str, Any] | None = None) -> RobotModel:
         """Model of ``urdf``; limits beyond URDF default to the description's ``urdf/*.yaml``."""
         return cls(urdf, extra_limits if extra_limits is not None else default_extra_limits())
 
     @classmethod
-    def from_file(cls, path: str | Path, extra_limits: Mapping[str, Any] | None = None) -> "RobotModel":
+    def from_file(cls, path: str | Path, extra_limits: Mapping[str, Any] | None = None) -> RobotModel:
         try:
             text = Path(path).read_text(encoding="utf-8")
         except OSError as exc:
@@ -148,13 +148,13 @@ class RobotModel:
         return cls.from_urdf(text, extra_limits)
 
     @classmethod
-    def from_description(cls, overlay: str | Path | Mapping[str, Any] | None = None) -> "RobotModel":
+    def from_description(cls, overlay: str | Path | Mapping[str, Any] | None = None) -> RobotModel:
         """The generated description, with optional overrides of ``urdf/robot.yaml``."""
 
         return cls(build_urdf(overlay), default_extra_limits(load_description_config(overlay)))
 
     @classmethod
-    def default(cls) -> "RobotModel":
+    def default(cls) -> RobotModel:
         """The generated description with its default parameters (built once per process)."""
         return _default_model()
 

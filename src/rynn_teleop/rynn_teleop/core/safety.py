@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -172,7 +173,7 @@ class SafetyController:
             ramp_threshold: a command further than this [rad] from the position when a hold ends is ramped to.
             ramp_speed: ramp speed as a fraction of the velocity limits (0..1].
         """
-        from .motion import JerkLimitedFollower  # noqa: PLC0415 - core.motion imports ruckig
+        from .motion import JerkLimitedFollower  # core.motion imports ruckig
 
         if not dt > 0:
             raise ConfigurationError(f"control cycle must be positive, got {dt}")

@@ -30,8 +30,9 @@ from __future__ import annotations
 import math
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import ConfigurationError
 

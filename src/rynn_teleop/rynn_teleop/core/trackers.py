@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Mapping, NamedTuple, Sequence
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 import numpy as np
 

@@ -24,9 +24,10 @@ from __future__ import annotations
 import copy
 import math
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import yaml
@@ -93,7 +94,7 @@ class Origin:
     rpy: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @classmethod
-    def from_matrix(cls, t: np.ndarray) -> "Origin":
+    def from_matrix(cls, t: np.ndarray) -> Origin:
         return cls(tuple(float(v) for v in t[:3, 3]), matrix_to_rpy(t[:3, :3]))
 
     def matrix(self) -> np.ndarray:

@@ -10,7 +10,8 @@ N·m or A for effort), whatever the vendor uses inside.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, ClassVar, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class JointBackend(ABC):
         """Current faults in words (empty when healthy); the node reports them as ERROR."""
         return []
 
-    def __enter__(self) -> "JointBackend":
+    def __enter__(self) -> JointBackend:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -9,12 +9,13 @@ teleoperation (no robot) and the tests.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigurationError
 from ..core.robot_model import JointLimits
+from ..errors import ConfigurationError
 from .base import JointBackend, JointReading
 
 

@@ -40,9 +40,10 @@ import importlib
 import logging
 import math
 import threading
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -212,7 +213,7 @@ class WujiBackend(JointBackend):
         label = f"{side} hand (serial {serial})" if serial else f"{side} hand"
         try:
             hand = sdk.Hand(serial_number=serial) if serial else sdk.Hand(side=side)
-        except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError (firmware), TimeoutError, ...
+        except Exception as exc:  # RuntimeError: "Effort feedback requires firmware version >= 1.2.0"
             how = f"serial_number={serial!r}" if serial else f"side={side!r}"
             raise HardwareUnavailableError(
                 f"wuji: cannot open the {label} (wujihandpy.Hand({how}), USB {USB_ID}): "
@@ -230,7 +231,7 @@ class WujiBackend(JointBackend):
                         enable_upstream=True, filter=sdk.filter.LowPass(cutoff_freq=self.filter_cutoff_hz)
                     )
                 )
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise HardwareUnavailableError(
                 f"wuji: the {label} opened but its realtime controller did not start: {type(exc).__name__}: {exc}"
             ) from exc

@@ -30,7 +30,7 @@ REGISTRY: dict[str, str] = {
 
 def node_class(name: str):
     """The node class registered under ``name`` (imports rclpy)."""
-    from ..errors import ConfigurationError  # noqa: PLC0415
+    from ..errors import ConfigurationError
 
     try:
         target = REGISTRY[name]

@@ -51,7 +51,7 @@ class ArmDriverNode(JointDriverNode):
             backend = SimBackend(names, robot.limits[idx], np.array(p["sim.initial_position"]),
                                  bandwidth_hz=p["sim.bandwidth_hz"], latency_s=p["sim.latency_s"])
         else:
-            from ..hardware.marvin import MarvinBackend  # noqa: PLC0415 - only with the vendor SDK
+            from ..hardware.marvin import MarvinBackend  # only with the vendor SDK
 
             a = p["marvin.arm_a_side"]
             backend = MarvinBackend(

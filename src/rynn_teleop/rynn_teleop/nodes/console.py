@@ -44,7 +44,6 @@ from .base import TeleopNode, run_single
 from .conversions import image_array
 from .operator import ACTIONS, RECORDER_FIELDS, OperatorClient
 
-
 BROWSER_BUDGET_MS = 50.0  # ROS message received -> frame drawn in a browser, p99 (shown against in diagnostics)
 
 

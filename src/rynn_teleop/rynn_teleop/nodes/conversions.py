@@ -61,7 +61,7 @@ def stamp_to_seconds(stamp) -> float:
 # element by element would cost ~46 ms.
 def image_message(array: np.ndarray, encoding: str, stamp, frame_id: str):
     """(H, W, 3) uint8 ("rgb8") or (H, W) uint16 ("16UC1") array -> ``sensor_msgs/Image``."""
-    from sensor_msgs.msg import Image  # noqa: PLC0415
+    from sensor_msgs.msg import Image
 
     a = np.ascontiguousarray(array)
     msg = Image(height=int(a.shape[0]), width=int(a.shape[1]), encoding=encoding, is_bigendian=0,
@@ -80,7 +80,7 @@ def image_array(msg) -> np.ndarray:
 
 def camera_info_message(intrinsics, stamp, frame_id: str):
     """``core.camera.CameraIntrinsics`` -> ``sensor_msgs/CameraInfo``."""
-    from sensor_msgs.msg import CameraInfo  # noqa: PLC0415
+    from sensor_msgs.msg import CameraInfo
 
     msg = CameraInfo(height=int(intrinsics.height), width=int(intrinsics.width),
                      distortion_model=intrinsics.distortion_model)

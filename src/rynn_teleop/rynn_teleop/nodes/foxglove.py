@@ -40,8 +40,9 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.qos import DurabilityPolicy, QoSProfile
@@ -77,7 +78,7 @@ SDK_THREAD_PREFIX = "tokio-runtime"  # the foxglove-sdk server runs on a tokio r
 REQUIREMENT = "foxglove-sdk"
 
 
-def ros2msg_definition(type_name: str, typestore: "Typestore | None" = None) -> str | None:
+def ros2msg_definition(type_name: str, typestore: Typestore | None = None) -> str | None:
     """The ``ros2msg`` schema text of ``type_name`` (e.g. ``sensor_msgs/msg/JointState``): its fields, then each
     nested type after a line of 80 ``=`` and ``MSG: pkg/Name``, as rosbag2 writes it into MCAP; None if the
     typestore (default: ROS 2 Kilted) does not know the type."""
@@ -119,7 +120,7 @@ class ServedTopic:
     topic: str
     type_name: str
     msg_type: Any  # the rclpy message class (a raw subscription still needs its type support)
-    channel: "foxglove.Channel"
+    channel: foxglove.Channel
     qos: QoSProfile  # matches the publishers found at discovery
     sub: Subscription | None = None
     clients: set[int] = field(default_factory=set)  # ids of the clients subscribed to the channel
@@ -197,7 +198,7 @@ class FoxgloveNode(TeleopNode):
                 name=SERVER_NAME, host=self.host, port=p["port"], context=self._sdk_context,
                 server_listener=self._sdk_listener, message_backlog_size=p["client_backlog"],
             )
-        except Exception as exc:  # noqa: BLE001 - the SDK raises its own error types; the message says why
+        except Exception as exc:  # the SDK raises its own error types; the message says why
             raise ParameterError("port", f"cannot listen on {self.host}:{p['port']} ({exc}); is the port in use? "
                                  "choose another with the parameter 'port' (0: any free port)") from exc
         self.port = self._sdk_server.port
@@ -237,7 +238,7 @@ class FoxgloveNode(TeleopNode):
         except (ImportError, AttributeError, ValueError):
             self._refuse(topic, f"type {type_name} cannot be imported (its Python message package is missing)")
             return
-        import foxglove  # noqa: PLC0415 - present: checked at start
+        import foxglove  # present: checked at start
 
         schema = foxglove.Schema(name=type_name, encoding=SCHEMA_ENCODING, data=definition.encode())
         channel = foxglove.Channel(topic, schema=schema, message_encoding=MESSAGE_ENCODING, context=self._sdk_context)
@@ -340,7 +341,7 @@ class FoxgloveNode(TeleopNode):
 
 def _import_sdk():
     try:
-        import foxglove  # noqa: PLC0415 - optional until the node runs
+        import foxglove  # optional until the node runs
     except ImportError as exc:
         raise ConfigurationError(f"the foxglove node needs the Python package {REQUIREMENT} "
                                  f"(pip install -r requirements/core.txt): {exc}") from None

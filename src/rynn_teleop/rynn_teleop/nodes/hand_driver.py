@@ -16,14 +16,13 @@ import time
 import numpy as np
 from sensor_msgs.msg import JointState
 
-from ..core.params import STR_LIST, Param, ParamSchema
 from ..core.layout import SIDES
+from ..core.params import STR_LIST, Param, ParamSchema
 from ..core.robot_model import hand_joint_names
 from ..hardware.sim import SimBackend
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import run_single
 from .driver import COMMAND_QOS, JointDriverNode, safety_params
-
 
 
 class HandDriverNode(JointDriverNode):
@@ -53,7 +52,7 @@ class HandDriverNode(JointDriverNode):
             backend = SimBackend(names, robot.limits[robot.indices(names)], np.zeros(len(names)),
                                  bandwidth_hz=p["sim.bandwidth_hz"], latency_s=p["sim.latency_s"])
         else:
-            from ..hardware.wuji import WujiBackend  # noqa: PLC0415 - only with the vendor SDK
+            from ..hardware.wuji import WujiBackend  # only with the vendor SDK
 
             serials = {s: p[f"wuji.serial_{s}"] for s in self.sides if p[f"wuji.serial_{s}"]}
             backend = WujiBackend(sides=self.sides, serial_numbers=serials or None,

@@ -36,11 +36,11 @@ from scipy.spatial.transform import Rotation
 from sensor_msgs.msg import JointState
 
 from ..core.hand_retarget import HandPipeline, HandRetargeter, RetargetSettings, split_backlog
+from ..core.layout import SIDES
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..core.robot_model import hand_joint_names
 from ..errors import HardwareUnavailableError
 from ..recording.cdr import pose_array_cdr
-from ..core.layout import SIDES
 from ..sources.hands import HandSample, ManusSkeletonError, make_hand_source, manus_to_mediapipe
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single

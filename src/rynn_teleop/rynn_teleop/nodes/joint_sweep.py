@@ -18,8 +18,8 @@ from sensor_msgs.msg import JointState
 from ..core.joint_sweep import JointSweep
 from ..core.params import STR_LIST, Param, ParamSchema
 from ..core.robot_model import GROUPS
-from .base import TeleopNode, run_single
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
+from .base import TeleopNode, run_single
 
 GROUP_NAMES = ("left_arm", "right_arm", "left_hand", "right_hand")
 

@@ -258,9 +258,9 @@ def _action_of(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
 def call_main(argv: Sequence[str] | None = None) -> int:
     """``rynn-teleop call ...``; returns the exit code."""
     args = build_parser().parse_args(argv)
-    import rclpy  # noqa: PLC0415 - after argument errors, which need no ROS
-    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor  # noqa: PLC0415
-    from rclpy.signals import SignalHandlerOptions  # noqa: PLC0415
+    import rclpy  # after argument errors, which need no ROS
+    from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
 
     use_transport_profile()
     context = rclpy.Context()

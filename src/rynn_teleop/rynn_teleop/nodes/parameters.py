@@ -11,7 +11,8 @@ numeric range) and validates runtime changes of dynamic parameters.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rcl_interfaces.msg import (
     FloatingPointRange,

@@ -13,7 +13,7 @@ import ctypes.util
 import gc
 import os
 import sys
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..core.scheduling import (
     REALTIME_ENV,

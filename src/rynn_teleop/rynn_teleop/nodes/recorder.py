@@ -32,7 +32,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import yaml
-
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy
@@ -42,12 +41,20 @@ from std_srvs.srv import Trigger
 
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..errors import ParameterError
-from ..recording import (OUTCOMES, EpisodeMetadata, EpisodeRecorder, RecordingError, TopicQos, description_hash,
-                         software_version, split_at_window)
+from ..recording import (
+    OUTCOMES,
+    EpisodeMetadata,
+    EpisodeRecorder,
+    RecordingError,
+    TopicQos,
+    description_hash,
+    software_version,
+    split_at_window,
+)
 from ..recording.stats import SequenceGaps, parse_topic_rates
+from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .graph import message_class, subscription_qos
-from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 
 DEFAULT_TOPICS = {  # topic -> expected rate [Hz] (0: no rate expectation)
     "/operator/trackers": 120.0,  # one PoseArray per tracker frame (all five trackers)

@@ -16,8 +16,8 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
 from ..core.params import Param, ParamSchema
-from .base import TeleopNode, run_single
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
+from .base import TeleopNode, run_single
 
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 

@@ -20,8 +20,8 @@ from visualization_msgs.msg import Marker, MarkerArray
 from ..core.joint_state import JointStateBuffer
 from ..core.params import Param, ParamSchema
 from ..core.robot_geometry import RobotGeometry
-from .base import TeleopNode, run_single
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
+from .base import TeleopNode, run_single
 from .conversions import matrices_to_poses
 
 _KIND = {"box": Marker.CUBE, "cylinder": Marker.CYLINDER, "sphere": Marker.SPHERE}

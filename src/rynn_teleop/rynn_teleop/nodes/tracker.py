@@ -31,11 +31,11 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import PoseArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
+from ..core.layout import ROLES
 from ..core.params import STR_LIST, Param, ParamSchema
 from ..core.trackers import TrackerSet, drop_late_frames, frame_poses, group_frames
 from ..errors import ConfigurationError, ParameterError
 from ..recording.cdr import pose_array_cdr
-from ..core.layout import ROLES
 from ..sources.trackers import make_tracker_source
 from .base import TeleopNode, run_single
 

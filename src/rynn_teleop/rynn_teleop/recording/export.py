@@ -334,7 +334,7 @@ class _Bag:
         try:
             with path.open("rb") as f:
                 summary = make_reader(f).get_summary()
-        except Exception as exc:  # noqa: BLE001 - mcap raises several types for a cut file
+        except Exception as exc:  # mcap raises several types for a cut file
             raise ExportError(f"{episode}: the bag has no readable index ({exc}); run `rynn-teleop episodes recover "
                               f"{episode}`", episode=episode) from exc
         if summary is None:
@@ -426,7 +426,7 @@ def _chunk_records(body: bytes, path: Path) -> memoryview:
     """The records of a chunk record's content, decompressed by the mcap library."""
     try:
         stream, length = get_chunk_data_stream(Chunk.read(ReadDataStream(io.BytesIO(body))))
-    except Exception as exc:  # noqa: BLE001 - unsupported compression, a cut chunk
+    except Exception as exc:  # unsupported compression, a cut chunk
         raise ExportError(f"{path}: a chunk cannot be read ({exc})", episode=path) from exc
     return memoryview(stream.read(length))
 

@@ -486,8 +486,8 @@ def _cmd_recover(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_lerobot  # noqa: PLC0415 - PyAV and pyarrow only load for an export
-    from .lerobot import VideoOptions  # noqa: PLC0415
+    from .export import export_lerobot  # PyAV and pyarrow only load for an export
+    from .lerobot import VideoOptions
 
     paths = [p for path in args.paths for p in _episodes_at(path)]
     try:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import Hashable, Sequence
 
 import numpy as np
 
@@ -112,8 +112,8 @@ def bag_directory(path: Path, what: str) -> Path:
 
 def open_bag(bag: Path, what: str):
     """An opened ``rosbags`` AnyReader on ``bag`` (ROS 2 Jazzy types); ConfigurationError naming ``what``."""
-    from rosbags.highlevel import AnyReader  # noqa: PLC0415 (only replays need rosbags)
-    from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
+    from rosbags.highlevel import AnyReader  # only replays need rosbags
+    from rosbags.typesys import Stores, get_typestore
 
     try:
         reader = AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_JAZZY))

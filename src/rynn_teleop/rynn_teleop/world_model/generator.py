@@ -27,8 +27,8 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 
@@ -135,7 +135,7 @@ def as_rgb(frame: np.ndarray, width: int, height: int) -> np.ndarray:
     if frame.dtype != np.uint8:
         frame = np.clip(frame, 0, 255).astype(np.uint8)
     if frame.shape[:2] != (height, width):
-        import cv2  # noqa: PLC0415
+        import cv2
 
         frame = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
     return np.ascontiguousarray(frame)

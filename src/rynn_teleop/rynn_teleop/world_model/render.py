@@ -24,7 +24,6 @@ frame has no depth here): it is always drawn on top.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass

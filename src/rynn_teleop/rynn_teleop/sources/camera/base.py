@@ -14,10 +14,11 @@ drive a source without a wall clock. A new backend subclasses
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from ..base import PolledSource
 from ...core.camera import CameraFrame, CameraIntrinsics
+from ..base import PolledSource
 
 DEFAULT_MAX_BACKLOG = 30  # [frames] a late read returns at most this many (the newest); older ones are dropped
 

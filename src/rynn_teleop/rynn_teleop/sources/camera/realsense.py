@@ -142,7 +142,7 @@ class RealSenseCamera(CameraSource):
     def _import(self) -> Any:
         if self._rs is None:
             try:
-                import pyrealsense2 as rs  # noqa: PLC0415 (optional dependency)
+                import pyrealsense2 as rs  # optional dependency
             except Exception as exc:  # ImportError, or OSError for a missing libusb-1.0 / librealsense
                 raise HardwareUnavailableError(
                     f"the 'pyrealsense2' Python package cannot be loaded ({type(exc).__name__}: {exc}); "

@@ -234,8 +234,8 @@ class _BagClip(_Clip):
     """Colour (and depth) messages of a rosbag2, indexed at start and read on demand."""
 
     def __init__(self, bag: Path, topic: str, info_topic: str | None, depth_topic: str | None) -> None:
-        from rosbags.highlevel import AnyReader  # noqa: PLC0415 (only bag replays need rosbags)
-        from rosbags.typesys import Stores, get_typestore  # noqa: PLC0415
+        from rosbags.highlevel import AnyReader  # only bag replays need rosbags
+        from rosbags.typesys import Stores, get_typestore
 
         try:
             self._reader = AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_JAZZY))

@@ -25,8 +25,8 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from ...errors import ConfigurationError
 from ...core.layout import SIDES
+from ...errors import ConfigurationError
 from ..base import PolledSource
 
 

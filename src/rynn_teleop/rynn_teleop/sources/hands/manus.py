@@ -43,8 +43,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ...core.hand_skeleton import FINGERS, N_POINTS
-from ...errors import ConfigurationError
 from ...core.layout import SIDES
+from ...errors import ConfigurationError
 
 HAND_CHAIN = "hand"
 CHAIN_TYPES: tuple[str, ...] = (HAND_CHAIN, *FINGERS)

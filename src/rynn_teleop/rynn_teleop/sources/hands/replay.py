@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
+from ...core.layout import SIDES
 from ...errors import ConfigurationError
 from ..playback import Playback, ReplayTiming, bag_directory, loop_period, open_bag
-from ...core.layout import SIDES
 from .base import HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)

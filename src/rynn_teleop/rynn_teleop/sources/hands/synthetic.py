@@ -46,8 +46,8 @@ from typing import NamedTuple
 import numpy as np
 
 from ...core.hand_skeleton import BONES, FINGERS, N_POINTS
-from ...errors import ConfigurationError
 from ...core.layout import SIDES
+from ...errors import ConfigurationError
 from .base import HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)

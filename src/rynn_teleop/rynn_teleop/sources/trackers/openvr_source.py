@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import ConfigurationError, HardwareUnavailableError
 from ...core.trackers import TrackerSample
+from ...errors import ConfigurationError, HardwareUnavailableError
 from .base import TrackerSource
 
 _LOG = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ class OpenVRSource(TrackerSource):
         ov = self._ov
         if ov is None:
             try:
-                import openvr as ov  # noqa: PLC0415 (optional dependency)
+                import openvr as ov  # optional dependency
             except Exception as exc:  # ImportError, or OSError for a missing libopenvr_api
                 raise HardwareUnavailableError(
                     f"the 'openvr' Python package cannot be loaded ({type(exc).__name__}: {exc}); "

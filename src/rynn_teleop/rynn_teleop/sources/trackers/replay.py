@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
+from ...core.layout import ROLES
+from ...core.trackers import TrackerSample
 from ...core.transforms import pose_to_matrix
 from ...errors import ConfigurationError
 from ..playback import Playback, ReplayTiming, bag_directory, loop_period, open_bag
-from ...core.layout import ROLES
-from ...core.trackers import TrackerSample
 from .base import TrackerSource
 
 _LOG = logging.getLogger(__name__)

@@ -30,15 +30,15 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 from scipy.spatial.transform import Rotation
 
-from ...core.transforms import make_transform
-from ...errors import ConfigurationError
 from ...core.layout import ROLES, SIDES
 from ...core.trackers import TrackerSample
+from ...core.transforms import make_transform
+from ...errors import ConfigurationError
 from .base import TrackerSource
 
 _LOG = logging.getLogger(__name__)
