@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rosbags.rosbag2 import StoragePlugin, Writer
 from rosbags.typesys import Stores, get_typestore
+
 from rynn_teleop.core.camera import (
     CameraFrame,
     CameraIntrinsics,
@@ -26,19 +27,20 @@ from rynn_teleop.core.camera import (
     default_intrinsics,
     parse_profile,
 )
+from rynn_teleop.core.image import decode_image
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError
-from rynn_teleop.sources.camera import realsense as rs_module
-from rynn_teleop.sources.camera.realsense import RealSenseCamera, intrinsics_from_realsense
 from rynn_teleop.sources import camera as camera_pkg
 from rynn_teleop.sources.camera import (
     CAMERA_KINDS,
+    CAMERA_SOURCES,
     CameraSource,
     ReplayCamera,
     SyntheticScene,
-    camera_source_types,
     make_camera_source,
 )
-from rynn_teleop.core.image import decode_image
+from rynn_teleop.sources.camera import realsense as rs_module
+from rynn_teleop.sources.camera.realsense import RealSenseCamera, intrinsics_from_realsense
+from rynn_teleop.sources.camera.scene import TabletopScene, sphere_span
 
 PACKAGE = Path(camera_pkg.__file__).parents[2]
 CAMERA_MODULES = [*Path(camera_pkg.__file__).parent.glob("*.py"), Path(rs_module.__file__), PACKAGE / "core/camera.py"]
@@ -119,7 +121,7 @@ def test_synthetic_is_deterministic_whatever_the_read_timing():
     got_a = a.read(10.5)
     got_b = read_all(b, [9.0, 10.0, 10.013, 10.2, 10.2, 10.37, 10.5])
     assert len(got_a) == len(got_b) == 16
-    for x, y in zip(got_a, got_b):
+    for x, y in zip(got_a, got_b, strict=True):
         assert x.stamp == y.stamp
         np.testing.assert_array_equal(x.color, y.color)
         np.testing.assert_array_equal(x.depth, y.depth)
@@ -222,6 +224,42 @@ def test_synthetic_rejects_bad_settings():
     for kwargs in ({"width": 8}, {"fps": 0.0}, {"fps": float("nan")}, {"max_backlog": 0}):
         with pytest.raises(ConfigurationError):
             SyntheticScene(**kwargs)
+
+
+def test_synthetic_frames_are_the_scene_rendered_at_the_ball_position():
+    cam = SyntheticScene(96, 72, seed=2)
+    scene = TabletopScene(96, 72, seed=2)
+    for t in (0.0, 0.4, 2.5):
+        frame, image = cam.render(t), scene.render(scene.ball_center(t))
+        np.testing.assert_array_equal(frame.color, image.color)
+        np.testing.assert_array_equal(frame.depth, image.depth)
+    assert scene.render(scene.ball_center(0.4), depth=False).depth is None
+    with pytest.raises(ConfigurationError, match="size"):
+        TabletopScene(4096, 8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    x=st.floats(-0.5, 0.5),
+    z=st.floats(0.05, 2.0),
+    radius=st.floats(0.01, 0.2),
+    f=st.floats(50.0, 1000.0),
+    c=st.floats(0.0, 640.0),
+)
+def test_sphere_span_holds_every_ray_that_meets_the_sphere(x, z, radius, f, c):
+    """No ray through a pixel (within 0.5 px of its centre) outside the span comes within ``radius`` of the centre."""
+    lo, hi = -2000, 3000
+    first, end = sphere_span(x, z, radius, f, c, lo, hi)
+    assert first >= lo and end <= hi  # first >= end: empty
+    if z <= radius:
+        assert (first, end) == (lo, hi)
+        return
+    pixels = np.arange(lo, hi)
+    outside = pixels[(pixels < first) | (pixels >= end)].astype(float)
+    for du in (-0.5, 0.0, 0.5):
+        a = (outside + du - c) / f  # ray (a, *, 1): the plane x = a z holds every such ray
+        distance = np.abs(x - a * z) / np.sqrt(1.0 + a * a)  # of the sphere's centre from that plane [m]
+        assert np.all(distance > radius)
 
 
 # --------------------------------------------------------------------------------------------- replay: bags
@@ -531,7 +569,7 @@ def test_replay_errors_for_missing_empty_or_unreadable_paths(tmp_path):
 
 
 def test_make_camera_source_builds_each_kind_and_rejects_bad_requests(tmp_path):
-    assert set(camera_source_types()) == set(CAMERA_KINDS)
+    assert set(CAMERA_SOURCES) == set(CAMERA_KINDS) == {"synthetic", "replay", "realsense"}
     assert isinstance(make_camera_source("synthetic", width=64, height=48), SyntheticScene)
     assert isinstance(make_camera_source("replay", path=tmp_path), ReplayCamera)
     assert isinstance(make_camera_source("realsense", serial="123"), RealSenseCamera)  # no SDK needed yet

@@ -8,6 +8,7 @@ DEGREES, with ``frame_serial`` counting up per read.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import sys
@@ -21,13 +22,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rynn_teleop.core.robot_model import arm_joint_names
-from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError
+from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError, ParameterError
 from rynn_teleop.hardware.base import JointBackend
 from rynn_teleop.hardware.marvin import (
     FEEDBACK_CHECK_PERIOD,
     RATE_BURST,
     RATE_TOLERANCE,
     MarvinBackend,
+    MarvinConfig,
     parse_feedback,
     to_vendor,
 )
@@ -206,11 +208,14 @@ def sdk(tmp_path: Path) -> Path:
     return write_fake_sdk(tmp_path / "SDK_PYTHON")
 
 
-def make(sdk_dir: Path, **kw: Any) -> MarvinBackend:
-    kw.setdefault("ip", IP)
-    kw.setdefault("clock", FakeClock())
-    kw.setdefault("sleep", lambda s: None)
-    return MarvinBackend(str(sdk_dir), **kw)
+def make(sdk_dir: Path, *, clock: Any = None, sleep: Any = None, **settings: Any) -> MarvinBackend:
+    """A backend on the stand-in SDK: ``settings`` are MarvinConfig fields (ip defaults to IP)."""
+    settings.setdefault("ip", IP)
+    return MarvinBackend(
+        MarvinConfig(str(sdk_dir), **settings),
+        clock=FakeClock() if clock is None else clock,
+        sleep=(lambda s: None) if sleep is None else sleep,
+    )
 
 
 def robot_of(backend: MarvinBackend) -> Any:
@@ -316,9 +321,32 @@ def test_interface_and_joint_names(sdk: Path) -> None:
         ({"effort_field": "fb_joint_cToq"}, "effort_field"),
     ],
 )
-def test_bad_arguments(sdk: Path, kwargs: dict, match: str) -> None:
-    with pytest.raises(ConfigurationError, match=match):
-        make(sdk, **kwargs)
+def test_bad_settings_name_the_setting(sdk: Path, kwargs: dict, match: str) -> None:
+    with pytest.raises(ParameterError, match=match) as info:
+        MarvinConfig(str(sdk), **kwargs)
+    assert info.value.key == match and isinstance(info.value, ConfigurationError)
+    with pytest.raises(ParameterError, match=match):  # the keyword form validates the same way
+        MarvinBackend(str(sdk), **kwargs)
+
+
+def test_config_is_frozen_and_normalised(sdk: Path) -> None:
+    config = MarvinConfig(str(sdk), sides=["right"], arm_map={"left": "B", "right": "A"}, vel_ratio=25.4)
+    assert config.sides == ("right",) and config.arms == ("A",)
+    assert dict(config.arm_map) == {"left": "B", "right": "A"}
+    with pytest.raises(TypeError):
+        config.arm_map["right"] = "B"  # type: ignore[index]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.ip = "10.0.0.1"  # type: ignore[misc]
+    b = MarvinBackend(config)
+    assert b.config is config and b.vel_ratio == 25 and dict(b.arm_map) == {"right": "A"}
+    assert b.joint_names == arm_joint_names("right")
+
+
+def test_keyword_form_builds_the_same_config(sdk: Path) -> None:
+    by_keywords = MarvinBackend(str(sdk), ip=IP, arm_map={"left": "B", "right": "A"}, vel_ratio=40.0)
+    assert by_keywords.config == MarvinConfig(str(sdk), ip=IP, arm_map={"left": "B", "right": "A"}, vel_ratio=40.0)
+    with pytest.raises(ConfigurationError, match="beside a MarvinConfig"):
+        MarvinBackend(MarvinConfig(str(sdk)), ip=IP)
 
 
 # ---------------------------------------------------------------------- connect errors
@@ -621,7 +649,7 @@ def test_a_jittery_200_hz_loop_sends_every_target(enabled: MarvinBackend, seed: 
     assert enabled.skipped_writes == 0 and enabled.sent_writes == len(ticks) == len(sent_at)
     sent = batches(robot, mark)
     assert len(sent) == len(ticks) == len(calls(robot, "send_cmd")) - 2  # (enable sent two)
-    for batch, target in zip(sent, targets):
+    for batch, target in zip(sent, targets, strict=True):
         assert batch == [
             ("set_joint_cmd_pose", "A", [math.degrees(v) for v in target[:7]]),
             ("set_joint_cmd_pose", "B", [math.degrees(v) for v in target[7:]]),
@@ -655,8 +683,8 @@ def test_any_write_times_keep_the_streaming_limit_on_average(sdk: Path, interval
 
 
 def test_degrees_sent_through_the_safety_layer_keep_the_velocity_limit_over_the_send_times(sdk: Path) -> None:
-    from rynn_teleop.core.robot_model import JointLimits  # noqa: PLC0415
-    from rynn_teleop.core.safety import SafetyController  # noqa: PLC0415
+    from rynn_teleop.core.robot_model import JointLimits
+    from rynn_teleop.core.safety import SafetyController
 
     dt = 0.005  # [s] nominal control cycle
     velocity = 180.0  # [deg/s] the vendor's joint velocity limit

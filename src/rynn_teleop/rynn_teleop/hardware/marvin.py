@@ -1,38 +1,14 @@
 """TIANJI "Marvin" M6 arms through the vendor's Python wrapper ``fx_robot.py`` (ROS-free).
 
-The vendor SDK is not on PyPI: labs have its ``SDK_PYTHON`` folder (``fx_robot.py``
-next to ``libMarvinSDK.so``, which the wrapper loads from its own directory).
-:class:`MarvinBackend` imports ``fx_robot`` from the folder given as ``sdk_path``
-when :meth:`MarvinBackend.connect` runs, never at import time, so this module
-imports everywhere.
+The vendor SDK is not on PyPI: labs have its ``SDK_PYTHON`` folder (``fx_robot.py`` next to
+``libMarvinSDK.so``, which the wrapper loads from its own directory). :class:`MarvinBackend` imports
+``fx_robot`` from :attr:`MarvinConfig.sdk_path` in :meth:`MarvinBackend.connect`, never at import time,
+so this module imports everywhere.
 
-Units: the controller speaks DEGREES (positions) and deg/s (velocities);
-everything crossing :class:`~rynn_teleop.hardware.base.JointBackend` is SI
-(rad, rad/s, N·m). :func:`to_vendor` is the one place targets are converted,
-and returns exactly what is sent.
-
-Arms: the controller drives two arms, ``'A'`` (feedback index 0) and ``'B'``
-(index 1). ``arm_map`` says which side each is (default left = A, right = B;
-unverified on the real robot, hence a parameter).
-
-Effort: :attr:`JointReading.effort` is ``fb_joint_sToq`` by default, the joint
-torque sensors' reading [N·m] (the whole joint torque, gravity included).
-``effort_field="est_joint_force"`` publishes the controller's estimate of the
-EXTERNAL joint torque instead [N·m]. (``fb_joint_cToq`` is motor current in
-per mille of the rated current, not a torque, and is not offered.)
-
-Streaming: position-follow mode accepts targets up to ``MAX_STREAM_HZ``
-(200 Hz). :meth:`write` paces them with a token bucket on the injected
-``clock``: it refills at ``rate_limit_hz`` tokens per second up to
-``RATE_BURST`` (2) tokens, each target sent takes one, and a target that finds
-less than one token (``RATE_TOLERANCE`` of a token is forgiven as clock
-rounding) is dropped (not delayed: the next write carries the newer target)
-and counted in :meth:`status` as ``skipped_writes``. A deadline-scheduled loop
-at the rate (tick k due at k / rate_limit_hz) whose lateness varies by less
-than a period (a late tick, then an early one) thus sends every target, while over any interval of T seconds at most
-``RATE_BURST + RATE_TOLERANCE + rate_limit_hz * T`` targets are sent (the
-streaming limit on average; at most two back to back). :meth:`enable`'s own
-packets leave the bucket empty.
+Units: the controller speaks DEGREES (positions) and deg/s (velocities); everything crossing
+:class:`~rynn_teleop.hardware.base.JointBackend` is SI (rad, rad/s, N·m). :func:`to_vendor` is the one
+place targets are converted, and returns exactly what is sent. The controller drives two arms, ``'A'``
+(feedback index 0) and ``'B'`` (index 1); :attr:`MarvinConfig.arm_map` says which side each is.
 """
 
 from __future__ import annotations
@@ -43,14 +19,17 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, ModuleType
-from typing import Any, Callable, Mapping, NamedTuple, Sequence
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
-from ..core.robot_model import N_ARM, SIDES, arm_joint_names
-from ..errors import ConfigurationError, HardwareUnavailableError
+from ..core.layout import N_ARM, SIDES
+from ..core.robot_model import arm_joint_names
+from ..errors import ConfigurationError, HardwareUnavailableError, ParameterError
 from .base import JointBackend, JointReading
 
 _LOG = logging.getLogger(__name__)
@@ -74,6 +53,8 @@ SERVO_ERROR_PERIOD = 1.0  # [s] min. time between get_servo_error_code() polls (
 MAX_STREAM_HZ = 200.0  # [Hz] the controller's position-follow streaming limit
 RATE_BURST = 2.0  # [targets] token-bucket capacity: a late tick's target and the early next one may go back to back
 RATE_TOLERANCE = 0.05  # [tokens] a send may leave the bucket this far below empty (clock rounding / timer jitter)
+
+_T = TypeVar("_T")
 
 _SDK_HINT = (
     "the parameter `sdk_path` must point to the Marvin SDK's SDK_PYTHON folder "
@@ -111,7 +92,7 @@ def to_vendor(position: np.ndarray, sides: Sequence[str], arm_map: Mapping[str, 
 class ArmFeedback(NamedTuple):
     """One arm's part of a ``subscribe()`` sample, in SI units (vendor degrees kept for holding)."""
 
-    frame_serial: int  # controller frame counter (changes ~1 kHz while UDP feedback flows)
+    frame_serial: int  # controller frame counter (counts up while UDP feedback flows)
     position_deg: list[float]  # (7,) measured positions as received [deg]
     position: np.ndarray  # (7,) [rad]
     velocity: np.ndarray | None  # (7,) [rad/s]; None if the sample lacks fb_joint_vel
@@ -171,6 +152,96 @@ def _in_error(fb: ArmFeedback) -> bool:
     return fb.cur_state == STATE_ERROR or bool(fb.err_code)
 
 
+# ---------------------------------------------------------------------- settings
+@dataclass(frozen=True)
+class MarvinConfig:
+    """Settings of a :class:`MarvinBackend`, validated on construction.
+
+    Attributes:
+        sdk_path: the Marvin SDK's ``SDK_PYTHON`` folder (``fx_robot.py`` and ``libMarvinSDK.so``); checked by
+            :meth:`MarvinBackend.connect`, not here.
+        ip: controller IPv4 address.
+        arm_map: side -> controller arm (``'A'`` / ``'B'``), a different arm for each side in use (the default,
+            left = A and right = B, is not verified on the real robot). Stored read-only.
+        sides: sides in use and their order in the joint vector (7 joints each); stored as a tuple.
+        vel_ratio: controller joint velocity limit [% of max, 1-100] (sent rounded to an integer).
+        acc_ratio: controller joint acceleration limit [% of max, 1-100] (sent rounded to an integer).
+        feedback_timeout: a frame_serial unchanged this long is a fault [s] (> 0).
+        rate_limit_hz: most targets sent per second on average [Hz] (> 0; the backend lowers a value above
+            :data:`MAX_STREAM_HZ` to it, with a warning).
+        module_name: the wrapper module inside ``sdk_path`` (a Python identifier).
+        effort_field: feedback field published as effort, both [N·m]: ``"fb_joint_sToq"``, the joint torque
+            sensors (the whole joint torque, gravity included), or ``"est_joint_force"``, the controller's
+            estimate of the EXTERNAL joint torque. (``fb_joint_cToq`` is motor current in per mille of the
+            rated current, not a torque, and is not offered.)
+
+    Raises:
+        ParameterError: an invalid field (a :class:`~rynn_teleop.errors.ConfigurationError`); ``key`` and the
+            message name it and its allowed values.
+    """
+
+    sdk_path: str
+    ip: str = "192.168.1.190"
+    arm_map: Mapping[str, str] = field(default_factory=lambda: DEFAULT_ARM_MAP)
+    sides: tuple[str, ...] = SIDES
+    vel_ratio: float = 30.0
+    acc_ratio: float = 30.0
+    feedback_timeout: float = 1.0
+    rate_limit_hz: float = 200.0
+    module_name: str = "fx_robot"
+    effort_field: str = "fb_joint_sToq"
+
+    def __post_init__(self) -> None:
+        sides = tuple(self.sides)
+        if not sides or len(set(sides)) != len(sides) or any(s not in SIDES for s in sides):
+            raise ParameterError("sides", f"marvin: sides must be distinct values of {SIDES}, got {sides!r}")
+        try:
+            arm_map = dict(self.arm_map)
+        except (TypeError, ValueError) as exc:
+            raise ParameterError(
+                "arm_map", f"marvin: arm_map must be a mapping side -> 'A' / 'B', got {self.arm_map!r}"
+            ) from exc
+        missing = [s for s in sides if s not in arm_map]
+        if missing:
+            raise ParameterError("arm_map", f"marvin: arm_map has no arm for side(s) {missing}; got {arm_map!r}")
+        arms = tuple(arm_map[s] for s in sides)
+        if any(a not in ARMS for a in arms) or len(set(arms)) != len(arms):
+            raise ParameterError(
+                "arm_map", f"marvin: arm_map must map each side to a different arm, 'A' or 'B'; got {arm_map!r}"
+            )
+        try:
+            ipaddress.IPv4Address(self.ip)
+        except ValueError as exc:
+            raise ParameterError(
+                "ip", f"marvin: ip must be an IPv4 address like 192.168.1.190, got {self.ip!r}"
+            ) from exc
+        for name in ("vel_ratio", "acc_ratio"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and 1.0 <= value <= 100.0):
+                raise ParameterError(name, f"marvin: {name} must be a percentage in [1, 100], got {value!r}")
+        timeout = self.feedback_timeout
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ParameterError("feedback_timeout", f"marvin: feedback_timeout must be > 0 s, got {timeout!r}")
+        rate = self.rate_limit_hz
+        if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
+            raise ParameterError("rate_limit_hz", f"marvin: rate_limit_hz must be > 0 Hz, got {rate!r}")
+        if not (isinstance(self.module_name, str) and self.module_name.isidentifier()):
+            raise ParameterError(
+                "module_name", f"marvin: module_name must be a Python module name, got {self.module_name!r}"
+            )
+        if self.effort_field not in EFFORT_FIELDS:
+            raise ParameterError(
+                "effort_field", f"marvin: effort_field must be one of {EFFORT_FIELDS}, got {self.effort_field!r}"
+            )
+        object.__setattr__(self, "sides", sides)
+        object.__setattr__(self, "arm_map", MappingProxyType(arm_map))
+
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """The controller arm of each side in use, in ``sides`` order."""
+        return tuple(self.arm_map[s] for s in self.sides)
+
+
 # ---------------------------------------------------------------------- backend
 class MarvinBackend(JointBackend):
     """Both (or one) Marvin M6 arms of one controller (``kind = "marvin"``).
@@ -178,94 +249,58 @@ class MarvinBackend(JointBackend):
     Joints: ``arm_joint_names(side)`` for each side in ``sides`` order (7 each).
     Life cycle as :class:`JointBackend`; :meth:`write` sends only between
     :meth:`enable` and :meth:`stop` / :meth:`disable`.
+
+    Attributes:
+        config: the settings (:class:`MarvinConfig`).
+        sides, arms: the sides in use and the controller arm of each, in joint-vector order.
+        arm_map: side -> controller arm, for the sides in use only.
+        vel_ratio, acc_ratio: the limits sent to the controller [% of max], rounded to integers.
+        rate_limit_hz: the token bucket's refill rate [Hz]: ``config.rate_limit_hz``, at most ``MAX_STREAM_HZ``.
+        sent_writes, skipped_writes, refused_writes, failed_sends: write counters (see :meth:`status`).
     """
 
     kind = "marvin"
 
     def __init__(
         self,
-        sdk_path: str,
-        ip: str = "192.168.1.190",
-        arm_map: Mapping[str, str] = DEFAULT_ARM_MAP,
-        sides: Sequence[str] = SIDES,
-        vel_ratio: float = 30.0,
-        acc_ratio: float = 30.0,
-        feedback_timeout: float = 1.0,
-        rate_limit_hz: float = 200.0,
-        module_name: str = "fx_robot",
+        config: MarvinConfig | str,
         *,
-        effort_field: str = "fb_joint_sToq",
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        **settings: Any,
     ) -> None:
         """
         Args:
-            sdk_path: the Marvin SDK's ``SDK_PYTHON`` folder (``fx_robot.py`` and
-                ``libMarvinSDK.so``); checked by :meth:`connect`.
-            ip: controller IPv4 address.
-            arm_map: side -> controller arm (``'A'`` / ``'B'``), one arm per side.
-            sides: sides in use and their order in the joint vector.
-            vel_ratio: controller joint velocity limit [% of max, 1-100] (sent rounded to an integer).
-            acc_ratio: controller joint acceleration limit [% of max, 1-100] (sent rounded to an integer).
-            feedback_timeout: a frame_serial unchanged this long is a fault [s].
-            rate_limit_hz: most targets sent per second on average [Hz] (the token bucket's refill rate, see
-                :meth:`write`); above ``MAX_STREAM_HZ`` (200, the controller's streaming limit) it is lowered to
-                it with a warning.
-            module_name: the wrapper module inside ``sdk_path``.
-            effort_field: feedback field published as effort: ``"fb_joint_sToq"``
-                (joint torque sensors) or ``"est_joint_force"`` (external torque estimate), both [N·m].
+            config: the settings; or the ``sdk_path`` alone, the other :class:`MarvinConfig` fields then
+                given as keywords (``settings``).
             clock: monotonic time [s] for rate limiting and the servo-error poll (tests inject one).
             sleep: sleeps [s] between the feedback checks of :meth:`connect` (tests inject one).
 
         Raises:
-            ConfigurationError: an invalid argument (the message names it).
+            ConfigurationError: an invalid setting (see :class:`MarvinConfig`), or keyword settings beside a
+                :class:`MarvinConfig`.
         """
-        sides = tuple(sides)
-        if not sides or len(set(sides)) != len(sides) or any(s not in SIDES for s in sides):
-            raise ConfigurationError(f"marvin: sides must be distinct values of {SIDES}, got {sides!r}")
-        missing = [s for s in sides if s not in arm_map]
-        if missing:
-            raise ConfigurationError(f"marvin: arm_map has no arm for side(s) {missing}; got {dict(arm_map)!r}")
-        arms = tuple(arm_map[s] for s in sides)
-        if any(a not in ARMS for a in arms) or len(set(arms)) != len(arms):
+        if not isinstance(config, MarvinConfig):
+            config = MarvinConfig(config, **settings)
+        elif settings:
             raise ConfigurationError(
-                f"marvin: arm_map must map each side to a different arm, 'A' or 'B'; got {dict(arm_map)!r}"
+                f"marvin: settings {sorted(settings)} given beside a MarvinConfig; put them in the config"
             )
-        try:
-            ipaddress.IPv4Address(ip)
-        except ValueError as exc:
-            raise ConfigurationError(f"marvin: ip must be an IPv4 address like 192.168.1.190, got {ip!r}") from exc
-        for name, value in (("vel_ratio", vel_ratio), ("acc_ratio", acc_ratio)):
-            if not (isinstance(value, (int, float)) and 1.0 <= value <= 100.0):
-                raise ConfigurationError(f"marvin: {name} must be a percentage in [1, 100], got {value!r}")
-        if not (isinstance(feedback_timeout, (int, float)) and feedback_timeout > 0):
-            raise ConfigurationError(f"marvin: feedback_timeout must be > 0 s, got {feedback_timeout!r}")
-        if not (isinstance(rate_limit_hz, (int, float)) and math.isfinite(rate_limit_hz) and rate_limit_hz > 0):
-            raise ConfigurationError(f"marvin: rate_limit_hz must be > 0 Hz, got {rate_limit_hz!r}")
-        if not module_name.isidentifier():
-            raise ConfigurationError(f"marvin: module_name must be a Python module name, got {module_name!r}")
-        if effort_field not in EFFORT_FIELDS:
-            raise ConfigurationError(f"marvin: effort_field must be one of {EFFORT_FIELDS}, got {effort_field!r}")
-
-        self.sdk_path = sdk_path
-        self.ip = ip
-        self.sides = sides
-        self.arm_map: Mapping[str, str] = MappingProxyType({s: arm_map[s] for s in sides})
-        self.arms = arms  # controller arm per side, in ``sides`` order
-        self.vel_ratio = round(vel_ratio)  # the wrapper passes it through ctypes.c_int: must be an int
-        self.acc_ratio = round(acc_ratio)
-        self.feedback_timeout = float(feedback_timeout)
-        if rate_limit_hz > MAX_STREAM_HZ:
+        self.config = config
+        self.sides = config.sides
+        self.arms = config.arms  # controller arm per side, in ``sides`` order
+        self.arm_map: Mapping[str, str] = MappingProxyType({s: config.arm_map[s] for s in config.sides})
+        self.vel_ratio = round(config.vel_ratio)  # [%] the wrapper passes it through ctypes.c_int: must be an int
+        self.acc_ratio = round(config.acc_ratio)  # [%]
+        if config.rate_limit_hz > MAX_STREAM_HZ:
             _LOG.warning(
                 "marvin: rate_limit_hz %g is above the controller's %g Hz streaming limit; sending at most %g Hz",
-                rate_limit_hz,
+                config.rate_limit_hz,
                 MAX_STREAM_HZ,
                 MAX_STREAM_HZ,
             )
-        self.rate_limit_hz = min(float(rate_limit_hz), MAX_STREAM_HZ)
-        self.module_name = module_name
-        self.effort_field = effort_field
-        self.joint_names = tuple(n for s in sides for n in arm_joint_names(s))
+        self.rate_limit_hz = min(float(config.rate_limit_hz), MAX_STREAM_HZ)  # [Hz] the token bucket's refill rate
+        self.joint_names = tuple(n for s in config.sides for n in arm_joint_names(s))
         self._clock = clock
         self._sleep = sleep
 
@@ -304,23 +339,16 @@ class MarvinBackend(JointBackend):
         if self._robot is not None:
             return
         sdk = self._import_sdk()
-        try:
-            dcss = sdk.DCSS()
-            robot = sdk.Marvin_Robot()  # loads libMarvinSDK.so (ctypes.CDLL)
-        except Exception as exc:  # OSError for a missing / incompatible libMarvinSDK.so
-            raise HardwareUnavailableError(
-                f"the Marvin SDK in {self.sdk_path} failed to load ({type(exc).__name__}: {exc}); "
-                "is libMarvinSDK.so next to fx_robot.py (built for this machine)?"
-            ) from exc
-        try:
-            ok = robot.connect(self.ip)
-        except Exception as exc:
-            raise HardwareUnavailableError(
-                f"cannot connect to the Marvin controller at {self.ip} ({type(exc).__name__}: {exc})"
-            ) from exc
+        dcss, robot = _vendor_call(
+            lambda: (sdk.DCSS(), sdk.Marvin_Robot()),  # Marvin_Robot() loads libMarvinSDK.so (ctypes.CDLL)
+            f"the Marvin SDK in {self.config.sdk_path} failed to load",
+            "; is libMarvinSDK.so next to fx_robot.py (built for this machine)?",
+        )
+        ip = self.config.ip
+        ok = _vendor_call(lambda: robot.connect(ip), f"cannot connect to the Marvin controller at {ip}")
         if not ok:
             raise HardwareUnavailableError(
-                f"cannot connect to the Marvin controller at {self.ip} (connect returned {ok!r}); "
+                f"cannot connect to the Marvin controller at {ip} (connect returned {ok!r}); "
                 "check the cable, that the controller is on and that this host can ping it"
             )
         try:
@@ -333,15 +361,15 @@ class MarvinBackend(JointBackend):
         self._stopped = False
         self._serial_changed_at.clear()
         self._stale.clear()
-        _LOG.info("marvin: connected to %s, arms %s", self.ip, dict(self.arm_map))
+        _LOG.info("marvin: connected to %s, arms %s", self.config.ip, dict(self.arm_map))
 
     def _import_sdk(self) -> ModuleType:
-        folder_text = self.sdk_path or ""
+        folder_text = self.config.sdk_path or ""
         folder = Path(folder_text)
         if not folder_text or not folder.is_dir():
             raise HardwareUnavailableError(f"marvin: sdk_path {folder_text!r} is not a folder; {_SDK_HINT}")
         folder = folder.resolve()
-        name = self.module_name
+        name = self.config.module_name
         if not (folder / f"{name}.py").is_file():
             raise HardwareUnavailableError(f"marvin: no {name}.py in {folder}; {_SDK_HINT}")
         cached = sys.modules.get(name)
@@ -396,7 +424,7 @@ class MarvinBackend(JointBackend):
                 return
         quiet = [a for a in self.arms if a not in moving]
         raise HardwareUnavailableError(
-            f"connected to {self.ip} but no feedback arrives (UDP blocked by a firewall?): frame_serial of "
+            f"connected to {self.config.ip} but no feedback arrives (UDP blocked by a firewall?): frame_serial of "
             f"arm(s) {', '.join(quiet)} is zero or unchanged over {FEEDBACK_CHECK_READS} reads "
             f"{FEEDBACK_CHECK_PERIOD * 1e3:.0f} ms apart"
         )
@@ -408,13 +436,10 @@ class MarvinBackend(JointBackend):
 
     def _subscribe(self) -> dict[str, ArmFeedback]:
         robot = self._require()
-        try:
-            sample = robot.subscribe(self._dcss)
-        except Exception as exc:
-            raise HardwareUnavailableError(
-                f"marvin: reading feedback from {self.ip} failed ({type(exc).__name__}: {exc})"
-            ) from exc
-        fb = {arm: parse_feedback(sample, arm, self.effort_field) for arm in self.arms}
+        sample = _vendor_call(
+            lambda: robot.subscribe(self._dcss), f"marvin: reading feedback from {self.config.ip} failed"
+        )
+        fb = {arm: parse_feedback(sample, arm, self.config.effort_field) for arm in self.arms}
         self._feedback = fb
         return fb
 
@@ -484,7 +509,7 @@ class MarvinBackend(JointBackend):
             if last is None or last[0] != serial:
                 self._serial_changed_at[arm] = (serial, now)
                 self._stale.pop(arm, None)
-            elif now - last[1] >= self.feedback_timeout:
+            elif now - last[1] >= self.config.feedback_timeout:
                 if arm not in self._stale:
                     _LOG.error("marvin: arm %s: no feedback for %.2f s", arm, now - last[1])
                 self._stale[arm] = now - last[1]
@@ -551,7 +576,7 @@ class MarvinBackend(JointBackend):
         arms = "".join(sorted(self.arms))  # 'A', 'B' or 'AB'
         try:
             self._robot.soft_stop(arms)
-        except Exception as exc:  # never raise from an emergency stop; report it as a fault
+        except Exception as exc:  # noqa: BLE001 - never raise from an emergency stop; reported as a fault
             self._stop_failed = f"soft_stop({arms!r}) failed: {type(exc).__name__}: {exc}"
             _LOG.error("marvin: %s", self._stop_failed)
             return
@@ -579,14 +604,14 @@ class MarvinBackend(JointBackend):
             return
         try:
             self.disable()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - close() must still release the controller; the error is logged
             _LOG.error("marvin: disabling the arms on close failed: %s: %s", type(exc).__name__, exc)
         finally:
             self._robot = None
             self._dcss = None
             self._enabled = False
             _release(robot)
-            _LOG.info("marvin: released the controller at %s", self.ip)
+            _LOG.info("marvin: released the controller at %s", self.config.ip)
 
     def __del__(self) -> None:
         try:
@@ -602,7 +627,7 @@ class MarvinBackend(JointBackend):
         per ``SERVO_ERROR_PERIOD`` s (the last values are repeated in between).
         """
         out: dict[str, Any] = {
-            "ip": self.ip,
+            "ip": self.config.ip,
             "connected": self.connected,
             "enabled": self._enabled,
             "stopped": self._stopped,
@@ -610,7 +635,7 @@ class MarvinBackend(JointBackend):
             "skipped_writes": self.skipped_writes,
             "refused_writes": self.refused_writes,
             "failed_sends": self.failed_sends,
-            "effort_field": self.effort_field,
+            "effort_field": self.config.effort_field,
         }
         robot = self._robot
         now = self._clock()
@@ -624,9 +649,9 @@ class MarvinBackend(JointBackend):
             for arm in self.arms:
                 try:
                     self._servo_errors[arm] = robot.get_servo_error_code(arm)
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - diagnostics must not fail; the error is the reported value
                     self._servo_errors[arm] = f"{type(exc).__name__}: {exc}"
-        for side, arm in zip(self.sides, self.arms):
+        for side, arm in zip(self.sides, self.arms, strict=True):
             key = f"arm_{arm}"
             fb = self._feedback.get(arm)
             out[f"{key}.side"] = side
@@ -642,18 +667,26 @@ class MarvinBackend(JointBackend):
     def faults(self) -> list[str]:
         """Arms in error (cur_state 100 or err_code != 0), stale feedback, a failed soft stop (as of the last read)."""
         out: list[str] = []
-        for side, arm in zip(self.sides, self.arms):
+        for side, arm in zip(self.sides, self.arms, strict=True):
             fb = self._feedback.get(arm)
             if fb is not None and _in_error(fb):
                 out.append(f"arm {arm} ({side}) in error: cur_state {fb.cur_state}, err_code {fb.err_code}")
             if arm in self._stale:
                 out.append(
-                    f"arm {arm} ({side}): no feedback for {self._stale[arm]:.2f} s "
-                    f"(frame_serial stuck at {self._serial_changed_at[arm][0]}; timeout {self.feedback_timeout:g} s)"
+                    f"arm {arm} ({side}): no feedback for {self._stale[arm]:.2f} s (frame_serial stuck at "
+                    f"{self._serial_changed_at[arm][0]}; timeout {self.config.feedback_timeout:g} s)"
                 )
         if self._stop_failed:
             out.append(self._stop_failed)
         return out
+
+
+def _vendor_call(call: Callable[[], _T], failure: str, hint: str = "") -> _T:
+    """``call()``; an exception from it becomes HardwareUnavailableError ``"{failure} ({type}: {message}){hint}"``."""
+    try:
+        return call()
+    except Exception as exc:  # the vendor wrapper raises anything: OSError from ctypes, its own errors, ...
+        raise HardwareUnavailableError(f"{failure} ({type(exc).__name__}: {exc}){hint}") from exc
 
 
 def _module_dir(module: ModuleType) -> Path | None:
@@ -664,5 +697,5 @@ def _module_dir(module: ModuleType) -> Path | None:
 def _release(robot: Any) -> None:
     try:
         robot.release_robot()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - releasing is the last step of close(), which must not fail; logged
         _LOG.error("marvin: release_robot() failed: %s: %s", type(exc).__name__, exc)

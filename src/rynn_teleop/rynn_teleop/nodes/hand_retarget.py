@@ -47,7 +47,7 @@ from .base import TeleopNode, run_single
 from .conversions import stamp_to_seconds
 
 LATENCY_BUDGET_MS = 15.0  # glove frame -> its /hands/command, p99 (shown against in diagnostics)
-RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # 100: ~0.5 s for a subscriber that falls behind
+RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # 100: ~0.5 s for a late subscriber
 
 
 class HandRetargetNode(TeleopNode):

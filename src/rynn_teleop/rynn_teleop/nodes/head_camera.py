@@ -27,7 +27,7 @@ from sensor_msgs.msg import CameraInfo, Image
 from ..core.camera import parse_profile
 from ..core.params import Param, ParamSchema
 from ..errors import ConfigurationError, ParameterError
-from ..sources.camera import make_camera_source
+from ..sources.camera import CAMERA_KINDS, make_camera_source
 from .base import TeleopNode, run_single
 from .conversions import camera_info_message, image_message
 
@@ -37,11 +37,13 @@ class HeadCameraNode(TeleopNode):
     SCHEMA = ParamSchema(
         "head_camera",
         [
-            Param("source", str, "synthetic", "camera backend", choices=("synthetic", "replay", "realsense")),
+            Param("source", str, "synthetic", "camera backend", choices=CAMERA_KINDS),
             Param("namespace", str, "/head_camera/physical", "topic prefix (color/..., depth/...)"),
             Param("color_frame_id", str, "camera_color_optical_frame", "frame id of colour images"),
             Param("depth_frame_id", str, "camera_depth_optical_frame", "frame id of depth images"),
-            Param("poll_hz", float, 200.0, "how often the backend is polled for new frames (bounds the capture-to-publish delay)", "Hz", min=5.0, max=1000.0),
+            Param("poll_hz", float, 200.0,
+                  "how often the backend is polled for new frames (bounds the capture-to-publish delay)", "Hz",
+                  min=5.0, max=1000.0),
             Param("synthetic.profile", str, "640x480x30", "synthetic scene: WIDTHxHEIGHTxFPS"),
             Param("synthetic.seed", int, 0, "synthetic scene: random seed", min=0, max=2**31 - 1),
             Param("synthetic.depth", bool, True, "synthetic scene: also publish depth"),
@@ -131,9 +133,8 @@ class HeadCameraNode(TeleopNode):
                 self._depth_info_pub.publish(camera_info_message(depth_intr, stamp, frame_id))
             self.frames += 1
             self.meter("color").tick(now, now - frame.stamp)
-        prepare_next = getattr(self.source, "prepare_next", None)
-        if frames and prepare_next is not None:
-            prepare_next()  # synthetic: draw the next frame now, off its delivery path
+        if frames:
+            self.source.prepare_next()
 
     def diagnostic_values(self):
         values = {"source": self.params["source"], "frames": self.frames, "read_errors": self.read_errors}

@@ -189,7 +189,7 @@ class TrackerNode(TeleopNode):
         for role in self._stale - stale:
             self.get_logger().info(f"tracker {role} tracking again")
         self._stale = stale
-        if getattr(self.source, "finished", False) and not self._finished_logged:
+        if self.source.finished and not self._finished_logged:
             self._finished_logged = True
             self.get_logger().info("replay finished")
 
@@ -210,7 +210,7 @@ class TrackerNode(TeleopNode):
             values[f"{role}.stale_events"] = t.stale_events[role]
         if t.unknown_serials:
             values["unknown_serials"] = ",".join(f"{s}({n})" for s, n in sorted(t.unknown_serials.items()))
-        if getattr(self.source, "finished", False):
+        if self.source.finished:
             values["replay"] = "finished"
         return values
 

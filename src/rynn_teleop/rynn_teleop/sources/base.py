@@ -39,6 +39,12 @@ class PolledSource(ABC, Generic[Sample]):
     def close(self) -> None:
         """Release the device or file; calling it again does nothing."""
 
+    @property
+    def finished(self) -> bool:
+        """True once a finite source (a replay that does not loop) has returned its last sample; a live or
+        looping source never finishes."""
+        return False
+
     def __enter__(self):
         return self
 

@@ -36,6 +36,10 @@ class CameraSource(PolledSource[CameraFrame]):
         self._depth_intrinsics: CameraIntrinsics | None = None
         self.dropped = 0  # frames skipped because a read came too late (see the source's max_backlog)
 
+    def prepare_next(self) -> None:
+        """Do the work of the next :meth:`read` now, off the frame's delivery path (a synthetic scene renders
+        its next frame); the node calls it after delivering frames. Default: nothing to prepare."""
+        return None
 
     @property
     def intrinsics(self) -> CameraIntrinsics:

@@ -1,227 +1,41 @@
-"""A procedurally drawn tabletop seen by the head camera (deterministic, ROS-free).
+"""The synthetic head camera: a procedurally drawn tabletop on a fixed frame grid (deterministic, ROS-free).
 
-The scene is ray-cast once through a pinhole camera, so the colour image, the
-depth image and the intrinsics agree exactly:
-
-* world frame: z up, the table top is the plane z = 0, y points away from
-  the camera; the camera is :data:`CAMERA_HEIGHT` above the table at y = 0,
-  pitched :data:`CAMERA_PITCH_DEG` down, optical axes x right, y down, z forward;
-* a wooden table (planks with grain; x in +-:data:`TABLE_HALF_WIDTH`, far edge
-  at y = :data:`TABLE_FAR_Y`) in front of a wall (y = :data:`WALL_Y`) above a
-  floor (z = :data:`FLOOR_Z`); the table shows as a trapezoid;
-* four objects at positions drawn from ``numpy.random.default_rng(seed)``: a
-  red cube, a green cylinder, a blue bowl and a yellow ball, lit by one
-  directional light (:data:`LIGHT_DIR`) with soft shadows on the table;
-* with ``moving=True`` the ball slides left and right along x:
-  x(t) = x0 + :data:`BALL_AMPLITUDE` * sin(2 pi t / :data:`BALL_PERIOD_S`).
-
-Speed: the static scene (everything but the ball) is rendered once, lazily
-(about 0.3 s at 640x480); a frame copies it and redraws only the ball and its
-shadow in their bounding boxes (about 1.3 ms at 640x480 on one core). Colour is
-anti-aliased by 2x2 supersampling; depth is sampled at the pixel centres.
-
-Depth is uint16 millimetres (z in the optical frame), exact (no sensor
-noise or holes). Intrinsics: :func:`~rynn_teleop.core.camera.default_intrinsics`
-(D435-like: fx = fy = 615 * width / 640, principal point at the image centre,
-no distortion).
+The scene (geometry, ray caster, units) is :mod:`.scene`; this module is the camera source that plays it:
+frame k shows the scene at t = k / fps [s], with the ball sliding along x when ``moving``. Depth is uint16
+millimetres, exact (no sensor noise or holes), registered to the colour image.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import NamedTuple
 
-import cv2
 import numpy as np
 
-from ...core.camera import (
-    DEFAULT_DEPTH_SCALE,
-    CameraFrame,
-    CameraIntrinsics,
-    default_intrinsics,
-)
+from ...core.camera import DEFAULT_DEPTH_SCALE, CameraFrame, CameraIntrinsics
 from ...errors import ConfigurationError
 from .base import DEFAULT_MAX_BACKLOG, CameraSource
+from .scene import SceneObject, TabletopScene
+
+__all__ = ["SceneObject", "SyntheticScene"]
 
 _LOG = logging.getLogger(__name__)
 
-# The robot's head camera (urdf/robot.yaml: pitched 45 deg down, optical centre 1.38 m above base_link) over
-# a table whose top is at z = 0.68 m in base_link, just below the hands at the arms' home posture, so the world
-# model's robot drawn over this scene stands at the table.
-CAMERA_HEIGHT = 0.70  # [m] optical centre above the table top
-CAMERA_PITCH_DEG = 45.0  # [deg] optical axis below the horizontal
-TABLE_HALF_WIDTH = 0.55  # [m] table spans x in [-0.55, 0.55]
-TABLE_FAR_Y = 1.10  # [m] far edge of the table (the near edge is below the image)
-TABLE_NEAR_Y = -0.20  # [m]
-WALL_Y = 1.40  # [m] the wall behind the table
-FLOOR_Z = -0.75  # [m] the floor, below the table top
-PLANK_WIDTH = 0.14  # [m] table planks run along y
-LIGHT_DIR = np.array([-0.35, -0.45, 1.0]) / np.linalg.norm([-0.35, -0.45, 1.0])  # towards the light
-AMBIENT = 0.42  # [-] ambient share of the lighting
-DIFFUSE = 0.75  # [-] Lambertian share
-SHADOW_STRENGTH = 0.55  # [-] fraction of the light a full shadow removes
-SPECULAR = 0.35  # [-] highlight strength of the ball and the cylinder
-SUPERSAMPLING = 2  # [-] colour samples per pixel along u and v
-
-CUBE_SIZE = 0.07  # [m] edge
-CYLINDER_RADIUS, CYLINDER_HEIGHT = 0.035, 0.12  # [m]
-BOWL_RADIUS = 0.065  # [m] a hemisphere, open at the top
-BALL_RADIUS = 0.035  # [m]
-BALL_AMPLITUDE = 0.11  # [m] half the ball's travel along x
-BALL_PERIOD_S = 6.0  # [s] one back-and-forth of the ball
-
-_BG, _TABLE, _WALL, _FLOOR, _CUBE, _CYLINDER, _BOWL = range(7)  # surface ids
-_ALBEDO = {  # linear RGB reflectance [-]
-    _WALL: (0.80, 0.82, 0.86),
-    _FLOOR: (0.30, 0.30, 0.33),
-    _CUBE: (0.82, 0.12, 0.10),
-    _CYLINDER: (0.14, 0.62, 0.22),
-    _BOWL: (0.16, 0.32, 0.82),
-}
-_BOWL_INSIDE = (0.40, 0.58, 0.92)
-_BALL_ALBEDO = np.array([0.96, 0.80, 0.08])
-_CUBE_CORNERS = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)], float)  # (8, 3)
-_SQUARE_CORNERS = np.array([[sx, sy, 0.0] for sx in (-1, 1) for sy in (-1, 1)])  # (4, 3), in the z = 0 plane
-_TABLE_ALBEDO = np.array([0.62, 0.43, 0.26])
-
-
-class SceneObject(NamedTuple):
-    """One object of the synthetic scene (world frame, z up, table top at z = 0)."""
-
-    name: str  # "red_cube" | "green_cylinder" | "blue_bowl" | "yellow_ball"
-    center: np.ndarray  # (3,) [m] centre of its footprint on the table (the ball's at t = 0)
-    size: float  # [m] edge (cube), diameter (others)
-
-
-def _camera_rotation() -> np.ndarray:
-    """(3, 3) R_world_camera: columns are the optical x (right), y (down), z (forward) axes."""
-    p = math.radians(CAMERA_PITCH_DEG)
-    z = np.array([0.0, math.cos(p), -math.sin(p)])
-    x = np.array([1.0, 0.0, 0.0])
-    return np.column_stack([x, np.cross(z, x), z])
-
-
-def _sphere_span(x: float, z: float, radius: float, f: float, c: float, lo: int, hi: int) -> tuple[int, int]:
-    """Pixel indices [first, end) along one image axis, within [lo, hi), outside which no ray through a pixel
-    (within 0.5 px of its centre) meets a sphere of ``radius`` [m] centred at ``x`` (that axis' optical
-    coordinate) and depth ``z`` [m]; ``f``, ``c`` are the axis' focal length and principal point [px].
-
-    The bounds are the tangent planes through the optical centre (x = k z), widened by 1 px; a centre within
-    the radius of the camera (no tangent planes) gives [lo, hi).
-    """
-    q = z * z - radius * radius
-    if q <= 0.0:
-        return lo, hi
-    root = radius * math.sqrt(x * x + q)
-    first = math.floor(f * (x * z - root) / q + c - 1.5)
-    end = math.ceil(f * (x * z + root) / q + c + 1.5) + 1
-    return max(first, lo), min(end, hi)
-
-
-def _smoothstep(e0: float | np.ndarray, e1: float | np.ndarray, x: np.ndarray) -> np.ndarray:
-    s = np.clip((x - e0) / (e1 - e0), 0.0, 1.0)
-    return s * s * (3.0 - 2.0 * s)
-
-
-# ------------------------------------------------------------------------------------ ray casting
-# Rays are P(t) = o + t * d. Camera rays use d = R_world_camera @ ((u - cx) / fx, (v - cy) / fy, 1), so
-# the parameter t of a hit is its depth (z in the optical frame). Each function takes (N, 3) directions
-# and one origin (3,) or one origin per ray (N, 3), and returns (t, normal), t = inf where the ray misses.
-
-
-def _dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return np.sum(a * b, axis=-1)
-
-
-def _hit_plane(o: np.ndarray, d: np.ndarray, axis: int, value: float) -> np.ndarray:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t = (value - o[..., axis]) / d[:, axis]
-    return np.where(t > 1e-6, t, np.inf)
-
-
-def _hit_box(o: np.ndarray, d: np.ndarray, center: np.ndarray, half: float, yaw: float):
-    c, s = math.cos(yaw), math.sin(yaw)
-    R = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])  # box axes -> world
-    ol = (o - center) @ R  # rows: R.T @ (o - center)
-    dl = d @ R
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t1 = (-half - ol) / dl
-        t2 = (half - ol) / dl
-    tn = np.nan_to_num(np.minimum(t1, t2), nan=-np.inf)
-    tf = np.nan_to_num(np.maximum(t1, t2), nan=np.inf)
-    t_near, t_far = tn.max(axis=1), tf.min(axis=1)
-    hit = (t_far >= t_near) & (t_near > 1e-6)
-    rows, axis = np.arange(len(d)), tn.argmax(axis=1)
-    nl = np.zeros_like(d)
-    nl[rows, axis] = -np.sign(dl[rows, axis])
-    return np.where(hit, t_near, np.inf), nl @ R.T
-
-
-def _hit_cylinder(o: np.ndarray, d: np.ndarray, center: np.ndarray, radius: float, height: float):
-    """A solid vertical cylinder standing on z = center z (its side and its top)."""
-    oc = o - center
-    ox, oy = oc[..., 0], oc[..., 1]
-    a = d[:, 0] ** 2 + d[:, 1] ** 2
-    b = ox * d[:, 0] + oy * d[:, 1]
-    disc = b * b - a * (ox * ox + oy * oy - radius * radius)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        t_side = (-b - np.sqrt(disc)) / a
-    z = oc[..., 2] + t_side * d[:, 2]
-    side = (disc >= 0) & (t_side > 1e-6) & (z >= 0.0) & (z <= height)
-    t_side = np.where(side, t_side, np.inf)
-    t_top = _hit_plane(oc, d, 2, height)
-    px, py = ox + t_top * d[:, 0], oy + t_top * d[:, 1]
-    with np.errstate(invalid="ignore"):
-        t_top = np.where(px * px + py * py <= radius * radius, t_top, np.inf)
-    t = np.minimum(t_side, t_top)
-    on_side = np.isfinite(t_side) & (t_side <= t_top)
-    tt = np.where(np.isfinite(t), t, 0.0)
-    n = np.zeros_like(d)
-    n[:, 0] = np.where(on_side, (ox + tt * d[:, 0]) / radius, 0.0)
-    n[:, 1] = np.where(on_side, (oy + tt * d[:, 1]) / radius, 0.0)
-    n[:, 2] = np.where(on_side, 0.0, 1.0)
-    return t, n
-
-
-def _sphere_roots(o: np.ndarray, d: np.ndarray, center: np.ndarray, radius: float):
-    oc = o - center
-    a = _dot(d, d)
-    b = _dot(d, oc)
-    disc = b * b - a * (_dot(oc, oc) - radius * radius)
-    root = np.sqrt(np.maximum(disc, 0.0))
-    miss = disc < 0
-    return np.where(miss, np.inf, (-b - root) / a), np.where(miss, np.inf, (-b + root) / a)
-
-
-def _point(o: np.ndarray, d: np.ndarray, t: np.ndarray) -> np.ndarray:
-    return o + np.where(np.isfinite(t), t, 0.0)[:, None] * d
-
-
-def _hit_sphere(o: np.ndarray, d: np.ndarray, center: np.ndarray, radius: float):
-    t, _ = _sphere_roots(o, d, center, radius)
-    t = np.where(t > 1e-6, t, np.inf)
-    return t, (_point(o, d, t) - center) / radius
-
-
-def _hit_bowl(o: np.ndarray, d: np.ndarray, center: np.ndarray, radius: float):
-    """The lower half of a sphere (z <= centre z): outside seen from below the rim, inside through the opening."""
-    t1, t2 = _sphere_roots(o, d, center, radius)
-    outer = (t1 > 1e-6) & np.isfinite(t1) & (_point(o, d, t1)[:, 2] <= center[2])
-    inner = ~outer & (t2 > 1e-6) & np.isfinite(t2) & (_point(o, d, t2)[:, 2] <= center[2])
-    t = np.where(outer, t1, np.where(inner, t2, np.inf))
-    n = (_point(o, d, t) - center) / radius
-    return t, np.where(inner[:, None], -n, n)
-
 
 class SyntheticScene(CameraSource):
-    """A tabletop scene rendered on a fixed frame grid (see the module doc).
+    """The tabletop of :class:`~.scene.TabletopScene` as a camera source on a fixed frame grid.
 
     Frames exist at t_k = t_start + k / fps [s]; :meth:`read` returns the ones
     not yet returned with t_k <= now, oldest first, at most ``max_backlog``
     per call (the newest; older due frames are dropped and counted in
     :attr:`dropped`). A frame depends only on (seed, k / fps), never on when
     :meth:`read` is called.
+
+    Attributes:
+        scene: the geometry and ray caster.
+        camera_intrinsics: intrinsics of colour and depth (known before :meth:`start`).
+        T_world_camera: (4, 4) the optical frame in the scene's world frame [m].
+        objects: the scene's objects (cube, cylinder, bowl, ball).
     """
 
     kind = "synthetic"
@@ -239,7 +53,7 @@ class SyntheticScene(CameraSource):
         """
         Args:
             width, height: image size [px] (16..4096).
-            fps: frame rate [Hz].
+            fps: frame rate [Hz] (> 0).
             seed: seed of the object layout (and the wood pattern).
             depth: produce depth images.
             moving: the ball slides (otherwise every frame is the same).
@@ -249,347 +63,43 @@ class SyntheticScene(CameraSource):
             ConfigurationError: a size, rate or backlog out of range.
         """
         super().__init__()
-        if not (16 <= int(width) <= 4096 and 16 <= int(height) <= 4096):
-            raise ConfigurationError(f"synthetic camera: size {width}x{height} out of range (16..4096 px)")
+        self.scene = TabletopScene(width, height, seed)
         if not (math.isfinite(fps) and fps > 0):
             raise ConfigurationError(f"synthetic camera: fps must be > 0, got {fps}")
         if int(max_backlog) < 1:
             raise ConfigurationError(f"synthetic camera: max_backlog must be >= 1, got {max_backlog}")
-        self.width, self.height = int(width), int(height)
+        self.width, self.height = self.scene.width, self.scene.height
         self.fps = float(fps)
-        self.seed = int(seed)
+        self.seed = self.scene.seed
         self.depth = bool(depth)
         self.moving = bool(moving)
         self.max_backlog = int(max_backlog)
-        self.camera_intrinsics: CameraIntrinsics = default_intrinsics(self.width, self.height)
-        self.T_world_camera = np.eye(4)  # (4, 4) optical frame in the scene's world frame
-        self.T_world_camera[:3, :3] = _camera_rotation()
-        self.T_world_camera[:3, 3] = (0.0, 0.0, CAMERA_HEIGHT)
-        self.objects, self._cube_yaw, self._plank_phase = self._layout(np.random.default_rng(self.seed))
-        self._static: dict[str, np.ndarray] | None = None  # rendered lazily by _prepare()
+        self.camera_intrinsics: CameraIntrinsics = self.scene.intrinsics
+        self.T_world_camera = self.scene.T_world_camera
+        self.objects = self.scene.objects
         self._t_start: float | None = None
         self._next_k = 0
+        self._ahead: tuple[int, CameraFrame] | None = None  # (k, frame) rendered ahead of time
         self._closed = False
 
-    # ----------------------------------------------------------------------------- layout
-    def _project(self, p: np.ndarray) -> tuple[float, float, float]:
-        """(u, v, depth) [px, px, m] of a world point."""
-        R, c = self.T_world_camera[:3, :3], self.T_world_camera[:3, 3]
-        x, y, z = R.T @ (np.asarray(p, float) - c)
-        K = self.camera_intrinsics
-        return K.fx * x / z + K.cx, K.fy * y / z + K.cy, z
-
-    def _layout(self, rng: np.random.Generator) -> tuple[tuple[SceneObject, ...], float, np.ndarray]:
-        ball_y = rng.uniform(0.58, 0.72)
-        ball_x = rng.uniform(-0.06, 0.06)
-        cube_yaw = rng.uniform(0.0, math.pi / 2)
-        plank_phase = rng.uniform(0.0, 2 * math.pi, size=32)
-        placed: list[tuple[float, float, float]] = []  # x, y, footprint radius [m]
-        objects: list[SceneObject] = []
-        specs = (
-            ("red_cube", CUBE_SIZE * 0.72, CUBE_SIZE, CUBE_SIZE),
-            ("green_cylinder", CYLINDER_RADIUS, 2 * CYLINDER_RADIUS, CYLINDER_HEIGHT),
-            ("blue_bowl", BOWL_RADIUS, 2 * BOWL_RADIUS, BOWL_RADIUS),
-        )
-        margin = 0.08 * self.width, 0.08 * self.height
-        for name, radius, size, top in specs:
-            for _ in range(2000):
-                x, y = rng.uniform(-0.30, 0.30), rng.uniform(0.40, 1.00)
-                clear_lane = abs(y - ball_y) > radius + BALL_RADIUS + 0.04 or (
-                    abs(x - ball_x) > BALL_AMPLITUDE + radius + BALL_RADIUS + 0.04
-                )
-                apart = all(math.hypot(x - px, y - py) > radius + pr + 0.05 for px, py, pr in placed)
-                u0, v0, _ = self._project((x, y, 0.0))
-                u1, v1, _ = self._project((x, y, top))
-                visible = all(
-                    margin[0] <= u <= self.width - margin[0] and margin[1] <= v <= self.height - margin[1]
-                    for u, v in ((u0, v0), (u1, v1))
-                )
-                if clear_lane and apart and visible:
-                    break
-            else:
-                _LOG.warning("synthetic camera: no free spot for the %s (seed %d); it may overlap", name, self.seed)
-            placed.append((x, y, radius))
-            objects.append(SceneObject(name, np.array([x, y, 0.0]), size))
-        objects.append(SceneObject("yellow_ball", np.array([ball_x, ball_y, 0.0]), 2 * BALL_RADIUS))
-        return tuple(objects), cube_yaw, plank_phase
-
     def ball_center(self, t: float) -> np.ndarray:
-        """(3,) world position [m] of the ball's centre at ``t`` [s since start]."""
-        ball = self.objects[-1].center
-        x = ball[0] + (BALL_AMPLITUDE * math.sin(2 * math.pi * t / BALL_PERIOD_S) if self.moving else 0.0)
-        return np.array([x, ball[1], BALL_RADIUS])
-
-    # ----------------------------------------------------------------------------- rendering
-    def _rays(self, us: np.ndarray, vs: np.ndarray) -> np.ndarray:
-        """(N, 3) world ray directions (optical z component 1) of pixel coordinates (N,), (N,)."""
-        K = self.camera_intrinsics
-        cam = np.stack([(us - K.cx) / K.fx, (vs - K.cy) / K.fy, np.ones_like(us)], axis=1)
-        return cam @ self.T_world_camera[:3, :3].T
-
-    def _pixel_box(self, corners: np.ndarray, pad: int = 2) -> tuple[int, int, int, int]:
-        """(u0, v0, u1, v1) [px, end exclusive, clipped to the image] around world points (N, 3) in front."""
-        R, c = self.T_world_camera[:3, :3], self.T_world_camera[:3, 3]
-        cam = (np.asarray(corners, float) - c) @ R
-        K = self.camera_intrinsics
-        u = K.fx * cam[:, 0] / cam[:, 2] + K.cx
-        v = K.fy * cam[:, 1] / cam[:, 2] + K.cy
-        u0, v0 = math.floor(u.min()) - pad, math.floor(v.min()) - pad
-        u1, v1 = math.ceil(u.max()) + pad + 1, math.ceil(v.max()) + pad + 1
-        return max(u0, 0), max(v0, 0), min(u1, self.width), min(v1, self.height)
-
-    def _static_objects(self) -> list[tuple[int, object, tuple, np.ndarray]]:
-        """(surface id, hit function, its arguments, (8, 3) bounding corners [m]) of the static objects."""
-        cube, cyl, bowl = (obj.center for obj in self.objects[:3])
-        unit = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (0, 1)], float)
-
-        def box(c: np.ndarray, r: float, h: float) -> np.ndarray:  # corners of an upright box around a footprint
-            return c + unit * (r, r, h)
-
-        half_diag = CUBE_SIZE / math.sqrt(2.0)
-        return [
-            (_CUBE, _hit_box, (cube + (0.0, 0.0, CUBE_SIZE / 2), CUBE_SIZE / 2, self._cube_yaw),
-             box(cube, half_diag, CUBE_SIZE)),
-            (_CYLINDER, _hit_cylinder, (cyl, CYLINDER_RADIUS, CYLINDER_HEIGHT),
-             box(cyl, CYLINDER_RADIUS, CYLINDER_HEIGHT)),
-            (_BOWL, _hit_bowl, (bowl + (0.0, 0.0, BOWL_RADIUS), BOWL_RADIUS), box(bowl, BOWL_RADIUS, BOWL_RADIUS)),
-        ]
-
-    def _cast_static(self, us: np.ndarray, vs: np.ndarray):
-        """(t, surface id, hit point, normal, ray) of the static scene for pixel coordinates (N,), (N,)."""
-        o = self.T_world_camera[:3, 3]
-        d = self._rays(us, vs)
-        t_best = np.full(len(d), np.inf)
-        ids = np.full(len(d), _BG, dtype=np.int8)
-        normals = np.zeros_like(d)
-
-        def keep(sid: int, t: np.ndarray, n, sel: np.ndarray | None = None) -> None:
-            if sel is None:
-                closer = np.nonzero(t < t_best)[0]
-                t_closer = t[closer]
-            else:
-                hit = t < t_best[sel]
-                closer, t_closer = sel[hit], t[hit]
-                n = n[hit]
-            t_best[closer] = t_closer
-            ids[closer] = sid
-            normals[closer] = n if np.ndim(n) == 1 else n[closer] if sel is None else n
-
-        t_table = _hit_plane(o, d, 2, 0.0)
-        with np.errstate(invalid="ignore"):
-            px, py = o[0] + t_table * d[:, 0], o[1] + t_table * d[:, 1]
-            on_table = (np.abs(px) <= TABLE_HALF_WIDTH) & (py >= TABLE_NEAR_Y) & (py <= TABLE_FAR_Y)
-        keep(_TABLE, np.where(on_table, t_table, np.inf), np.array([0.0, 0.0, 1.0]))
-        keep(_WALL, _hit_plane(o, d, 1, WALL_Y), np.array([0.0, -1.0, 0.0]))
-        keep(_FLOOR, _hit_plane(o, d, 2, FLOOR_Z), np.array([0.0, 0.0, 1.0]))
-        for sid, fn, args, corners in self._static_objects():
-            u0, v0, u1, v1 = self._pixel_box(corners)
-            sel = np.nonzero((us >= u0) & (us < u1) & (vs >= v0) & (vs < v1))[0]
-            if sel.size:
-                t, n = fn(o, d[sel], *args)
-                keep(sid, t, n, sel)
-        return t_best, ids, _point(o, d, t_best), normals, d
-
-    def _albedo(self, ids: np.ndarray, points: np.ndarray, normals: np.ndarray) -> np.ndarray:
-        albedo = np.zeros((len(ids), 3))
-        for sid, rgb in _ALBEDO.items():
-            albedo[ids == sid] = rgb
-        albedo[(ids == _BOWL) & (normals[:, 2] > 0.0)] = _BOWL_INSIDE  # the inside faces up
-        table = ids == _TABLE
-        if table.any():
-            x, y = points[table, 0], points[table, 1]
-            across = (x + TABLE_HALF_WIDTH) / PLANK_WIDTH
-            plank = np.clip(np.floor(across).astype(int), 0, len(self._plank_phase) - 1)
-            phase = self._plank_phase[plank]
-            grain = 0.65 * np.sin(2 * math.pi * (x * 23.0 + 0.5 * np.sin(y * 5.0 + phase)) + 3.0 * phase) + 0.35 * (
-                np.sin(2 * math.pi * (x * 67.0 + 0.25 * np.sin(y * 11.0 + 2.0 * phase)))
-            )
-            tone = 0.93 + 0.14 * (phase / (2 * math.pi) - 0.5)  # each plank a little different
-            gap = 0.55 + 0.45 * _smoothstep(0.0, 0.02, np.abs(across - np.round(across)))
-            falloff = 1.08 - 0.22 * np.clip(y, 0.0, TABLE_FAR_Y)  # light fades towards the far edge
-            albedo[table] = _TABLE_ALBEDO * ((0.86 + 0.14 * grain) * tone * gap * falloff)[:, None]
-        wall = ids == _WALL
-        if wall.any():  # lighter towards the top, darker to the sides
-            z, x = points[wall, 2], points[wall, 0]
-            albedo[wall] *= (0.80 + 0.25 * np.clip(z + 0.3, 0.0, 1.0) - 0.12 * np.abs(x))[:, None]
-        return albedo
-
-    @staticmethod
-    def _shade(albedo: np.ndarray, normals: np.ndarray, d: np.ndarray, specular: np.ndarray) -> np.ndarray:
-        """Linear RGB (N, 3) of surfaces with (N, 3) albedo and normals seen along rays (N, 3)."""
-        lambert = np.clip(normals @ LIGHT_DIR, 0.0, 1.0)
-        rgb = albedo * (AMBIENT + DIFFUSE * lambert)[:, None]
-        shiny = np.nonzero(specular)[0]
-        if shiny.size:
-            n, view = normals[shiny], -d[shiny] / np.linalg.norm(d[shiny], axis=1, keepdims=True)
-            refl = 2.0 * lambert[shiny, None] * n - LIGHT_DIR
-            spec = np.clip(_dot(refl, view), 0.0, 1.0) ** 24
-            rgb[shiny] += (SPECULAR * specular[shiny] * spec)[:, None]
-        return rgb
-
-    def _static_shadow(self, points: np.ndarray) -> np.ndarray:
-        """1 where the light (towards LIGHT_DIR) is blocked by a static object for (N, 3) table points, else 0."""
-        blocked = np.zeros(len(points), dtype=bool)
-        lean = math.hypot(LIGHT_DIR[0], LIGHT_DIR[1]) / LIGHT_DIR[2]  # [m] shadow length per [m] of height
-        for _, fn, args, corners in self._static_objects():
-            center = corners.mean(axis=0)
-            reach = np.linalg.norm(corners[0, :2] - center[:2]) + lean * corners[:, 2].max() + 0.01
-            near = np.nonzero(np.hypot(points[:, 0] - center[0], points[:, 1] - center[1]) < reach)[0]
-            if near.size:
-                o = points[near] + np.array([0.0, 0.0, 1e-4])
-                t, _ = fn(o, np.broadcast_to(LIGHT_DIR, o.shape), *args)
-                blocked[near] |= np.isfinite(t)
-        return blocked.astype(np.float32)
-
-    def _prepare(self) -> dict[str, np.ndarray]:
-        """Render the static scene once: colour, depth, hit points, table coverage."""
-        if self._static is not None:
-            return self._static
-        H, W, ss = self.height, self.width, SUPERSAMPLING
-        v, u = np.mgrid[0:H, 0:W]
-        u, v = u.ravel().astype(float), v.ravel().astype(float)
-        t, ids, points, _, _ = self._cast_static(u, v)
-        color = np.zeros((H * W, 3))
-        table_cover = np.zeros(H * W)
-        offsets = (np.arange(ss) + 0.5) / ss - 0.5
-        for du in offsets:  # colour: ss x ss samples per pixel, averaged
-            for dv in offsets:
-                _, sid, sp, sn, sd = self._cast_static(u + du, v + dv)
-                color += self._shade(self._albedo(sid, sp, sn), sn, sd, np.where(sid == _CYLINDER, 0.6, 0.0))
-                table_cover += sid == _TABLE
-        color /= ss * ss
-        table_cover /= ss * ss
-        shadow = np.zeros(H * W, dtype=np.float32)  # soft shadows of the static objects on the table
-        table = np.nonzero(ids == _TABLE)[0]
-        shadow[table] = self._static_shadow(points[table])
-        shadow = cv2.GaussianBlur(shadow.reshape(H, W), (0, 0), max(1.0, 0.006 * W)).ravel()
-        color = np.clip(color * (1.0 - SHADOW_STRENGTH * shadow * table_cover)[:, None], 0.0, 1.0)
-        depth_m = np.where(np.isfinite(t), t, 0.0).reshape(H, W)
-        points = points.reshape(H, W, 3)
-        self._static = {
-            "color_f": color.reshape(H, W, 3).astype(np.float32),
-            "color": np.round(color.reshape(H, W, 3) * 255.0).astype(np.uint8),
-            "depth_m": depth_m.astype(np.float32),
-            "depth": np.clip(np.round(depth_m * 1000.0), 0, 65535).astype(np.uint16),
-            "px": points[..., 0].astype(np.float32),
-            "py": points[..., 1].astype(np.float32),
-            "pz": points[..., 2].astype(np.float32),
-            "table": table_cover.reshape(H, W).astype(np.float32),
-        }
-        return self._static
+        """(3,) world position [m] of the ball's centre at ``t`` [s since start] (its t = 0 place unless moving)."""
+        return self.scene.ball_center(t if self.moving else 0.0)
 
     def render(self, t: float) -> CameraFrame:
         """The frame at ``t`` [s since start] (stamp = t); identical for identical (seed, t)."""
-        static = self._prepare()
-        color = static["color"].copy()
-        depth = static["depth"].copy() if self.depth else None
-        center = self.ball_center(t)
-        r = BALL_RADIUS
-        ball_box = self._pixel_box(center + r * _CUBE_CORNERS)
-        shadow_c = center - (center[2] / LIGHT_DIR[2]) * LIGHT_DIR  # the shadow of the centre on the table
-        reach = 1.6 * r / LIGHT_DIR[2]
-        shadow_box = self._pixel_box(shadow_c + reach * _SQUARE_CORNERS)
-        u0, v0 = min(ball_box[0], shadow_box[0]), min(ball_box[1], shadow_box[1])
-        u1, v1 = max(ball_box[2], shadow_box[2]), max(ball_box[3], shadow_box[3])
-        if u1 <= u0 or v1 <= v0:
-            return CameraFrame(float(t), color, depth, DEFAULT_DEPTH_SCALE)
-        rgb = static["color_f"][v0:v1, u0:u1].copy()
-        su0, sv0, su1, sv1 = shadow_box
-        if su1 > su0 and sv1 > sv0:
-            self._darken_shadow(static, center, rgb[sv0 - v0 : sv1 - v0, su0 - u0 : su1 - u0], shadow_box)
-        bu0, bv0, bu1, bv1 = ball_box
-        if bu1 > bu0 and bv1 > bv0:
-            sub = (slice(bv0 - v0, bv1 - v0), slice(bu0 - u0, bu1 - u0))
-            ball_depth = self._draw_ball(static, center, rgb[sub], ball_box, depth is not None)
-            if depth is not None:
-                depth[bv0:bv1, bu0:bu1] = ball_depth
-        color[v0:v1, u0:u1] = np.round(np.clip(rgb, 0.0, 1.0) * 255.0).astype(np.uint8)
-        return CameraFrame(float(t), color, depth, DEFAULT_DEPTH_SCALE)
-
-    def _darken_shadow(self, static, center: np.ndarray, rgb: np.ndarray, box: tuple[int, int, int, int]) -> None:
-        """Darken ``rgb`` (the float colour of ``box``, in place) by the ball's soft shadow on the table."""
-        u0, v0, u1, v1 = box
-        dx = center[0] - static["px"][v0:v1, u0:u1]
-        dy = center[1] - static["py"][v0:v1, u0:u1]
-        dz = center[2] - static["pz"][v0:v1, u0:u1]
-        along = dx * LIGHT_DIR[0] + dy * LIGHT_DIR[1] + dz * LIGHT_DIR[2]
-        dist = np.sqrt(np.maximum(dx * dx + dy * dy + dz * dz - along * along, 0.0))
-        r = BALL_RADIUS
-        soft = 0.25 * r + 0.35 * np.maximum(along, 0.0)  # [m] the penumbra widens away from the ball
-        shadow = (along > 0) * (1.0 - _smoothstep(r - soft, r + soft, dist)) * static["table"][v0:v1, u0:u1]
-        rgb *= (1.0 - SHADOW_STRENGTH * shadow)[..., None]
-
-    def _draw_ball(
-        self, static, center: np.ndarray, rgb: np.ndarray, box: tuple[int, int, int, int], depth: bool = True
-    ) -> np.ndarray | None:
-        """Draw the ball into ``rgb`` (the float colour of ``box``, in place); return the box's depth (uint16 mm),
-        None unless ``depth``.
-
-        Ray casting in the optical frame, separably: ray (a, b, 1) with a per
-        column and b per row, so every quantity is an (h, w) broadcast; the
-        ``SUPERSAMPLING`` x ``SUPERSAMPLING`` colour samples of a pixel are a
-        leading axis (offset du outer, dv inner) and are summed in that order.
-        Colour is cast only in the part of ``box`` the ball's outline can
-        reach (:func:`_sphere_span`): no sample outside it hits the ball.
-        """
-        u0, v0, u1, v1 = box
-        K = self.camera_intrinsics
-        R, o = self.T_world_camera[:3, :3], self.T_world_camera[:3, 3]
-        c = R.T @ (center - o)  # ball centre in the optical frame [m]
-        light = R.T @ LIGHT_DIR
-        r = BALL_RADIUS
-        cc = float(c @ c) - r * r
-
-        def cast(a: np.ndarray, b: np.ndarray, bg_depth: np.ndarray):
-            A = a * a + b * b + 1.0
-            B = a * c[0] + b * c[1] + c[2]
-            disc = B * B - A * cc
-            t = (B - np.sqrt(np.maximum(disc, 0.0))) / A
-            return t, (disc >= 0.0) & (t < bg_depth), A
-
-        cu0, cu1 = _sphere_span(c[0], c[2], r, K.fx, K.cx, u0, u1)
-        cv0, cv1 = _sphere_span(c[1], c[2], r, K.fy, K.cy, v0, v1)
-        if cu1 > cu0 and cv1 > cv0:
-            a0 = ((np.arange(cu0, cu1) - K.cx) / K.fx)[None, :]
-            b0 = ((np.arange(cv0, cv1) - K.cy) / K.fy)[:, None]
-            ss = SUPERSAMPLING
-            offsets = (np.arange(ss) + 0.5) / ss - 0.5
-            du, dv = np.repeat(offsets, ss)[:, None, None], np.tile(offsets, ss)[:, None, None]
-            a, b = a0 + du / K.fx, b0 + dv / K.fy  # (S, 1, w), (S, h, 1)
-            t, hit, A = cast(a, b, static["depth_m"][cv0:cv1, cu0:cu1])  # (S, h, w)
-            nx, ny, nz = (t * a - c[0]) / r, (t * b - c[1]) / r, (t - c[2]) / r
-            lambert = np.clip(nx * light[0] + ny * light[1] + nz * light[2], 0.0, 1.0)
-            # reflection of the light about n, against the view direction -(a, b, 1) / sqrt(A)
-            twice = 2 * lambert
-            rx, ry, rz = twice * nx - light[0], twice * ny - light[1], twice * nz - light[2]
-            facing = np.clip(-(rx * a + ry * b + rz) / np.sqrt(A), 0.0, 1.0)
-            spec = np.power(facing, 24, out=np.zeros_like(facing), where=hit & (facing > 0.0))  # 0 where no hit
-            # sums over the samples that hit the ball
-            shade = np.where(hit, AMBIENT + DIFFUSE * lambert, 0.0).sum(axis=0)
-            gloss = spec.sum(axis=0)
-            cover = hit.sum(axis=0)
-            n = ss * ss
-            part = rgb[cv0 - v0 : cv1 - v0, cu0 - u0 : cu1 - u0]
-            part *= (1.0 - cover / n)[..., None]
-            part += _BALL_ALBEDO * (shade / n)[..., None] + (SPECULAR * gloss / n)[..., None]
-        if not depth:
-            return None
-        bg_depth = static["depth_m"][v0:v1, u0:u1]
-        a0 = ((np.arange(u0, u1) - K.cx) / K.fx)[None, :]
-        b0 = ((np.arange(v0, v1) - K.cy) / K.fy)[:, None]
-        t, hit, _ = cast(a0, b0, bg_depth)
-        depth_m = np.where(hit, t, bg_depth)
-        return np.clip(np.round(depth_m * 1000.0), 0, 65535).astype(np.uint16)
+        image = self.scene.render(self.ball_center(t), depth=self.depth)
+        return CameraFrame(float(t), image.color, image.depth, DEFAULT_DEPTH_SCALE)
 
     # ----------------------------------------------------------------------------- source
     def start(self, now: float) -> None:
         """Start the timeline at ``now`` [s] (restarting it if already started); renders the static scene."""
-        self._prepare()
+        self.scene.prepare()
         self._intrinsics = self.camera_intrinsics
         self._depth_intrinsics = self.camera_intrinsics if self.depth else None
         self._t_start = float(now)
         self._next_k = 0
-        self._ahead: tuple[int, CameraFrame] | None = None  # (k, frame) rendered ahead of time
+        self._ahead = None
         self._closed = False
 
     def read(self, now: float) -> list[CameraFrame]:
@@ -612,8 +122,7 @@ class SyntheticScene(CameraSource):
         return out
 
     def prepare_next(self) -> None:
-        """Render the next grid frame now (e.g. right after publishing one), so the next
-        :meth:`read` returns it without rendering: its delivery no longer waits for the drawing."""
+        """Render the next grid frame now, so the next :meth:`read` returns it without rendering."""
         if self._t_start is None or self._closed:
             return
         if self._ahead is None or self._ahead[0] != self._next_k:
@@ -622,4 +131,3 @@ class SyntheticScene(CameraSource):
     def close(self) -> None:
         """Stop producing frames (idempotent); the rendered static scene is kept for a restart."""
         self._closed = True
-

@@ -21,12 +21,7 @@ HAND_SOURCES: dict[str, type[HandSource]] = {cls.kind: cls for cls in (Synthetic
 
 
 def make_hand_source(kind: str, **kwargs: Any) -> HandSource:
-    """A not-yet-started source of the given ``kind`` built with ``kwargs``.
-
-    Raises:
-        ConfigurationError: unknown kind, arguments that kind does not take,
-            or invalid values (from the source's constructor).
-    """
+    """A not-yet-started hand source of ``kind`` built with ``kwargs`` (raises as :func:`..factory.build_source`)."""
     return build_source(HAND_SOURCES, kind, "hand source", kwargs)
 
 

@@ -37,7 +37,8 @@ def check_sides(sides: str | Sequence[str], what: str) -> tuple[str, ...]:
         raise ConfigurationError(f"{what}: no side given (sides is empty)")
     unknown = [s for s in sides if s not in SIDES]
     if unknown:
-        raise ConfigurationError(f"{what}: unknown side(s) {', '.join(map(repr, unknown))}; sides are {', '.join(SIDES)}")
+        raise ConfigurationError(
+            f"{what}: unknown side(s) {', '.join(map(repr, unknown))}; sides are {', '.join(SIDES)}")
     if len(set(sides)) != len(sides):
         raise ConfigurationError(f"{what}: a side is repeated")
     return sides

@@ -21,12 +21,7 @@ TRACKER_SOURCES: dict[str, type[TrackerSource]] = {
 
 
 def make_tracker_source(kind: str, **kwargs: Any) -> TrackerSource:
-    """A not-yet-started source of the given ``kind`` built with ``kwargs``.
-
-    Raises:
-        ConfigurationError: unknown kind, arguments that kind does not take,
-            or invalid values (from the source's constructor).
-    """
+    """A not-yet-started tracker source of ``kind`` built with ``kwargs`` (raises as :func:`..factory.build_source`)."""
     return build_source(TRACKER_SOURCES, kind, "tracker source", kwargs)
 
 
