@@ -69,9 +69,9 @@ import pinocchio as pin
 
 from rynn_teleop.core.arm_ik import ArmIK
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME, ArmTeleop
-from rynn_teleop.core.layout import ROLES
+from rynn_teleop.core.layout import N_ARM, ROLES
 from rynn_teleop.core.motion import JerkLimitedFollower
-from rynn_teleop.core.robot_model import GROUPS, N_ARM, JointLimits, RobotModel
+from rynn_teleop.core.robot_model import GROUPS, JointLimits, RobotModel
 from rynn_teleop.core.trackers import TrackerSet
 from rynn_teleop.core.transforms import pose_error
 from rynn_teleop.sources.trackers import SyntheticOperator
@@ -479,14 +479,19 @@ def main() -> None:
 
     node = measure_node_pair(args.node_seconds) if args.node_seconds > 0 else {
         "period_jitter_p99_ms": None, "latency_p99_ms": None, "publish_latency_p99_ms": None}
-    fmt_ms = lambda v: "n/a" if v is None else f"{v:.3f}"
+
+    def fmt_ms(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.3f}"
+
     print(f"{'node pair: /arms/command jitter p99 [ms]':40s} {fmt_ms(node['period_jitter_p99_ms']):>10s}")
     print(f"{'node pair: tracker->command p99 [ms]':40s} {fmt_ms(node['latency_p99_ms']):>10s}")
     print(f"{'node pair: publish->receive p99 [ms]':40s} {fmt_ms(node['publish_latency_p99_ms']):>10s}")
     if node.get("rate_hz") is not None:
         print(f"{'node pair: /arms/command rate [Hz]':40s} {node['rate_hz']:>10.1f}")
+
     def goal_met(a: dict, b: dict, ratio: float) -> bool:
-        as_accurate = a["pos_err_p99_mm"] <= b["pos_err_p99_mm"] + 1e-3 and a["rot_err_p99_deg"] <= b["rot_err_p99_deg"] + 1e-3
+        as_accurate = (a["pos_err_p99_mm"] <= b["pos_err_p99_mm"] + 1e-3
+                       and a["rot_err_p99_deg"] <= b["rot_err_p99_deg"] + 1e-3)
         return a["cycle_p99_ms"] <= 0.5 and ratio >= 2.0 and as_accurate
 
     for label, a, b, ratio in (

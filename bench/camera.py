@@ -4,7 +4,8 @@
 
 Two processes (``rynn-teleop run head_camera`` and ``rynn-teleop run
 camera_switch``, as ``ros2 launch`` would start them) publish the synthetic
-640x480 RGB scene at 30 Hz and switch it to the consumer topic; this process subscribes like a consumer (SensorDataQoS) to the output
+640x480 RGB scene at 30 Hz and switch it to the consumer topic; this process
+subscribes like a consumer (SensorDataQoS) to the output
 ``/head_camera/color/image_raw`` and, as the named baseline measured in the
 same run, to the camera's own ``/head_camera/physical/color/image_raw``
 (latency = receive time - capture stamp, both on this machine's clock). The

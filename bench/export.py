@@ -1,6 +1,6 @@
 """Export speed of ``episodes export --format lerobot``, against LeRobot's own dataset writer.
 
-    .venv/bin/python bench/export.py [--episodes 2] [--seconds 15]     # about 45 s (first run: + the LeRobot environment)
+    .venv/bin/python bench/export.py [--episodes 2] [--seconds 15]  # about 45 s (first run: + the LeRobot environment)
 
 Episodes: ``--episodes`` physical episodes of ``--seconds`` each, recorded here
 without ROS (EpisodeRecorder): the consumer head camera at 640x480 rgb8, 30 Hz (the
@@ -67,7 +67,8 @@ def build_episodes(root: Path, n: int, seconds: float, raw: Path) -> list[Path]:
         return ts.types["std_msgs/msg/Header"](stamp=t, frame_id="")
 
     def joint_state(stamp: int, sel: slice, q: np.ndarray) -> bytes:
-        m = ts.types[js](header=header(stamp), name=names[sel], position=q[sel], velocity=np.zeros(0), effort=np.zeros(0))
+        m = ts.types[js](header=header(stamp), name=names[sel], position=q[sel],
+                         velocity=np.zeros(0), effort=np.zeros(0))
         return bytes(ts.serialize_cdr(m, js))
 
     scene = SyntheticScene(WIDTH, HEIGHT, FPS, depth=False)
@@ -88,7 +89,7 @@ def build_episodes(root: Path, n: int, seconds: float, raw: Path) -> list[Path]:
                               queue_max_bytes=4 * 2**30)
         paths.append(rec.start(EpisodeMetadata(task="pick and place", camera_sources=["physical"]), now_ns=t0))
 
-        def q(stamp: int) -> np.ndarray:
+        def q(stamp: int, t0: int = t0) -> np.ndarray:
             return 0.4 * np.sin(1.3 * (stamp - t0) * 1e-9 + np.arange(54) * 0.1)
 
         msgs = []
@@ -97,9 +98,11 @@ def build_episodes(root: Path, n: int, seconds: float, raw: Path) -> list[Path]:
             msgs.append((s + 2_000_000, "/arms/command", js, joint_state(s, slice(0, 14), q(s))))
             hand = slice(14, 34) if k % 2 == 0 else slice(34, 54)
             msgs.append((s + 6_000_000, "/hands/command", js, joint_state(s + 5_000_000, hand, q(s + 5_000_000))))
-            msgs.append((s + 3_000_000, "/joint_states", js, joint_state(s + 2_000_000, slice(0, 14), q(s - 18_000_000))))
+            arm_state = joint_state(s + 2_000_000, slice(0, 14), q(s - 18_000_000))
+            msgs.append((s + 3_000_000, "/joint_states", js, arm_state))
             if k % 2:
-                msgs.append((s + 4_000_000, "/joint_states", js, joint_state(s + 2_000_000, slice(14, 54), q(s - 28_000_000))))
+                hand_state = joint_state(s + 2_000_000, slice(14, 54), q(s - 28_000_000))
+                msgs.append((s + 4_000_000, "/joint_states", js, hand_state))
         for t, topic, type_name, data in sorted(msgs, key=lambda m: m[0]):
             rec.submit(topic, type_name, data, t)
         n_frames = int(seconds * FPS)
@@ -137,7 +140,8 @@ def lerobot_baseline(raw: Path, out: Path) -> dict:
     lengths = json.loads((raw / "lengths.json").read_text())
     names = [f"j{i}" for i in range(54)]
     features = {
-        "observation.images.consumer": {"dtype": "video", "shape": (HEIGHT, WIDTH, 3), "names": ["height", "width", "channels"]},
+        "observation.images.consumer": {"dtype": "video", "shape": (HEIGHT, WIDTH, 3),
+                                        "names": ["height", "width", "channels"]},
         "observation.state": {"dtype": "float32", "shape": (54,), "names": names},
         "action": {"dtype": "float32", "shape": (54,), "names": names},
     }
@@ -161,7 +165,8 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=2, help="episodes (default 2)")
     parser.add_argument("--seconds", type=float, default=15.0, help="length of each episode [s] (default 15)")
     parser.add_argument("--workers", type=int, default=None, help="export processes (default: one per CPU)")
-    parser.add_argument("--baseline", nargs=2, metavar=("RAW", "OUT"), help=argparse.SUPPRESS)  # internal: in .venv-lerobot
+    # internal: the LeRobot baseline, run in .venv-lerobot
+    parser.add_argument("--baseline", nargs=2, metavar=("RAW", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.baseline:
         print(json.dumps(lerobot_baseline(Path(args.baseline[0]), Path(args.baseline[1]))))

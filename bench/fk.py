@@ -46,7 +46,8 @@ def main() -> None:
     for q in qs:
         robot.forward_kinematics(q, FRAMES)
     ours = (time.perf_counter() - t0) / n
-    print(f"raw pinocchio: {1e6 * base:.1f} us/call, RobotModel.forward_kinematics: {1e6 * ours:.1f} us/call ({len(FRAMES)} frames)")
+    print(f"raw pinocchio: {1e6 * base:.1f} us/call, RobotModel.forward_kinematics: {1e6 * ours:.1f} us/call "
+          f"({len(FRAMES)} frames)")
     print(json.dumps({"frames": len(FRAMES), "baseline": "pinocchio.framesForwardKinematics",
                       "baseline_us": round(1e6 * base, 2), "ours_us": round(1e6 * ours, 2),
                       "ratio_ours_over_baseline": round(ours / base, 3)}))

@@ -290,7 +290,8 @@ def evaluate(stream: Stream, run: Run, rts: dict[str, HandRetargeter], dex_scali
         out["capped"] = float(np.mean([run.evals[s][keep] >= max_iterations for s in SIDES]))
     p50 = [float(np.percentile(run.t[s][keep], 50)) for s in SIDES]
     p99 = [float(np.percentile(run.t[s][keep], 99)) for s in SIDES]
-    out.update(p50_ms=1e3 * max(p50), p99_ms=1e3 * max(p99), max_ms=1e3 * max(float(run.t[s][keep].max()) for s in SIDES),
+    out.update(p50_ms=1e3 * max(p50), p99_ms=1e3 * max(p99),
+               max_ms=1e3 * max(float(run.t[s][keep].max()) for s in SIDES),
                p99_left_ms=1e3 * p99[0], p99_right_ms=1e3 * p99[1],
                evals=float(np.mean([run.evals[s][keep] for s in SIDES])))
     err, err_uniform, qerr, pinch = [], [], [], []

@@ -97,6 +97,7 @@ def floor_child(spec_path: str) -> None:
     import rclpy
 
     from rynn_teleop.nodes.process import use_transport_profile
+    from rynn_teleop.nodes.rmw import take_waiting
 
     spec = pickle.loads(Path(spec_path).read_bytes())
     use_transport_profile()
@@ -121,9 +122,7 @@ def floor_child(spec_path: str) -> None:
         if time.monotonic() >= next_take:
             next_take += 0.01
             for sub in subs:
-                with sub.handle:
-                    while sub.handle.take_message(sub.msg_type, True) is not None:
-                        taken += 1
+                taken += sum(1 for _ in take_waiting(sub, 1_000_000))
         due = min(schedule[i][0] * 1e-9 if i < len(schedule) else seconds, next_take - start)
         time.sleep(max(0.0, due - (time.monotonic() - start)))
     print(json.dumps({"published": i, "taken": taken}), flush=True)

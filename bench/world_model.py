@@ -34,7 +34,8 @@ RENDER_GOAL_FPS = 60.0
 
 
 def trajectory(robot, n: int) -> np.ndarray:
-    """(n, 54) joint vectors: arms near home (hands in view) with moving wrists and elbows, hands opening and closing."""
+    """(n, 54) joint vectors: arms near home (hands in view) with moving wrists and elbows, hands opening and
+    closing."""
     from rynn_teleop.core.arm_teleop import DEFAULT_HOME
     from rynn_teleop.core.robot_model import arm_joint_names, hand_joint_names
 
@@ -127,7 +128,8 @@ def main() -> None:
         r = bench_render(args.frames)
         print(f"render 640x480, one core: {r['render_fps']:.1f} FPS (p50 {r['render_p50_ms']:.2f} ms, p99 "
               f"{r['render_p99_ms']:.2f} ms); goal {RENDER_GOAL_FPS:.0f} FPS: "
-              f"{'met' if r['render_fps'] >= RENDER_GOAL_FPS else 'NOT met'} (x{r['render_fps'] / RENDER_GOAL_FPS:.2f})")
+              f"{'met' if r['render_fps'] >= RENDER_GOAL_FPS else 'NOT met'} "
+              f"(x{r['render_fps'] / RENDER_GOAL_FPS:.2f})")
         print(f"  skeleton condition image {r['condition_ms']:.2f} ms; render + condition "
               f"{r['render_with_condition_fps']:.1f} FPS; baseline 'repeat the first frame' "
               f"{r['baseline_repeat_first_frame_fps']:.0f} FPS (render costs "

@@ -6,7 +6,8 @@ Writes OUT.npz with, per queried frame index I: ``I/image.<key>`` (H, W, 3) uint
 ``I/action``, ``I/timestamp``, ``I/frame_index``, ``I/episode_index``, ``I/index``, and a JSON
 summary ``summary`` (features, lengths, fps, tasks, policy feature types, each video key's feature
 ``info`` as LeRobot's metadata holds it, a delta-timestamp item's shapes). A depth key comes back like any
-video key, ``I/image.<key>`` as LeRobot decodes it. Exits non-zero with LeRobot's traceback if LeRobot rejects the dataset.
+video key, ``I/image.<key>`` as LeRobot decodes it. Exits non-zero with LeRobot's traceback if LeRobot
+rejects the dataset.
 """
 
 from __future__ import annotations

@@ -160,9 +160,10 @@ def test_follows_the_operator_and_brakes_when_the_target_goes_stale(robot):
 def test_engaging_after_a_large_operator_offset_does_not_jump(robot):
     ctl, hands, elbows = make_controller(robot)
     far = {s: hands[s].copy() for s in SIDES}
+    quarter_turn_z = make_transform(rotation=np.array([[0, -1, 0], [1, 0, 0], [0, 0, 1.0]]))[:3, :3]
     for s in SIDES:
         far[s][:3, 3] += [0.4, 0.3, 0.3]  # operator 0.58 m away from the robot's pose
-        far[s][:3, :3] = far[s][:3, :3] @ make_transform(rotation=np.array([[0, -1, 0], [1, 0, 0], [0, 0, 1.0]]))[:3, :3]
+        far[s][:3, :3] = far[s][:3, :3] @ quarter_turn_z
     start = ctl.follower.state.position.copy()
     positions = []
     for k in range(100):

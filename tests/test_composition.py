@@ -49,7 +49,10 @@ def test_two_composed_nodes_exchange_messages_and_shut_down(ros_domain_id):
     probe = Node("probe", context=comp.context)
     probe.create_subscription(JointState, "/joint_states", lambda m: joint_states.append(1), 50)
     probe.create_subscription(
-        MarkerArray, "/robot_markers", lambda m: marker_stamps.append(Time.from_msg(m.markers[0].header.stamp).nanoseconds), 10
+        MarkerArray,
+        "/robot_markers",
+        lambda m: marker_stamps.append(Time.from_msg(m.markers[0].header.stamp).nanoseconds),
+        10,
     )
     comp.add_node(probe)
     try:

@@ -53,7 +53,8 @@ class Watcher(Node):
         self.sources: list[str] = []
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
         self.create_subscription(JointState, "/joint_states", self._on_joints, 100)
-        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.create_subscription(String, "/head_camera/active_source", lambda m: self.sources.append(m.data), latched)
 
     def _on_diag(self, msg) -> None:

@@ -7,6 +7,7 @@ import threading
 import time
 
 import pytest
+from ros_helpers import wait_for
 from std_srvs.srv import Trigger
 
 from rynn_teleop.core.params import Param, ParamSchema
@@ -14,8 +15,6 @@ from rynn_teleop.core.scheduling import Deadlines, name_this_thread
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.nodes.base import TeleopNode
 from rynn_teleop.runner import Composition
-
-from ros_helpers import wait_for
 
 
 # ---------------------------------------------------------------------- Deadlines (no ROS)
@@ -129,8 +128,34 @@ def test_destroying_the_node_stops_its_loop(ros_domain_id):
     assert not any(t.name.startswith("loop_probe:") for t in threading.enumerate())
 
 
+class _Resource:
+    def __init__(self, name: str, closed: list, node: _LoopNode, fail: bool = False) -> None:
+        self.name, self.closed, self.node, self.fail = name, closed, node, fail
+
+    def close(self) -> None:
+        self.closed.append((self.name, self.node.loop.running))
+        if self.fail:
+            raise OSError("device gone")
+
+
+def test_destroying_the_node_closes_its_resources_after_its_loops_newest_first(ros_domain_id):
+    comp = Composition([], domain_id=ros_domain_id)
+    closed: list[tuple[str, bool]] = []
+    try:
+        node = _LoopNode(context=comp.context)
+        first = _Resource("source", closed, node)
+        assert node.close_on_destroy(first) is first
+        node.close_on_destroy(_Resource("backend", closed, node, fail=True))  # a failing close stops nothing
+        comp.add_node(node)
+        assert wait_for(lambda: node.ticks > 3, 5.0)
+        comp.remove_node(node)
+    finally:
+        comp.shutdown()
+    assert closed == [("backend", False), ("source", False)]  # the loop had stopped before each close
+
+
 def test_entities_have_no_default_event_handlers(loop_node):
-    from std_msgs.msg import Bool  # noqa: PLC0415
+    from std_msgs.msg import Bool
 
     _, node = loop_node
     sub = node.create_subscription(Bool, "/x", lambda m: None, 10)

@@ -50,7 +50,8 @@ def test_load_converts_dtype(saved):
 
 @pytest.mark.parametrize("path", [None, "", "/nonexistent/world_model.safetensors"])
 def test_missing_checkpoint_is_a_clear_error(path):
-    with pytest.raises(CheckpointMissingError, match="needs a trained checkpoint.*'render' backend needs no checkpoint"):
+    with pytest.raises(CheckpointMissingError,
+                       match="needs a trained checkpoint.*'render' backend needs no checkpoint"):
         load_model(TINY, path)
     assert issubclass(CheckpointMissingError, ConfigurationError)
 

@@ -59,7 +59,8 @@ def test_block_wise_encode_equals_whole_clip(vae):
     clip = video(1 + 4 * 3)
     whole = vae.encode(clip)
     state = StreamState()
-    parts = [vae.encode(clip[:, :, :1], state)] + [vae.encode(clip[:, :, 1 + 4 * i: 5 + 4 * i], state) for i in range(3)]
+    parts = [vae.encode(clip[:, :, :1], state)]
+    parts += [vae.encode(clip[:, :, 1 + 4 * i: 5 + 4 * i], state) for i in range(3)]
     torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-5)  # float32: summation order differs
     # uneven blocks (1 + 8 frames, then 4) give the same as well
     state = StreamState()

@@ -52,14 +52,16 @@ def _header(stamp_ns: int) -> object:
 
 
 def _joint_state(stamp_ns: int, names: list[str], positions: np.ndarray) -> bytes:
-    msg = TS.types["sensor_msgs/msg/JointState"](header=_header(stamp_ns), name=names, position=np.asarray(positions, float),
+    msg = TS.types["sensor_msgs/msg/JointState"](header=_header(stamp_ns), name=names,
+                                                  position=np.asarray(positions, float),
                                                   velocity=np.zeros(0), effort=np.zeros(0))
     return bytes(TS.serialize_cdr(msg, "sensor_msgs/msg/JointState"))
 
 
 def _image(stamp_ns: int, rgb: np.ndarray) -> bytes:
-    msg = TS.types["sensor_msgs/msg/Image"](header=_header(stamp_ns), height=rgb.shape[0], width=rgb.shape[1], encoding="rgb8",
-                                             is_bigendian=0, step=rgb.shape[1] * 3, data=np.frombuffer(rgb.tobytes(), np.uint8))
+    msg = TS.types["sensor_msgs/msg/Image"](header=_header(stamp_ns), height=rgb.shape[0], width=rgb.shape[1],
+                                             encoding="rgb8", is_bigendian=0, step=rgb.shape[1] * 3,
+                                             data=np.frombuffer(rgb.tobytes(), np.uint8))
     return bytes(TS.serialize_cdr(msg, "sensor_msgs/msg/Image"))
 
 
@@ -239,7 +241,8 @@ def test_dataset_files_features_and_rows(exported, episodes):
     assert info["codebase_version"] == "v3.0" and info["fps"] == FPS
     assert info["total_episodes"] == 2 and info["total_tasks"] == 2
     feats = info["features"]
-    assert feats["observation.state"]["shape"] == [54] and feats["observation.state"]["names"] == list(CANONICAL_JOINT_NAMES)
+    assert feats["observation.state"]["shape"] == [54]
+    assert feats["observation.state"]["names"] == list(CANONICAL_JOINT_NAMES)
     assert feats["action"]["names"] == list(CANONICAL_JOINT_NAMES)
     assert feats["observation.images.consumer"]["dtype"] == "video"
     assert feats["observation.images.consumer"]["shape"] == [H, W, 3]
@@ -267,7 +270,8 @@ def test_state_and_action_are_the_values_in_force_at_each_frame_stamp(exported, 
         for r in mine[[0, len(mine) // 2, -1]]:
             stamp = int(rows["stamp_ns"][r])
             assert np.allclose(rows["observation.state"][r], joints_at(path, ["/joint_states"], stamp), atol=1e-6)
-            assert np.allclose(rows["action"][r], joints_at(path, ["/arms/command", "/hands/command"], stamp), atol=1e-6)
+            commanded = joints_at(path, ["/arms/command", "/hands/command"], stamp)
+            assert np.allclose(rows["action"][r], commanded, atol=1e-6)
 
 
 def test_digital_frames_keep_the_exact_action_they_were_generated_from(exported, episodes):
@@ -298,7 +302,8 @@ def test_episode_metadata_keeps_our_id_source_outcome_and_camera_sources(exporte
     out, _ = exported
     rows = pq.read_table(out / "meta/episodes/chunk-000/file-000.parquet").to_pylist()
     assert [r["rynn_teleop/episode"] for r in rows] == ["episode_0001", "episode_0001"]
-    assert [r["rynn_teleop/source_dir"] for r in rows] == [str(episodes["digital"].resolve()), str(episodes["physical"].resolve())]
+    sources = [str(episodes["digital"].resolve()), str(episodes["physical"].resolve())]
+    assert [r["rynn_teleop/source_dir"] for r in rows] == sources
     assert [r["rynn_teleop/outcome"] for r in rows] == ["success", "failure"]
     assert json.loads(rows[0]["rynn_teleop/camera_source_changes"])[0]["source"] == "generated"
     assert [r["tasks"] for r in rows] == [["pick the cube"], ["place the cube"]]
@@ -371,7 +376,8 @@ def test_appending_needs_the_same_depth_key_and_range(depth_episode, episodes, t
 
 
 def test_a_second_camera_key_takes_the_newest_frame_at_each_row(episodes, tmp_path):
-    report = export_lerobot([episodes["digital"]], tmp_path / "two", "test/two", images=["consumer", "generated"], workers=1)
+    report = export_lerobot([episodes["digital"]], tmp_path / "two", "test/two", images=["consumer", "generated"],
+                            workers=1)
     info = json.loads((tmp_path / "two/meta/info.json").read_text())
     assert {"observation.images.consumer", "observation.images.generated"} <= set(info["features"])
     for key in ("consumer", "generated"):

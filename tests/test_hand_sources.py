@@ -342,7 +342,8 @@ def stand_in_glove(
         parent = wrist
         joints = ["MCP", "PIP", "DIP", "TIP"]
         if finger != "thumb" and metacarpals:
-            cmc = points[0] + (0.25 + 0.1 * rng.random()) * (points[1 + 4 * f] - points[0]) + 0.003 * rng.standard_normal(3)
+            along = 0.25 + 0.1 * rng.random()
+            cmc = points[0] + along * (points[1 + 4 * f] - points[0]) + 0.003 * rng.standard_normal(3)
             parent = add(cmc, parent, chain_name(finger), "MCP")
             joints = ["PIP", "IP", "DIP", "TIP"]
         for k in range(4):
@@ -659,7 +660,9 @@ def test_replay_missing_directory(tmp_path):
         ReplayHands(tmp_path / "empty").start(0.0)
 
 
-@pytest.mark.parametrize("kwargs", [{"rate_scale": 0.0}, {"sides": ()}, {"sides": ("thumb",)}, {"sides": ("left", "left")}])
+@pytest.mark.parametrize(
+    "kwargs", [{"rate_scale": 0.0}, {"sides": ()}, {"sides": ("thumb",)}, {"sides": ("left", "left")}]
+)
 def test_replay_rejects_bad_arguments(tmp_path, kwargs):
     with pytest.raises(ConfigurationError):
         ReplayHands(tmp_path, **kwargs)

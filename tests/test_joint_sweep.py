@@ -31,7 +31,8 @@ def test_sweep_respects_every_limit(period, fraction, margin):
     assert np.all(np.abs(j[4:-4]) <= margin * lim.jerk * tol)
     # analytic velocity and acceleration agree with the positions
     s = sweep.sample(0.3 * period)
-    np.testing.assert_allclose(s.velocity, (sweep.sample(0.3 * period + 1e-6).position - sweep.sample(0.3 * period - 1e-6).position) / 2e-6, atol=1e-5)
+    ahead, behind = sweep.sample(0.3 * period + 1e-6), sweep.sample(0.3 * period - 1e-6)
+    np.testing.assert_allclose(s.velocity, (ahead.position - behind.position) / 2e-6, atol=1e-5)
 
 
 def test_sweep_actually_moves_every_joint():

@@ -113,7 +113,11 @@ def test_every_thread_given_takes_the_class_but_those_that_lowered_themselves_or
     system = FakeSystem()
     system.ended = frozenset({12})
     lowered = []
-    worker = threading.Thread(target=lambda: lowered.append((threading.get_native_id(), lower_this_thread(FakeSystem()))))
+
+    def lower() -> None:
+        lowered.append((threading.get_native_id(), lower_this_thread(FakeSystem())))
+
+    worker = threading.Thread(target=lower)
     worker.start()
     worker.join()
     tid = lowered[0][0]
@@ -151,7 +155,8 @@ def test_a_process_is_placed_only_where_its_nodes_agree():
     assert process_priority(["control", "control", "normal"]).placement == "control"
     whole = process_priority(["control", "record", "input", "stream", "generate", "normal"])
     assert whole.name == "control" and whole.rr_priority == 30 and whole.placement is None
-    assert process_priority(["stream", "stream"]).placement == process_priority(["input", "generate"]).placement == "others"
+    assert process_priority(["stream", "stream"]).placement == "others"
+    assert process_priority(["input", "generate"]).placement == "others"
     assert process_priority([]).placement is None and process_priority(["normal"]).placement is None
     system = PlacingSystem()
     assert apply_process_priority(whole, "auto", system, threads=[11]) == "control: SCHED_RR priority 30"
@@ -168,11 +173,13 @@ def test_every_node_process_is_placed_and_the_control_cpu_needs_real_time():
     assert system.placed == {11: {1, 2, 3}, 13: {1, 2, 3}} and said == "input: SCHED_RR priority 20 on CPU 1, 2, 3"
     # the world model: off the control CPU, in the normal scheduler
     system = PlacingSystem()
-    assert apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system, threads=[11]) == "generate: nice 10 on CPU 1"
+    said = apply_process_priority(PRIORITY_CLASSES["generate"], "auto", system, threads=[11])
+    assert said == "generate: nice 10 on CPU 1"
     assert system.placed == {11: {1}}
     # the normal class (tools, the demo's parent, which hands its CPUs down to the stack it spawns): as started
     system = PlacingSystem()
-    assert apply_process_priority(PRIORITY_CLASSES["normal"], "auto", system, threads=[11]) == "normal: normal scheduling"
+    said = apply_process_priority(PRIORITY_CLASSES["normal"], "auto", system, threads=[11])
+    assert said == "normal: normal scheduling"
     assert system.calls == []
     # real time refused: the others still leave the control CPU; a control process stays where it was
     system = PlacingSystem(refuse=True)
@@ -307,7 +314,8 @@ def test_a_runner_process_and_the_threads_it_starts_take_its_nodes_class():
     assert got["start_up"] == os.sched_getscheduler(0)  # start-up runs as started
     started_cpus = sorted(os.sched_getaffinity(0))  # a child starts with this thread's CPUs
     if _rr_permitted():
-        assert got["thread"]["policy"] == got["early"]["policy"] == os.SCHED_RR and "SCHED_RR priority 30" in got["said"]
+        assert got["thread"]["policy"] == got["early"]["policy"] == os.SCHED_RR
+        assert "SCHED_RR priority 30" in got["said"]
     else:
         assert got["thread"]["policy"] == os.sched_getscheduler(0) and "refused" in got["said"]  # as started
     assert got["thread"]["cpus"] == got["early"]["cpus"] == started_cpus  # nodes placed differently: not placed

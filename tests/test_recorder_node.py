@@ -129,7 +129,8 @@ def test_round_trip_bytes_and_counts_identical_in_rosbags_and_mcap(ros_domain_id
         mcap_file = next(episode.glob("*.mcap"))
         with mcap_file.open("rb") as f:
             decoded = {}
-            for _, channel, message, ros in make_reader(f, decoder_factories=[DecoderFactory()]).iter_decoded_messages():
+            reader = make_reader(f, decoder_factories=[DecoderFactory()])
+            for _, channel, message, ros in reader.iter_decoded_messages():
                 decoded.setdefault(channel.topic, []).append((bytes(message.data), ros))
         assert [d for d, _ in decoded["/test/joints"]] == wire["/test/joints"]
         assert decoded["/test/joints"][5][1].header.stamp.sec == 1005

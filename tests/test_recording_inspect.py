@@ -37,7 +37,11 @@ def header(stamp_ns: int) -> object:
 
 def joint_state(stamp_ns: int, names: list[str], positions) -> bytes:
     msg = TS.types["sensor_msgs/msg/JointState"](
-        header=header(stamp_ns), name=names, position=np.asarray(positions, float), velocity=np.zeros(0), effort=np.zeros(0)
+        header=header(stamp_ns),
+        name=names,
+        position=np.asarray(positions, float),
+        velocity=np.zeros(0),
+        effort=np.zeros(0),
     )
     return bytes(TS.serialize_cdr(msg, JS))
 
@@ -81,7 +85,10 @@ def test_topics_without_a_configured_rate_get_counts_and_rate_but_no_gaps():
     e = episode_stats({"/event": ("std_msgs/msg/String", times)}, start_ns=T0, stop_ns=T0 + 9_000 * MS,
                       expected_rates={"/event": None, "/never": 30.0}, dropped={"/event": 2})
     assert e.missing == ("/never",)
-    assert e.problems() == ["/never: configured but never received", "/event: 2 message(s) published but not recorded (dropped)"]
+    assert e.problems() == [
+        "/never: configured but never received",
+        "/event: 2 message(s) published but not recorded (dropped)",
+    ]
     assert type(e).from_dict(e.to_dict()) == e
 
 
@@ -95,7 +102,8 @@ def test_gaps_between_messages_use_header_stamps_not_receive_jitter():
     assert topic_stats("/arms/command", JS, times, stamps_ns=stamps, **window).gaps == ()
     assert topic_stats("/arms/command", JS, times, **window).gaps != ()  # receive times alone report "gaps"
     # String topics (no header, no stamps) still use receive times.
-    e = episode_stats({"/s": ("std_msgs/msg/String", times)}, expected_rates={"/s": 200.0}, **{k: window[k] for k in ("start_ns", "stop_ns")})
+    e = episode_stats({"/s": ("std_msgs/msg/String", times)}, expected_rates={"/s": 200.0},
+                      start_ns=window["start_ns"], stop_ns=window["stop_ns"])
     assert e.topics["/s"].gaps and all(g.clock == "receive" for g in e.topics["/s"].gaps)
 
 

@@ -13,7 +13,15 @@ from rynn_teleop.core.robot_model import GROUPS, RobotModel, hand_joint_names
 from rynn_teleop.errors import FrameNotFoundError, JointNotFoundError
 
 # Marvin M6 modified-DH table, typed from hardware-facts.md (alpha, a [mm], d [mm], theta0), deg.
-DH = [(0, 0, 174.5, 0), (90, 0, 0, 0), (-90, 0, 287, 0), (90, 18, 0, 180), (90, 18, 314, 180), (90, 0, 0, 90), (90, 0, 0, 90)]
+DH = [
+    (0, 0, 174.5, 0),
+    (90, 0, 0, 0),
+    (-90, 0, 287, 0),
+    (90, 18, 0, 180),
+    (90, 18, 314, 180),
+    (90, 0, 0, 90),
+    (90, 0, 0, 90),
+]
 FLANGE = (90, 0, 95, 90)
 VENDOR = Path(__file__).resolve().parents[2] / "shared" / "vendor" / "wuji-hand-description" / "urdf"
 
@@ -25,7 +33,8 @@ def craig(alpha_deg, a_mm, d_mm, theta):
     rx = np.array([[1, 0, 0, 0], [0, math.cos(al), -math.sin(al), 0], [0, math.sin(al), math.cos(al), 0], [0, 0, 0, 1]])
     tx = np.eye(4)
     tx[0, 3] = a
-    rz = np.array([[math.cos(theta), -math.sin(theta), 0, 0], [math.sin(theta), math.cos(theta), 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+    rz = np.array([[math.cos(theta), -math.sin(theta), 0, 0], [math.sin(theta), math.cos(theta), 0, 0],
+                   [0, 0, 1, 0], [0, 0, 0, 1]])
     tz = np.eye(4)
     tz[2, 3] = d
     return rx @ tx @ rz @ tz

@@ -12,7 +12,8 @@ def _state() -> SessionState:
     st.on_diagnostics("arm_ik", 0, "following", {"calibrated": "True", "engaged": "True", "left.active": "True",
                                                   "right.active": "False", "command.rate_hz": "199.0",
                                                   "command.nominal_hz": "200", "command.latency_p50_ms": "4.00",
-                                                  "command.latency_p99_ms": "8.10", "command.latency_budget_ms": "10"}, now=10.0)
+                                                  "command.latency_p99_ms": "8.10", "command.latency_budget_ms": "10"},
+                    now=10.0)
     st.on_diagnostics("arm_driver", 2, "e-stop latched", {"estop": "True", "joint_states.rate_hz": "150.0",
                                                          "joint_states.nominal_hz": "200"}, now=10.0)
     st.on_diagnostics("hand_driver", 0, "running", {"estop": "False"}, now=10.0)

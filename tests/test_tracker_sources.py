@@ -229,7 +229,8 @@ def test_synthetic_rejects_bad_serial_maps(serials, words):
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"rate_hz": 0.0}, {"cycle_s": -1.0}, {"dropouts": [("left_wrist", 2.0, 1.0)]}, {"dropouts": [("x", 0, 1)]}]
+    "kwargs",
+    [{"rate_hz": 0.0}, {"cycle_s": -1.0}, {"dropouts": [("left_wrist", 2.0, 1.0)]}, {"dropouts": [("x", 0, 1)]}],
 )
 def test_synthetic_rejects_bad_numbers(kwargs):
     with pytest.raises(ConfigurationError):

@@ -10,19 +10,22 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
 import sys
 import threading
 import time
-from contextlib import ExitStack
-from typing import Any, Callable, ClassVar, Iterator, Mapping, NamedTuple
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, ClassVar, NamedTuple
 
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from rclpy.executors import ExternalShutdownException
-from rclpy.guard_condition import GuardCondition
-from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.clock import ClockType
-from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+
+try:
+    from rclpy.event_handler import PublisherEventCallbacks, SubscriptionEventCallbacks
+except ImportError:  # rclpy 3 (Humble) names the module qos_event
+    from rclpy.qos_event import PublisherEventCallbacks, SubscriptionEventCallbacks
+from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import QoSCompatibility, qos_check_compatible
 from rclpy.subscription import Subscription
@@ -33,6 +36,7 @@ from ..core.stats import RateMeter
 from ..errors import RynnTeleopError
 from .parameters import declare_schema
 from .process import freeze_startup_objects, process_priority_class, use_process_priority, use_transport_profile
+from .rmw import NeverExecuted, SubscriptionWaitSet, take_waiting
 
 
 class Taken(NamedTuple):
@@ -40,8 +44,8 @@ class Taken(NamedTuple):
 
     message: Any  # the message, or its CDR bytes for a raw subscription
     received_ns: int  # when the middleware received it, on the node's clock [ns] (the take time if unknown)
-    publisher: bytes  # the publisher's GID
-    sequence: int | None  # the publisher's sequence number of this message (None when the RMW does not tell)
+    publisher: bytes  # the publisher's GID (b"" when rclpy does not tell, see nodes.rmw)
+    sequence: int | None  # the publisher's sequence number of this message (None when rclpy or the RMW does not tell)
 
 
 SAMPLE_LEAD_S = 0.001  # [s] a synthetic sample is due this long before the loop tick that reads it
@@ -60,7 +64,7 @@ class ControlLoop:
     callback is logged and kept in :attr:`TeleopNode.loop_exceptions`; the loop goes on.
     """
 
-    def __init__(self, node: "TeleopNode", period: float, callback: Callable[[], None], name: str) -> None:
+    def __init__(self, node: TeleopNode, period: float, callback: Callable[[], None], name: str) -> None:
         self.node = node
         self.name = name
         self.callback = callback
@@ -83,7 +87,7 @@ class ControlLoop:
             wait = deadlines.due - time.monotonic()
             if wait > 0:
                 if wait <= SLEEP_MAX_S:
-                    time.sleep(wait)  # cheaper per tick than Event.wait's lock dance (bench/control_loop.py)
+                    time.sleep(wait)  # cheaper per tick than Event.wait (bench/control_loop.py)
                 elif stop.wait(wait):
                     break
             with lock:  # a stop during the sleep is seen here
@@ -119,46 +123,34 @@ class ControlLoop:
 class EventLoop:
     """Message-driven work of one node on its own thread, off the executor.
 
-    The thread waits on an rcl wait set of just ``subscriptions`` (polled ones:
-    :meth:`TeleopNode.create_polled_subscription`) and a guard condition that stops it, and for each
-    subscription with messages waiting calls ``callback(subscription)`` holding :attr:`TeleopNode.lock`; the
-    callback drains it (:meth:`TeleopNode.take_all`). A wake costs one wait and the takes, not the executor's
-    rebuild of a wait set over every entity of the node. An exception raised by the callback is logged and
-    kept in :attr:`TeleopNode.loop_exceptions`; the loop goes on.
+    The thread waits on a wait set of just ``subscriptions`` (polled ones:
+    :meth:`TeleopNode.create_polled_subscription`) and a guard condition that stops it
+    (:class:`~.rmw.SubscriptionWaitSet`), and for each subscription with messages waiting calls
+    ``callback(subscription)`` holding :attr:`TeleopNode.lock`; the callback drains it (:meth:`TeleopNode.take_all`).
+    A wake costs one wait on these subscriptions and the takes, not a wait set over every entity of the node.
+    An exception raised by the callback is logged and kept in :attr:`TeleopNode.loop_exceptions`; the loop goes on.
     """
 
     WAKE_TIMEOUT_NS = 500_000_000  # [ns] longest wait before the loop looks at the context again
 
-    def __init__(self, node: "TeleopNode", subscriptions: list[Subscription], callback: Callable[[Subscription], None],
+    def __init__(self, node: TeleopNode, subscriptions: list[Subscription], callback: Callable[[Subscription], None],
                  name: str) -> None:
         self.node = node
         self.name = name
         self.callback = callback
-        self._subscriptions = list(subscriptions)
         self._stop = threading.Event()
-        self._guard = GuardCondition(None, None, context=node.context)  # not the node's: the executor ignores it
+        self._waiter = SubscriptionWaitSet(subscriptions, node.context)
         self._thread = threading.Thread(target=self._run, name=f"{node.get_name()}:{name}", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         name_this_thread(self._thread.name)
         context, stop, lock = self.node.context, self._stop, self.node.lock
-        with ExitStack() as held:  # the handles stay valid while the loop waits on them
-            handles = [sub.handle for sub in self._subscriptions]
-            guard = self._guard.handle
-            for handle in (*handles, guard, context.handle):
-                held.enter_context(handle)
-            by_pointer = {handle.pointer: sub for handle, sub in zip(handles, self._subscriptions)}
-            wait_set = _rclpy.WaitSet(len(handles), 1, 0, 0, 0, 0, context.handle)
+        with self._waiter as waiter:
             while not stop.is_set():
-                wait_set.clear_entities()
-                for handle in handles:
-                    wait_set.add_subscription(handle)
-                wait_set.add_guard_condition(guard)
-                wait_set.wait(self.WAKE_TIMEOUT_NS)
+                ready = waiter.wait(self.WAKE_TIMEOUT_NS)
                 if stop.is_set() or not context.ok():
                     break
-                ready = [by_pointer[p] for p in wait_set.get_ready_entities("subscription") if p in by_pointer]
                 if not ready:
                     continue
                 with lock:
@@ -176,7 +168,7 @@ class EventLoop:
         """Stop the loop and wait (at most ``timeout`` [s]) for a running callback to end. Idempotent."""
         self._stop.set()
         try:
-            self._guard.trigger()
+            self._waiter.wake()
         except Exception:  # noqa: BLE001 - the context is gone already: the wait ends by its timeout
             pass
         if self._thread is not threading.current_thread():
@@ -221,7 +213,8 @@ class TeleopNode(Node):
     Threading contract: fixed-rate work runs in :class:`ControlLoop` threads (:meth:`create_loop`), the
     executor serves services, parameters, timers and event-driven subscriptions. Every callback made
     through this class's ``create_subscription`` / ``create_service`` / ``create_timer`` and every loop
-    tick holds :attr:`lock`, so node state needs no other locking between them.
+    tick holds :attr:`lock`, so node state needs no other locking between them. Polled subscriptions
+    (:meth:`create_polled_subscription`) are never served by the executor: the node takes from them itself.
 
     Publishers and subscriptions are created without rclpy's default QoS event handlers (each is one more
     waitable woken per event); incompatible publishers are found by a 1 Hz check instead and reported in
@@ -237,36 +230,32 @@ class TeleopNode(Node):
         self.lock = threading.RLock()
         self.loops: list[ControlLoop | EventLoop] = []
         self.loop_exceptions: list[BaseException] = []  # exceptions raised by loop ticks
+        self._owned: list[Any] = []  # closed by destroy_node, newest first (close_on_destroy)
         super().__init__(self.SCHEMA.node_name, **node_kwargs)
         self.params: dict[str, Any] = declare_schema(self, self.SCHEMA)
         self.meters: dict[str, RateMeter] = {}
         self.nominal_hz: dict[str, float] = {}  # meter name -> the rate it should show [Hz] (diagnostics)
         self.latency_budget_ms: dict[str, float] = {}  # meter name -> the p99 latency it should stay under [ms]
-        self._polled: dict[int, list[Taken]] = {}  # id of each subscription the executor must leave alone
-        self._unwaited: set[int] = set()  # ids of their event handlers
-        self.incompatible_qos: dict[str, str] = {}  # polled topic -> why a publisher of it cannot match
+        self._polled_group = NeverExecuted()  # the callback group of polled subscriptions: no executor serves it
+        self.incompatible_qos: dict[str, str] = {}  # subscribed topic -> why a publisher of it cannot match
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
 
     # ------------------------------------------------------------------ polled subscriptions
     def create_polled_subscription(self, msg_type: Any, topic: str, qos: Any, *, raw: bool = False) -> Subscription:
-        """A subscription the node drains itself (:meth:`take_all`) instead of one executor callback per message.
+        """A subscription the node drains itself (:meth:`take_all`, or an :class:`EventLoop`) instead of one
+        executor callback per message; ``raw``: messages come as CDR bytes.
 
-        rclpy's executor spends 0.1-0.2 ms of Python per message (it rebuilds its wait set every time); a node
-        that only needs batches (the recorder, the world model taking the newest command per frame) drains the
-        middleware's queue from a timer instead. The queue (``qos`` depth) must hold what arrives between two
-        drains. The subscription belongs to this node in the graph and is destroyed with it. Its QoS event
-        handlers are not waited on (see below); instead the node checks its publishers' QoS against it once
-        a second, and an incompatible publisher is logged and reported in diagnostics (``incompatible_qos``).
+        The subscription is in a callback group that no executor serves (:class:`~.rmw.NeverExecuted`), from
+        the moment it exists: the executor neither waits on it nor on its QoS event handlers (those wait on the
+        same reader condition, which stays triggered while data waits, so waiting on them would return at once
+        for as long as the queue is not drained). The queue (``qos`` depth) must hold what arrives between two
+        drains. The subscription belongs to this node in the graph and is destroyed with it. Incompatible
+        publishers are found by the node's 1 Hz QoS check instead of an event handler, logged and reported in
+        diagnostics (``incompatible_qos``).
         """
-        strays: list[Taken] = []  # taken by the executor before it learnt to leave this subscription alone
-        sub = Node.create_subscription(self, msg_type, topic, lambda msg, info: strays.append(_taken(msg, info)),
-                                       qos, raw=raw, event_callbacks=_NO_SUB_EVENTS)
-        self._polled[id(sub)] = strays
-        # Event handlers, if any, wait on the same DDS reader condition, which stays triggered while data waits
-        # to be drained: left in the wait set they would make the executor's wait return at once, for ever.
-        self._unwaited.update(id(h) for h in sub.event_handlers)
-        return sub
+        return Node.create_subscription(self, msg_type, topic, _polled_callback, qos, raw=raw,
+                                        callback_group=self._polled_group, event_callbacks=_NO_SUB_EVENTS)
 
     # ------------------------------------------------------------------ entities with the node's lock
     def create_subscription(self, msg_type: Any, topic: str, callback: Callable, qos_profile: Any,
@@ -322,53 +311,44 @@ class TeleopNode(Node):
         for loop in getattr(self, "loops", ()):
             loop.cancel()
 
+    def close_on_destroy(self, resource: Any) -> Any:
+        """Have :meth:`destroy_node` call ``resource.close()`` once the loops have stopped (resources closed
+        newest first; a close that raises is logged); returns ``resource``."""
+        self._owned.append(resource)
+        return resource
+
     def destroy_node(self) -> None:
-        """Stop the loops (a running tick ends first), then destroy the node."""
+        """Stop the loops (a running tick ends first), close what :meth:`close_on_destroy` was given, then
+        destroy the node."""
         self.stop_loops()
+        while self._owned:
+            resource = self._owned.pop()
+            try:
+                resource.close()
+            except Exception as exc:  # noqa: BLE001 - shutting down regardless; the error is logged
+                self.get_logger().error(f"closing {type(resource).__name__} failed: {exc!r}")
         super().destroy_node()
 
-    @property
-    def subscriptions(self) -> Iterator[Subscription]:
-        """The subscriptions the executor waits on (polled ones excluded)."""
-        return (s for s in super().subscriptions if id(s) not in self._polled)
-
-    @property
-    def waitables(self) -> Iterator[Any]:
-        """The waitables the executor waits on (the event handlers of polled subscriptions excluded)."""
-        return (w for w in super().waitables if id(w) not in self._unwaited)
-
-    def destroy_subscription(self, subscription: Subscription) -> bool:
-        self._polled.pop(id(subscription), None)
-        self._unwaited.difference_update(id(h) for h in subscription.event_handlers)
-        return super().destroy_subscription(subscription)
-
     def take_all(self, sub: Subscription, limit: int = 10_000) -> Iterator[Taken]:
-        """Take every message waiting in ``sub`` (a polled subscription), oldest first.
+        """Take the messages waiting in ``sub`` (a polled subscription of this node), oldest first, at most
+        ``limit``; one direct take from the middleware each (:func:`~.rmw.take_waiting`).
 
         Receive times come from the middleware on the system clock; with ``use_sim_time`` they are moved onto
-        the node's clock by the offset between the two clocks at the take. Messages come in sequence order, so
-        their receive times may step back (a reliable message repaired after a loss arrived after later ones).
+        the node's clock by the offset between the two clocks at the take (the take time when the middleware
+        does not tell). Messages come in sequence order, so their receive times may step back (a reliable
+        message repaired after a loss arrived after later ones). Raises ``ValueError`` for a subscription that
+        is not one of this node's polled ones.
         """
-        strays = self._polled[id(sub)]
-        if strays:
-            now_ns, offset = self.get_clock().now().nanoseconds, self._system_clock_offset()
-            while strays:
-                yield _on_clock(strays.pop(0), offset, now_ns)
-        with sub.handle:
-            take, msg_type, raw = sub.handle.take_message, sub.msg_type, sub.raw
-            taken = take(msg_type, raw)
-            if taken is None:
-                return  # nothing waiting: no clock read
-            now_ns, offset = self.get_clock().now().nanoseconds, self._system_clock_offset()
-            for _ in range(limit):
-                msg, info = taken  # info: the RMW message info as a dict
-                received = info.get("received_timestamp") or 0
-                gid = info.get("publisher_gid")
-                yield Taken(msg, received + offset if received else now_ns, bytes(gid["data"]) if gid else b"",
-                            info.get("publication_sequence_number"))
-                taken = take(msg_type, raw)
-                if taken is None:
-                    return
+        if sub.callback_group is not self._polled_group:
+            raise ValueError(f"{sub.topic_name}: not a polled subscription of node {self.get_name()!r} "
+                             "(create it with create_polled_subscription)")
+        received = take_waiting(sub, limit)
+        first = next(received, None)
+        if first is None:
+            return  # nothing waiting: no clock read
+        now_ns, offset = self.get_clock().now().nanoseconds, self._system_clock_offset()
+        for r in itertools.chain((first,), received):
+            yield Taken(r.message, r.received_ns + offset if r.received_ns else now_ns, r.publisher, r.sequence)
 
     def _system_clock_offset(self) -> int:
         """Node clock minus system clock [ns]: 0 unless simulated time drives the node clock. Estimated from
@@ -386,11 +366,11 @@ class TeleopNode(Node):
                 best = (after - before, node_ns - (before + after) // 2)
         return best[1]
 
-    def _check_polled_qos(self) -> None:
+    def _check_subscription_qos(self) -> None:
         """Log and remember publishers whose QoS cannot match one of the node's subscriptions (1 Hz,
         diagnostics timer)."""
         found = {}
-        for sub in super().subscriptions:
+        for sub in self.subscriptions:
             for info in self.get_publishers_info_by_topic(sub.topic_name):
                 compatibility, reason = qos_check_compatible(info.qos_profile, sub.qos_profile)
                 if compatibility == QoSCompatibility.ERROR:
@@ -423,7 +403,7 @@ class TeleopNode(Node):
         return DiagnosticStatus.OK, "running"
 
     def _publish_diagnostics(self) -> None:
-        self._check_polled_qos()
+        self._check_subscription_qos()
         now = self.now_s()
         values = {}
         for name, m in self.meters.items():
@@ -441,7 +421,8 @@ class TeleopNode(Node):
         if self.incompatible_qos:
             values["incompatible_qos"] = "; ".join(f"{t}: {why}" for t, why in sorted(self.incompatible_qos.items()))
             if level == DiagnosticStatus.OK:
-                level, message = DiagnosticStatus.WARN, f"incompatible QoS on {', '.join(sorted(self.incompatible_qos))}"
+                level = DiagnosticStatus.WARN
+                message = f"incompatible QoS on {', '.join(sorted(self.incompatible_qos))}"
         status = DiagnosticStatus(
             level=level,
             name=f"{self.get_name()}",
@@ -458,17 +439,10 @@ _NO_SUB_EVENTS = SubscriptionEventCallbacks(use_default_callbacks=False)
 _NO_PUB_EVENTS = PublisherEventCallbacks(use_default_callbacks=False)
 
 
-def _on_clock(taken: Taken, offset_ns: int, now_ns: int) -> Taken:
-    """``taken`` with its system-clock receive time moved onto the node's clock (the take time if unknown)."""
-    return taken._replace(received_ns=taken.received_ns + offset_ns if taken.received_ns else now_ns)
-
-
-def _taken(msg: Any, info: Any) -> Taken:
-    """A message and its RMW message info (a dict from ``take_message``, a MessageInfo in a callback) as Taken."""
-    get = info.get if isinstance(info, dict) else lambda k: getattr(info, k, None)
-    gid = get("publisher_gid") or {}
-    return Taken(msg, int(get("received_timestamp") or 0), bytes(gid.get("data", b"")),
-                 get("publication_sequence_number"))
+def _polled_callback(msg: Any) -> None:
+    """The callback of every polled subscription. Their callback group keeps executors from calling it."""
+    raise RuntimeError("an executor called back a polled subscription: it ignored the subscription's callback "
+                       "group (nodes.rmw.NeverExecuted)")
 
 
 def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int:
@@ -496,7 +470,7 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
         code = 2
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except Exception:  # noqa: BLE001
+    except Exception:
         if rclpy.ok():  # a real error; after a shutdown (launch's Shutdown action) a racing publish is not one
             raise
     finally:

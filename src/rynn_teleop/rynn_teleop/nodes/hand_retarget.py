@@ -135,7 +135,7 @@ class HandRetargetNode(TeleopNode):
             else:
                 kwargs = dict(path=p["replay.path"], topic_prefix=prefix, rate_scale=p["replay.rate_scale"],
                               loop=p["replay.loop"], sides=self.sides)
-            self.source = make_hand_source(kind, **kwargs)
+            self.source = self.close_on_destroy(make_hand_source(kind, **kwargs))
             self.source.start(self.now_s())
             self._align_on_first_poll = kind == "synthetic"
             if kind == "synthetic":
@@ -263,12 +263,6 @@ class HandRetargetNode(TeleopNode):
             return DiagnosticStatus.WARN, "; ".join(bad)
         return DiagnosticStatus.OK, "retargeting"
 
-    def destroy_node(self) -> None:
-        self.stop_loops()  # no tick may use what is closed below
-        source = getattr(self, "source", None)  # absent when the constructor failed
-        if source is not None:
-            source.close()
-        super().destroy_node()
 
 
 def main(args=None) -> int:

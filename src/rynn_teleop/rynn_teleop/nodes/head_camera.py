@@ -85,7 +85,7 @@ class HeadCameraNode(TeleopNode):
             kwargs = dict(serial=p["realsense.serial"], color_profile=p["realsense.color_profile"],
                           depth_profile=p["realsense.depth_profile"], enable_depth=p["realsense.enable_depth"],
                           align_depth=p["realsense.align_depth"])
-        self.source = make_camera_source(kind, **kwargs)
+        self.source = self.close_on_destroy(make_camera_source(kind, **kwargs))
         self.source.start(self.now_s())
         self._align_on_first_tick = kind == "synthetic"
         self.read_errors = 0
@@ -150,12 +150,6 @@ class HeadCameraNode(TeleopNode):
             return DiagnosticStatus.WARN, "no frames"
         return DiagnosticStatus.OK, "streaming"
 
-    def destroy_node(self) -> None:
-        self.stop_loops()  # no tick may use what is closed below
-        source = getattr(self, "source", None)
-        if source is not None:
-            source.close()
-        super().destroy_node()
 
 
 def _profile(p, key: str):

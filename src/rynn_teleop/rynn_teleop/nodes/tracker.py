@@ -99,7 +99,7 @@ class TrackerNode(TeleopNode):
                 f"{', '.join('serials.' + r for r in unset)}); {self._serials_seen_note(p, serials)}"
             )
         self.trackers = TrackerSet(serials, p["dropout_timeout_s"])
-        self.source = self._make_source(p, serials)
+        self.source = self.close_on_destroy(self._make_source(p, serials))
         self._pending: list = []  # samples read while discovering the trackers
         self.source.start(self.now_s())
         self._discover(p["discovery_timeout_s"])
@@ -221,12 +221,6 @@ class TrackerNode(TeleopNode):
             return DiagnosticStatus.WARN, f"stale: {', '.join(sorted(self._stale))}"
         return DiagnosticStatus.OK, "tracking"
 
-    def destroy_node(self) -> None:
-        self.stop_loops()  # no tick may use what is closed below
-        source = getattr(self, "source", None)  # absent when the constructor failed
-        if source is not None:
-            source.close()
-        super().destroy_node()
 
 
 def _parse_dropout(text: str) -> tuple[str, float, float]:
