@@ -1,27 +1,16 @@
 """Inverse kinematics of one 7-DoF Marvin arm on Pinocchio (ROS-free).
 
-Written by hand on Pinocchio rather than with pink (see README, "Why hand-written"):
-for one 7-DoF chain a damped least-squares Newton step with an explicit 1-D
-null space is a few small dense operations, while a QP-based solver pays a QP
-set-up per iteration; ``bench/arm_ik.py`` measures both on the same targets.
+Damped least squares in the tip frame (``LOCAL``): the wrist error ``e = log6(T(q)^-1 T_target)`` (6-D twist,
+[m] and [rad]) gives ``dq = V diag(s / (s^2 + lambda^2)) U^T e`` from the SVD ``J = U S V^T`` of the tip
+Jacobian, ``lambda`` growing from 0 as the smallest singular value falls below ``singular_threshold``. Along
+the one redundant DoF (the elbow swivel, the last right singular vector) each iteration pushes joints out of
+the zone near their limits or, when none is there, swings the elbow towards the elbow hint, at most
+``max_null_step``. A step is scaled to at most ``max_step`` and the result clipped into the position limits
+shrunk by ``limit_margin``.
 
-Per iteration (all in the tip frame, ``LOCAL``):
-
-* wrist task: ``e = log6(T(q)^-1 T_target)`` (6-D twist, [m] and [rad]),
-  step ``dq = V diag(s / (s^2 + lambda^2)) U^T e`` from the SVD of the tip
-  Jacobian ``J = U S V^T``; ``lambda`` grows smoothly from 0 as the smallest
-  singular value falls below ``singular_threshold`` (damping near singularities);
-* null space: a 7-DoF arm has one redundant DoF (the elbow swivel), spanned by
-  the last right singular vector ``n``. Along it the solver pushes joints out
-  of the zone near their limits or, when none is there, moves the elbow
-  towards the elbow hint (tangentially, so the hint only chooses the swivel),
-  at most ``max_null_step`` per iteration;
-* the step is scaled to at most ``max_step`` and the result clipped into the
-  position limits shrunk by ``limit_margin``.
-
-It stops when the wrist error is within tolerance; when ``max_iterations``
-are spent first the best configuration seen is returned with
-``converged=False`` (an unreachable target gives the nearest reachable pose).
+Contract: the returned ``q`` is always within the shrunk limits; when ``max_iterations`` are spent before the
+wrist error is within tolerance, the best configuration seen is returned with ``converged=False`` (an
+unreachable target gives the nearest reachable pose). Why hand-written rather than on pink: README, "Arm teleoperation".
 """
 
 from __future__ import annotations
@@ -43,7 +32,8 @@ class IKSettings(NamedTuple):
     position_tolerance: float = 3e-4  # [m] wrist position error accepted as converged
     orientation_tolerance: float = 2e-3  # [rad] wrist orientation error accepted as converged
     max_iterations: int = 20  # [-] per solve
-    stall_ratio: float = 0.95  # [-] stop early (when within 10x tolerance) once an iteration keeps more than this share of the error
+    # [-] stop early (when within 10x tolerance) once an iteration keeps more than this share of the error
+    stall_ratio: float = 0.95
     max_step: float = 0.3  # [rad] largest joint change per iteration (infinity norm)
     damping: float = 0.02  # [-] damping lambda at a singular configuration
     singular_threshold: float = 0.05  # [-] smallest singular value below which damping starts
@@ -80,7 +70,7 @@ class ArmIK:
         tip_frame: str | None = None,
         elbow_frame: str | None = None,
         base_frame: str = "torso_link",
-        settings: IKSettings = IKSettings(),
+        settings: IKSettings | None = None,
     ) -> None:
         """
         Args:
@@ -89,8 +79,9 @@ class ArmIK:
             tip_frame: the controlled frame (default ``{side}_palm_link``, the wrist).
             elbow_frame: the frame steered towards the elbow hint (default ``{side}_arm_link4``).
             base_frame: frame of targets, hints and results (must not move with the arm).
-            settings: tuning, see :class:`IKSettings`.
+            settings: tuning, see :class:`IKSettings` (default: its defaults).
         """
+        settings = IKSettings() if settings is None else settings
         if side not in ("left", "right"):
             raise ConfigurationError(f"side must be 'left' or 'right', got {side!r}")
         self.side = side
@@ -181,7 +172,7 @@ class ArmIK:
                 break
             pin.computeJointJacobians(model, data)  # uses the forward kinematics above
             J = pin.getFrameJacobian(model, data, tip, pin.LOCAL)
-            U, sv, Vt, info = dgesvd(J)  # LAPACK directly: half the overhead of np.linalg.svd
+            U, sv, Vt, info = dgesvd(J)  # LAPACK directly: less overhead than np.linalg.svd
             if info != 0:
                 break
             smin = sv[5]

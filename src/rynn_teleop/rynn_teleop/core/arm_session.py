@@ -1,28 +1,17 @@
 """The rules of an arm teleoperation session around :class:`~.arm_teleop.ArmTeleop` (ROS-free).
 
-The arm_ik node converts messages and calls one :class:`ArmSession`; every time is the caller's [s]
-(the node clock), so the rules are tested without ROS:
+The arm_ik node converts messages and calls one :class:`ArmSession`; every time is the caller's [s]:
 
-* operator input: :meth:`ArmSession.add_frame` takes one tracker frame (the ``<prefix>/trackers``
-  PoseArray contract: (5, 4, 4) matrices in :data:`~.trackers.ROLES` order, all-NaN for a role without
-  a sample) and hands the chest-relative wrist and elbow poses of each side to the controller
-  (:class:`~.trackers.ChestRelativeArms`, freshness judged at the frame's own stamp);
-* start gating (``start_from = "measured"``): no command until every arm joint has a measured position
-  (:meth:`ArmSession.add_joint_states`) fresher than ``measured_timeout``; a position more than
-  ``start_tolerance`` outside its limit blocks the start (an error, reported while it lasts), one
-  within it is clipped (a warning); then the controller starts from the measured positions;
-* clutch: :meth:`ArmSession.set_clutch` (the service) and :meth:`ArmSession.clutch_topic` (a pedal);
-  with ``clutch_topic_timeout`` > 0 the pedal is a deadman: an engagement made on the topic ends when
-  no true message came for that long; the service takes over from the pedal;
-* auto-calibration (``auto_calibrate``): once both wrists have been seen for ``auto_calibrate_delay``,
-  the calibration is captured (not saved) as soon as both wrists and both upper-arm trackers have held
-  still (:class:`~.calibration.StillnessDetector`: ``still_window``, ``still_position``,
-  ``still_rotation``); a failed capture is retried every ``auto_calibrate_retry``;
-* auto-engage (``auto_engage``): the clutch engages once, as soon as a calibration exists (a later
-  disengage is the operator's choice).
+* input: :meth:`ArmSession.add_frame` takes one ``<prefix>/trackers`` frame ((5, 4, 4) matrices in
+  :data:`~.trackers.ROLES` order, all-NaN for a role without a sample) and hands each side's chest-relative
+  wrist and elbow poses (fresh at the frame's own stamp) to the controller;
+* start (``start_from = "measured"``): no command until every arm joint has a measured position fresher than
+  ``measured_timeout`` and none is more than ``start_tolerance`` outside its limit (those within are clipped);
+* clutch: the service (:meth:`ArmSession.set_clutch`) or a pedal topic (:meth:`ArmSession.clutch_topic`, a
+  deadman when ``clutch_topic_timeout`` > 0); ``auto_calibrate`` captures the calibration once the operator
+  holds the posture still; ``auto_engage`` engages once, as soon as a calibration exists.
 
-What the node should log comes out of :meth:`ArmSession.take_notices`; repeated warnings are
-rate-limited here, on the caller's clock.
+What the node should log comes out of :meth:`ArmSession.take_notices` (repeated warnings rate-limited).
 """
 
 from __future__ import annotations
@@ -78,15 +67,16 @@ class SessionStatus(NamedTuple):
 class ArmSession:
     """Start gating, clutch (service, pedal, deadman), auto-calibration and auto-engage around a controller."""
 
-    def __init__(self, teleop: ArmTeleop, settings: SessionSettings = SessionSettings()) -> None:
+    def __init__(self, teleop: ArmTeleop, settings: SessionSettings | None = None) -> None:
         """
         Args:
             teleop: the controller (its calibration and clutch are the session's).
-            settings: the rules' tuning.
+            settings: the rules' tuning (default: :class:`SessionSettings`' defaults).
 
         Raises:
             ConfigurationError: an unknown ``start_from`` or a value out of range.
         """
+        settings = SessionSettings() if settings is None else settings
         if settings.start_from not in ("measured", "home"):
             raise ConfigurationError(f"start_from must be 'measured' or 'home', got {settings.start_from!r}")
         for name in ("start_tolerance", "clutch_topic_timeout", "auto_calibrate_delay"):

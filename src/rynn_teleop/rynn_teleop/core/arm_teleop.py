@@ -1,40 +1,17 @@
 """Dual-arm teleoperation controller: operator poses -> IK -> Ruckig (ROS-free).
 
-One :meth:`ArmTeleop.step` per control cycle (200 Hz in the node):
+One :meth:`ArmTeleop.step` per control cycle: per side, the newest operator wrist pose (wrist-in-chest), while
+it is fresh and the clutch engaged, is mapped into the torso frame (:class:`~.calibration.Calibration`),
+composed with the clutch offset (:class:`~.clutch.Clutch`) and solved by :class:`~.arm_ik.ArmIK` (warm-started,
+the upper-arm tracker steering the elbow); the 14 solutions are the targets of one
+:class:`~.motion.JerkLimitedFollower`, whose state, advanced by the time since the previous step, is the
+command. A side that is stale or disengaged brakes to a stop.
 
-1. per side, the newest operator wrist pose (wrist-in-chest) is checked for
-   freshness; while the clutch is engaged and it is fresh it is mapped into
-   the torso frame (:class:`~.calibration.Calibration`), composed with the
-   clutch offset (:class:`~.clutch.Clutch`) and solved by
-   :class:`~.arm_ik.ArmIK` (warm start: the previous solution), the
-   upper-arm tracker steering the elbow;
-2. the 14 IK solutions are the targets of one
-   :class:`~.motion.JerkLimitedFollower`; a side whose target is stale or
-   disengaged brakes to a stop instead;
-3. the follower's state, advanced by the time since the previous step
-   (wall-clock truth: a command computed at ``now`` is the trajectory's
-   state at ``now`` however late the cycle ran), is the command (position
-   and velocity).
-
-Bad input never reaches the robot:
-
-* non-finite or non-rigid poses are rejected at :meth:`ArmTeleop.set_operator`
-  (counted, the last good target kept);
-* outliers too: a wrist that moved faster than ``outlier_speed`` (plus
-  ``outlier_slack``) from the side's last accepted pose is not followed
-  (counted per side); the side holds its last good target, follows again as
-  soon as a pose is consistent with the last accepted one, and a side whose
-  accepted poses stopped for longer than ``stale_timeout`` (it went stale)
-  re-anchors on its next pose, so a true re-positioning is never refused for
-  long;
-* an unreachable target yields the nearest reachable solution and the side's
-  ``unreachable`` flag; when the warm-started solve is unreachable the solver
-  also starts from the side's home posture and from its current command and
-  keeps the first of those that reaches the target, so a run of bad targets
-  that left the warm start at a joint limit cannot trap the arm there.
-
-A side whose tracking resumes after going stale is re-anchored (its clutch
-offset re-captured), like a re-engage.
+Bad input never reaches the robot: non-finite or non-rigid poses and outliers (a wrist faster than
+``outlier_speed``) are rejected at :meth:`ArmTeleop.set_operator` (counted, the last good target kept); an
+unreachable target gives the nearest reachable solution and the side's ``unreachable`` flag, the solve retried
+from the home posture and the current command so that a joint limit cannot trap the arm. A side whose tracking
+resumes after going stale is re-anchored (its clutch offset re-captured), like a re-engage.
 """
 
 from __future__ import annotations
@@ -50,9 +27,9 @@ from ..errors import ConfigurationError
 from .arm_ik import ArmIK, IKResult, IKSettings
 from .calibration import Calibration, calibrate
 from .clutch import Clutch
-from .layout import SIDES
+from .layout import N_ARM, SIDES
 from .motion import JerkLimitedFollower, MotionState
-from .robot_model import GROUPS, N_ARM, JointLimits, RobotModel, arm_joint_names
+from .robot_model import GROUPS, JointLimits, RobotModel, arm_joint_names
 from .transforms import is_rigid
 
 # Home posture [rad] (left arm joints 1-7, then right): upper arms down, elbows bent,
@@ -118,8 +95,8 @@ class ArmTeleop:
         home: np.ndarray,
         limits: JointLimits,
         *,
-        settings: ArmTeleopSettings = ArmTeleopSettings(),
-        ik_settings: IKSettings = IKSettings(),
+        settings: ArmTeleopSettings | None = None,
+        ik_settings: IKSettings | None = None,
         calibration: Calibration | None = None,
     ) -> None:
         """
@@ -128,9 +105,11 @@ class ArmTeleop:
             home: (14,) home posture [rad], the calibration reference (left arm, then right).
             limits: (14-joint) motion limits for Ruckig (position limits are the robot's;
                 velocity/acceleration/jerk usually scaled down from the robot's).
-            settings, ik_settings: tuning.
+            settings, ik_settings: tuning (default: the defaults of :class:`ArmTeleopSettings`, :class:`IKSettings`).
             calibration: operator-to-robot calibration (default: uncalibrated; engaging is then refused).
         """
+        settings = ArmTeleopSettings() if settings is None else settings
+        ik_settings = IKSettings() if ik_settings is None else ik_settings
         self.robot = robot
         self.settings = settings
         self.joint_names = arm_joint_names("left") + arm_joint_names("right")

@@ -1,29 +1,16 @@
 """Operator-to-robot calibration (ROS-free).
 
-The operator stands in the calibration pose (upper arms down, elbows bent
-90 degrees, forearms forward, palms facing each other: the robot's home
-posture) and the poses of the wrist and upper-arm trackers in the chest
-tracker's frame are captured. Matched against the robot's home hand and
-upper-arm points in the torso frame, they fix:
-
-* the chest-to-torso alignment and the arm-length scale: the similarity
-  (rotation, translation, uniform scale) that best maps the four operator
-  points (two wrists, two upper-arm trackers) onto the robot's (Umeyama
-  least squares), so neither the chest tracker's mounting nor the tracking
-  world's axes need to be known;
-* per side, the wrist offsets: the rotation taking the aligned wrist
-  tracker's orientation to the robot hand's home orientation, and the
-  position residual of the fit, so the home pose maps exactly onto the
-  robot's home.
-
-Mapping an operator wrist pose ``T_chest_wrist`` then gives the robot hand
-target in the torso frame::
+In the calibration posture (the robot's home: upper arms down, elbows bent 90 degrees, forearms forward, palms
+facing each other) the wrist and upper-arm tracker poses in the chest tracker's frame are captured. The
+similarity (rotation, translation, uniform scale; Umeyama least squares) best mapping those four points onto the
+robot's home hand and upper-arm points in the torso frame gives the alignment and the arm-length scale; per
+side, a wrist rotation offset and the fit's position residual make the home pose map exactly onto the robot's::
 
     p = s * R @ p_wrist + t + dp_side
     R_hand = R @ R_wrist @ R_offset_side
 
-The result is saved as YAML (``save``/``load``) and loaded at the next start.
-An automatic capture waits for the posture to be held (:class:`StillnessDetector`).
+Saved as YAML (:meth:`Calibration.save` / :meth:`Calibration.load`); an automatic capture waits for the
+posture to be held (:class:`StillnessDetector`).
 """
 
 from __future__ import annotations
@@ -166,7 +153,7 @@ def calibrate(
         robot_hands: side -> (4, 4) robot hand (IK tip) pose at home, torso frame.
         robot_elbows: side -> (3,) robot point matching the upper-arm tracker at home [m].
         max_residual: largest RMS point distance accepted after the fit [m]; a
-            larger one means the operator was not in the calibration posture.
+            larger one means the operator is not in the calibration posture.
     Raises:
         ConfigurationError naming the problem (non-finite or degenerate input,
         a posture that does not match the robot's).
@@ -188,14 +175,16 @@ def calibrate(
     try:
         sim = fit_similarity(src, dst)
     except ValueError as exc:
-        raise ConfigurationError(f"calibration pose is degenerate: {exc}; bend the elbows and hold the forearms forward") from None
+        raise ConfigurationError(
+            f"calibration pose is degenerate: {exc}; bend the elbows and hold the forearms forward"
+        ) from None
     mapped = sim.apply(src)
     residual = float(np.sqrt(np.mean(np.sum((mapped - dst) ** 2, axis=1))))
     if residual > max_residual:
         raise ConfigurationError(
-            f"calibration rejected: the tracker points match the robot's home posture only to {residual * 100:.1f} cm RMS "
-            f"(limit {max_residual * 100:.0f} cm); stand in the calibration posture (upper arms down, elbows at 90 deg, "
-            "forearms forward) and retry"
+            f"calibration rejected: the tracker points match the robot's home posture only to "
+            f"{residual * 100:.1f} cm RMS (limit {max_residual * 100:.0f} cm); stand in the calibration posture "
+            "(upper arms down, elbows at 90 deg, forearms forward) and retry"
         )
     if not 0.2 <= sim.scale <= 5.0:
         raise ConfigurationError(f"calibration rejected: arm-length scale {sim.scale:.2f} is outside 0.2..5")

@@ -1,30 +1,17 @@
 """Human 21-point hand skeleton -> 20 Wuji joint angles (ROS-free).
 
-Vector retargeting in the spirit of DexPilot, solved by a bounded
-Levenberg-Marquardt on the hand's own kinematics (Pinocchio FK and joint
-Jacobians of the project's Wuji model, reduced to the hand's 20 joints):
+Vector retargeting in the spirit of DexPilot, solved by a bounded Levenberg-Marquardt on the hand's own
+kinematics (Pinocchio FK and joint Jacobians of the Wuji model reduced to the hand's 20 joints). The human
+points are expressed in their own palm frame (:func:`~.hand_skeleton.palm_frame`) and placed in the robot's
+palm frame built the same way (which also handles left and right). Residuals (3-D vectors [m]): every finger
+segment, at the robot's segment length along the human segment's direction; wrist -> tip per finger and thumb
+tip -> each finger tip, scaled by the ratio of robot to human chain length, the latter weighted from
+``tip_weight`` up to ``pinch_weight`` as the human distance falls below ``pinch_threshold`` (a human pinch
+closes the robot's tips). A term ``previous_weight * |q - q_prev|^2`` keeps the solution near the previous
+one, which is also the warm start; joint limits are bounds (projected steps).
 
-* the human points are expressed in their own palm frame
-  (:func:`~.hand_skeleton.palm_frame`) and placed into the robot's palm frame
-  through the robot's palm frame built the same way (this also mirrors left
-  and right correctly: both are built from the points);
-* residuals (all 3-D vectors, metres): every finger segment (MCP->PIP,
-  PIP->DIP, DIP->TIP; thumb CMC->MCP, MCP->IP, IP->TIP) with the robot's own
-  segment length along the human segment's direction; wrist->tip per finger,
-  the human vector scaled by the ratio of robot to human chain length;
-  thumb tip -> each finger tip, scaled the same way, whose weight rises from
-  ``tip_weight`` to ``pinch_weight`` as the human distance falls below
-  ``pinch_threshold`` (DexPilot's pinch priority: a human pinch closes the
-  robot's thumb and finger tips);
-* a term ``previous_weight * |q - q_prev|^2`` keeps the solution near the
-  previous one; the solve is warm-started from it; joint limits are bounds
-  (projected steps).
-
-Written by hand instead of using dex-retargeting's optimisers (NLopt SLSQP
-over numerical cost callbacks): the hand is five independent 4-joint chains,
-so one Gauss-Newton system of 20 unknowns per iteration, built from
-Pinocchio's joint Jacobians in a few vectorised numpy operations, converges
-in a handful of iterations; ``bench/hand_retarget.py`` compares both.
+:class:`HandPipeline` runs one hand: checks, retargeting, EMA and velocity limit, holding on bad input.
+Why hand-written rather than dex-retargeting: README, "Hand teleoperation".
 """
 
 from __future__ import annotations
@@ -38,14 +25,15 @@ from scipy.linalg.lapack import dposv
 
 from ..errors import ConfigurationError
 from . import hand_skeleton as hs
+from .layout import N_HAND
 from .motion import ExponentialSmoother
-from .robot_model import GROUPS, N_HAND, RobotModel, hand_joint_names
+from .robot_model import GROUPS, RobotModel, hand_joint_names
 
 
 class RetargetSettings(NamedTuple):
     """Tuning of :class:`HandRetargeter`."""
 
-    max_iterations: int = 30  # [-] Gauss-Newton iterations per frame (a warm-started frame needs 1-3)
+    max_iterations: int = 30  # [-] Gauss-Newton iterations per frame (a warm-started frame needs a few)
     step_tolerance: float = 0.02  # [rad] stop after a step no larger than this (what it leaves is ~its square)
     max_step: float = 1.0  # [rad] largest joint change per iteration
     cost_tolerance: float = 0.05  # [-] stop when an accepted step lowers the cost by less than this share
@@ -63,7 +51,7 @@ class RetargetResult(NamedTuple):
     """One retargeted frame."""
 
     q: np.ndarray  # (20,) joint angles [rad], canonical order of the side
-    cost: float  # [m^2] weighted squared residual (before the last step when it was below step_tolerance)
+    cost: float  # [m^2] weighted squared residual (before the final step when that step is below step_tolerance)
     iterations: int  # [-]
 
 
@@ -81,7 +69,17 @@ _any, _all, _max = np.logical_or.reduce, np.logical_and.reduce, np.maximum.reduc
 class HandRetargeter:
     """Retargets one hand (``side``) of the robot."""
 
-    def __init__(self, robot: RobotModel, side: str, settings: RetargetSettings = RetargetSettings()) -> None:
+    def __init__(self, robot: RobotModel, side: str, settings: RetargetSettings | None = None) -> None:
+        """
+        Args:
+            robot: the whole robot's model (its hand joints and limits are used).
+            side: ``"left"`` or ``"right"``.
+            settings: tuning (default: :class:`RetargetSettings`' defaults).
+
+        Raises:
+            ConfigurationError: an unknown side or a hand model without the expected layout.
+        """
+        settings = RetargetSettings() if settings is None else settings
         if side not in ("left", "right"):
             raise ConfigurationError(f"side must be 'left' or 'right', got {side!r}")
         self.side = side
@@ -144,7 +142,9 @@ class HandRetargeter:
         # their scales: each finger's (5), then the mean of the thumb's and the finger's (4); 0.5 x + 0.5 y is
         # 0.5 (x + y) bit for bit
         self._tip_pinch_scale = np.vstack([np.eye(5), 0.5 * np.abs(self._tip_pinch[5:])])
-        self._weights = np.array([settings.segment_weight] * self._n_seg + [settings.tip_weight] * (len(pairs) - self._n_seg))
+        self._weights = np.array(
+            [settings.segment_weight] * self._n_seg + [settings.tip_weight] * (len(pairs) - self._n_seg)
+        )
         n = len(pairs)
         self._n_res = n
         self._residual_difference = hs.difference_matrix(pairs, hs.N_POINTS)  # P -> P[b] - P[a], exactly
@@ -312,7 +312,8 @@ class HandRetargeter:
                 if delta is None:
                     return None
             trial = (q + delta).tolist()
-            out = [i for i, (f, t, lo, hi) in enumerate(zip(fixed, trial, lower, upper)) if not f and (t < lo or t > hi)]
+            out = [i for i, (f, t, lo, hi) in enumerate(zip(fixed, trial, lower, upper))
+                   if not f and (t < lo or t > hi)]
             if not out:
                 return delta, None
             for i in out:  # stop at the bound

@@ -1,20 +1,15 @@
 """The 21-point MediaPipe hand layout, its checks and its palm frame (ROS-free).
 
-Layout: 0 WRIST; 1-4 THUMB CMC, MCP, IP, TIP; 5-8 INDEX MCP, PIP, DIP, TIP;
-9-12 MIDDLE; 13-16 RING; 17-20 PINKY (chains 0-1-2-3-4, 0-5-6-7-8, ...).
+Layout: 0 WRIST; 1-4 THUMB CMC, MCP, IP, TIP; 5-8 INDEX MCP, PIP, DIP, TIP; 9-12 MIDDLE; 13-16 RING;
+17-20 PINKY (chains 0-1-2-3-4, 0-5-6-7-8, ...). The Wuji hand maps one-to-one onto it
+(:func:`robot_keypoint_frames`): the wrist is ``{side}_palm_link``; fingers 2-5 give MCP = ``link1`` (the
+MCP flexion joint), PIP = ``link3``, DIP = ``link4``, TIP = ``tip_link``; the thumb gives CMC = ``link1``,
+MCP = ``link3``, IP = ``link4``, TIP = ``tip_link``. The world model draws the same 21 points.
 
-The Wuji hand maps one-to-one onto it (:func:`robot_keypoint_frames`): the
-wrist is ``{side}_palm_link``; fingers 2-5 give MCP = ``link1`` (the MCP
-flexion joint), PIP = ``link3``, DIP = ``link4``, TIP = ``tip_link``; the
-thumb gives CMC = ``link1``, MCP = ``link3``, IP = ``link4``, TIP =
-``tip_link``. The world model draws the same 21 points.
-
-The palm frame (:func:`palm_frame`) is built from the points alone, the same
-way for a human and for the robot: origin at the wrist, z towards the middle
-MCP, y from the pinky MCP towards the index MCP (made orthogonal to z), x = y
-x z. For a left hand it is the mirror image of a right hand's, exactly like
-the robot's left and right hands, so expressing both in it handles
-handedness.
+The palm frame (:func:`palm_frame`) is built from the points alone, the same way for a human and for the
+robot: origin at the wrist, z towards the middle MCP, y from the pinky MCP towards the index MCP (made
+orthogonal to z), x = y x z. A left hand's is the mirror image of a right hand's, like the robot's hands, so
+expressing both in it handles handedness.
 """
 
 from __future__ import annotations
@@ -105,7 +100,8 @@ def check_details(points: np.ndarray, side: str | None = None) -> CheckedSkeleto
         # thumb MCP, IP, tip along the palm normal x, on average
         (x0, x1, x2), (w0, w1, w2) = axes[0], wrist
         thumb_x = sum([(t0 - w0) * x0 + (t1 - w1) * x1 + (t2 - w2) * x2 for t0, t1, t2 in xyz[2:5]]) / 3.0
-        expected = 1.0 if side == "right" else -1.0  # x = y (to the index) x z (to the fingers): palmar for a right hand
+        # x = y (to the index) x z (to the fingers): palmar for a right hand
+        expected = 1.0 if side == "right" else -1.0
         if thumb_x * expected < -WRONG_SIDE_MARGIN:
             return _rejected(
                 "wrong_side", f"this is a mirrored hand: not a {side} hand (thumb {abs(thumb_x) * 1000:.0f} mm on "

@@ -2,7 +2,7 @@
 
 Used by the ``joint_sweep`` node (a stand-in for ``joint_state_publisher``
 that moves every joint, for checking the description, RViz and the world
-model's conditioning) and by the demo until the teleoperation nodes exist.
+model's conditioning).
 
 Each joint follows ``q_i(t) = c_i + A_i sin(w t + phi_i)``. The amplitude is
 chosen so that position, velocity (``A w``), acceleration (``A w^2``) and

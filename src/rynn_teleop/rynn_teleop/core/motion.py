@@ -1,18 +1,15 @@
 """Jerk-limited following of a moving joint target with Ruckig (ROS-free).
 
-Every control cycle the newest target (e.g. the IK solution) becomes Ruckig's
-target and Ruckig's state one cycle ahead becomes the command, so position,
-velocity and acceleration stay continuous and velocity, acceleration and jerk
-never exceed their limits whatever the targets do. Joints without a target
-brake to a standstill (Ruckig's velocity interface with target velocity 0).
+Every control cycle the newest target (e.g. the IK solution) becomes Ruckig's target and Ruckig's state one
+cycle ahead becomes the command, so position, velocity and acceleration stay continuous and velocity,
+acceleration and jerk never exceed their limits whatever the targets do. Joints without a target brake to a
+standstill (Ruckig's velocity interface with target velocity 0).
 
-Position limits: the community edition of Ruckig does not enforce them, so
-targets are clipped ``target_margin`` inside the limits and each joint is
-planned on its own time-optimal profile (``Synchronization.No``). A joint on a
-time-optimal profile towards an in-limit target stops no later than that
-target, and a time-optimal stop is the shortest one, so neither a new target
-nor a stop can carry it past a limit. The property test in
-``tests/test_arm_motion.py`` checks this on arbitrary target streams.
+Position limits: the community edition of Ruckig does not enforce them, so targets are clipped
+``target_margin`` inside the limits and each joint is planned on its own time-optimal profile
+(``Synchronization.No``). A joint on a time-optimal profile towards an in-limit target stops no later than that
+target, and a time-optimal stop is the shortest one, so neither a new target nor a stop can carry it past a
+limit (property-tested in ``tests/test_arm_motion.py``).
 """
 
 from __future__ import annotations

@@ -130,7 +130,9 @@ class RobotModel:
             acceleration=np.concatenate(
                 [_group(extra_limits, "arm_acceleration", n_arm), _group(extra_limits, "hand_acceleration", 2 * N_HAND)]
             ),
-            jerk=np.concatenate([_group(extra_limits, "arm_jerk", n_arm), _group(extra_limits, "hand_jerk", 2 * N_HAND)]),
+            jerk=np.concatenate(
+                [_group(extra_limits, "arm_jerk", n_arm), _group(extra_limits, "hand_jerk", 2 * N_HAND)]
+            ),
         )
 
     # ------------------------------------------------------------------ construction

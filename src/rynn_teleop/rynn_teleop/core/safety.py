@@ -1,31 +1,16 @@
 """The safety layer between commands and joint hardware (ROS-free, shared by both drivers).
 
-Every control cycle a driver calls :meth:`SafetyController.step` with the
-newest measurement and the time ``now`` [s] of the cycle; it decides the
-target actually sent. Every cycle advances by its MEASURED period (``now``
-minus the previous cycle's ``now``), so the targets, taken at the times they
-are computed, move within the velocity, acceleration and jerk limits in
-wall-clock time however much the loop's ticks jitter:
+Every control cycle a driver calls :meth:`SafetyController.step` with the newest measurement and the cycle's
+time ``now`` [s]; it decides the target actually sent. Each cycle advances by its measured period, so the
+targets keep the velocity, acceleration and jerk limits in wall-clock time however the loop's ticks jitter:
 
-* **e-stop** (:meth:`SafetyController.estop`): latched within the cycle it is
-  requested (the backend's own stop is the driver's job, and the driver sends
-  nothing while latched) until :meth:`SafetyController.reset`, after which it
-  starts again from the measured position;
-* **watchdog**: no command for ``command_timeout`` -> stop and hold
-  (jerk-limited, so the hold is where the joints come to rest, next to the
-  position when it tripped); commands are followed again only once a command
-  newer than the trip arrives;
-* **start-up**: hold the measured position until the first command; a
-  command far from the held position (more than ``ramp_threshold``) is
-  approached at ``ramp_speed`` (a fraction of the velocity limits) instead of
-  at full speed; the same ramp is used when resuming after a hold;
-* **smoothing**: a Ruckig follower turns the goals (follow / stop) into
-  targets within the velocity, acceleration and jerk limits, so even a hold
-  is a jerk-limited stop;
-* **clamp** (:func:`clamp_command`, a pure function): into the position limits
-  and to at most ``velocity * dt`` from the previous target (``dt``: the
-  cycle's measured period), returning the target actually sent and what was
-  clipped (the final guarantee).
+* **e-stop** (:meth:`SafetyController.estop`): latched within the cycle until :meth:`SafetyController.reset`,
+  then restarts from the measured position (the driver stops its backend and sends nothing while latched);
+* **watchdog**: no command for ``command_timeout`` -> jerk-limited stop and hold, until a newer command;
+* **start-up**: hold the measured position until the first command; a command further than ``ramp_threshold``
+  is approached at ``ramp_speed`` (a fraction of the velocity limits), also when resuming after a hold;
+* **smoothing and clamp**: a Ruckig follower turns the goals into targets within the limits; the pure
+  :func:`clamp_command` keeps each within the position limits and ``velocity * dt`` of the previous one.
 """
 
 from __future__ import annotations

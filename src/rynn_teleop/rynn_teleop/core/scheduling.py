@@ -1,28 +1,17 @@
 """Fixed-rate deadlines for wall-clock control loops, and the scheduling priority of a node's process
 (ROS-free; the caller supplies the clock and the system calls).
 
-Tick ``k`` of a loop is due at ``start + k * period``. A tick that runs late
-does not shift the ticks after it (the loop keeps its phase and its average
-rate); ticks that could not run at all because the loop fell a whole period
-or more behind are skipped and counted, never run in a burst to catch up:
-a control loop that ran late commands the newest state once, not several
-stale ones.
+Tick ``k`` of a loop is due at ``start + k * period``. A late tick does not shift the ticks after it (the loop
+keeps its phase and average rate); ticks the loop fell a whole period or more behind on are skipped and counted,
+never run in a burst: a late control loop commands the newest state once, not several stale ones.
 
-A node declares a :class:`PriorityClass` by name; once its nodes are built, the process running it asks
-the kernel for real-time round-robin scheduling at that class's priority for all its threads where the user
-may, so that on a small machine the arm loops run first, then the recorder's drains, operator input and the
-camera. The heavy, late-tolerant world model stays in the normal scheduler at a lower priority (nice), as
-do start-up and background threads: the kernel stops every real-time thread of a CPU for the rest of a
-second once real-time threads have used ``sched_rt_runtime_us`` (95 %) of it there, so unbounded work at a
-real-time priority, however low, would stall the arm loops too.
-
-A process is also placed on CPUs (where it may use two or more): the control processes, once granted
-real-time scheduling, on the *control CPU*, the lowest CPU of the set they may use; the other classes but
-``normal`` (tools, viewers, and the parents that spawn the stack, whose children inherit their CPUs) on the
-rest of that set; a process whose nodes would be placed differently (the whole stack in one process) is not
-placed. So the arm loops share their CPU (and its caches) with no other process of the
-stack, no heavy or non-preemptible work of the stack (the world model, file writing) runs there, and no
-thread of the stack moves between CPUs. ``bench/stack.py`` measures the effect.
+A node declares a :class:`PriorityClass` by name; once its nodes are built, the process asks for real-time
+round-robin scheduling at that class's priority for all its threads where the user may, so that the arm loops
+run first, then the recorder's drains, operator input and the camera. The world model, start-up and background
+threads stay in the normal scheduler (nice): the kernel throttles every real-time thread of a CPU once they
+have used ``sched_rt_runtime_us`` of a period, so unbounded work at any real-time priority would stall the arm
+loops too. Processes are also placed on CPUs (:func:`process_cpus`): the control processes, once real-time, on
+the control CPU (the lowest they may use), the other classes but ``normal`` on the rest.
 """
 
 from __future__ import annotations

@@ -64,9 +64,10 @@ class NodeHealth:
     def meters(self) -> list[MeterHealth]:
         """The node's meters, by name."""
         names = sorted(k[: -len(".rate_hz")] for k in self.values if k.endswith(".rate_hz"))
-        return [MeterHealth(n, _float(self.values.get(f"{n}.rate_hz")), _float(self.values.get(f"{n}.nominal_hz")),
-                            _float(self.values.get(f"{n}.latency_p50_ms")), _float(self.values.get(f"{n}.latency_p99_ms")),
-                            _float(self.values.get(f"{n}.latency_budget_ms")))
+        v = self.values
+        return [MeterHealth(n, _float(v.get(f"{n}.rate_hz")), _float(v.get(f"{n}.nominal_hz")),
+                            _float(v.get(f"{n}.latency_p50_ms")), _float(v.get(f"{n}.latency_p99_ms")),
+                            _float(v.get(f"{n}.latency_budget_ms")))
                 for n in names]
 
 

@@ -1,22 +1,14 @@
 """Generate the robot's URDF from the data tables in ``urdf/``.
 
-Why generated in Python and not xacro: the arm is specified by the vendor's
-modified-DH table and the hand by the vendor's joint table, and both must be
-reproduced to 1e-6 m; converting DH rows to URDF origins is arithmetic that
-xacro cannot express readably, and PyPI's xacro cannot resolve ``$(find)``
-without ROS. The output is a plain URDF: ``rynn-teleop urdf`` prints it, and
-``urdf/rynn_m6_wuji.urdf`` is the default output, committed for tools that
-want a file (a test keeps it identical to the generator's output).
-
-Tree (every name is part of the public interface)::
+Generated in Python rather than xacro: the arm comes from the vendor's modified-DH table and the hand from its
+joint table, both reproduced to 1e-6 m; DH rows to URDF origins is arithmetic xacro cannot express readably.
+``rynn-teleop urdf`` prints it; ``urdf/rynn_m6_wuji.urdf`` is the committed default output (a test keeps it
+equal, :mod:`.urdf_compare`). Geometry is primitives only (no meshes). Tree (every name is public interface)::
 
     base_link -> torso_link -> head_link -> camera_link -> camera_color_optical_frame
                                                         -> camera_depth_optical_frame
     torso_link -> {side}_arm_base_link -> {side}_arm_link1 .. link7 -> {side}_arm_flange
       -> {side}_palm_link -> {side}_finger{1..5}_link{1..4} -> {side}_finger{N}_tip_link
-
-Geometry is primitives only (no meshes are available): cylinders along each
-link, boxes for the palm, torso, head and camera.
 """
 
 from __future__ import annotations
@@ -197,7 +189,9 @@ class _UrdfWriter:
     def _origin(parent: ET.Element, origin: Origin) -> None:
         ET.SubElement(parent, "origin", xyz=_fmt(origin.xyz), rpy=_fmt(origin.rpy))
 
-    def link(self, name: str, shapes: Sequence[tuple[str, Origin, dict[str, float]]], mass: float, material: str) -> None:
+    def link(
+        self, name: str, shapes: Sequence[tuple[str, Origin, dict[str, float]]], mass: float, material: str
+    ) -> None:
         """Add a link; ``shapes`` are (kind, origin, dims) with kind box/cylinder/sphere.
 
         The inertial is that of the first shape, taken as a solid of ``mass`` [kg].
@@ -209,7 +203,9 @@ class _UrdfWriter:
             self._origin(inertial, origin)
             ET.SubElement(inertial, "mass", value=_fmt([mass]))
             ixx, iyy, izz = _solid_inertia(kind, dims, mass)
-            ET.SubElement(inertial, "inertia", ixx=_fmt([ixx]), ixy="0", ixz="0", iyy=_fmt([iyy]), iyz="0", izz=_fmt([izz]))
+            ET.SubElement(
+                inertial, "inertia", ixx=_fmt([ixx]), ixy="0", ixz="0", iyy=_fmt([iyy]), iyz="0", izz=_fmt([izz])
+            )
         for tag in ("visual", "collision"):
             for kind, origin, dims in shapes:
                 el = ET.SubElement(link, tag)
@@ -297,19 +293,24 @@ def build_urdf(overlay: str | Path | Mapping[str, Any] | None = None) -> str:
     head = Origin(tuple(cfg["head"]["xyz"]), tuple(cfg["head"]["rpy"]))
     w.joint("head_joint", "fixed", "torso_link", "head_link", head)
     w.link("head_link", [_box(Origin((0.0, 0.0, 0.0)), (0.1, 0.14, 0.1))], 1.0, "base_dark")
-    w.joint("camera_joint", "fixed", "head_link", "camera_link", Origin(tuple(cfg["camera"]["xyz"]), tuple(cfg["camera"]["rpy"])))
+    camera = Origin(tuple(cfg["camera"]["xyz"]), tuple(cfg["camera"]["rpy"]))
+    w.joint("camera_joint", "fixed", "head_link", "camera_link", camera)
     w.link("camera_link", [_box(Origin(), (0.025, 0.09, 0.025))], 0.072, "camera_black")
     w.joint("camera_color_optical_joint", "fixed", "camera_link", "camera_color_optical_frame", Origin(rpy=OPTICAL_RPY))
     w.link("camera_color_optical_frame", [], 0.0, "camera_black")
     # unaligned depth images (depth/image_rect_raw) are in the depth frame; as in realsense-ros, camera_link is
     # the depth origin. The colour imager's few-mm offset is per unit (device extrinsics) and not modelled.
-    w.joint("camera_depth_optical_joint", "fixed", "camera_link", "camera_depth_optical_frame", Origin(rpy=OPTICAL_RPY))
+    w.joint(
+        "camera_depth_optical_joint", "fixed", "camera_link", "camera_depth_optical_frame", Origin(rpy=OPTICAL_RPY)
+    )
     w.link("camera_depth_optical_frame", [], 0.0, "camera_black")
 
     for side in SIDES:
         mount = cfg["arm_mounts"][side]
         base = f"{side}_arm_base_link"
-        w.joint(f"{side}_arm_mount_joint", "fixed", "torso_link", base, Origin(tuple(mount["xyz"]), tuple(mount["rpy"])))
+        w.joint(
+            f"{side}_arm_mount_joint", "fixed", "torso_link", base, Origin(tuple(mount["xyz"]), tuple(mount["rpy"]))
+        )
         _add_arm(w, side, arm)
         adapter = cfg["hand_adapters"][side]
         w.joint(
@@ -344,14 +345,21 @@ def _add_arm(w: _UrdfWriter, side: str, arm: Mapping[str, Any]) -> None:
             link,
             Origin.from_matrix(origins[i]),
             axis=(0.0, 0.0, 1.0),
-            limit={"lower": math.radians(lower), "upper": math.radians(upper), "effort": effort, "velocity": math.radians(vel)},
+            limit={
+                "lower": math.radians(lower),
+                "upper": math.radians(upper),
+                "effort": effort,
+                "velocity": math.radians(vel),
+            },
         )
         nxt = origins[i + 1][:3, 3]
-        shapes = _segment(nxt, radii[i]) + [("cylinder", Origin(), {"radius": radii[i] + 0.005, "length": 2.2 * radii[i]})]
+        joint_shape = ("cylinder", Origin(), {"radius": radii[i] + 0.005, "length": 2.2 * radii[i]})
+        shapes = _segment(nxt, radii[i]) + [joint_shape]
         w.link(link, shapes, _ARM_LINK_MASS[i], "marvin_white" if i % 2 else "joint_grey")
         parent = link
     w.joint(f"{side}_arm_flange_joint", "fixed", parent, f"{side}_arm_flange", Origin.from_matrix(origins[-1]))
-    w.link(f"{side}_arm_flange", [("cylinder", Origin((0.0, 0.0, 0.005)), {"radius": 0.035, "length": 0.01})], 0.1, "joint_grey")
+    flange = ("cylinder", Origin((0.0, 0.0, 0.005)), {"radius": 0.035, "length": 0.01})
+    w.link(f"{side}_arm_flange", [flange], 0.1, "joint_grey")
 
 
 def _add_hand(w: _UrdfWriter, side: str, table: Mapping[str, Any]) -> None:
@@ -372,8 +380,10 @@ def _add_hand(w: _UrdfWriter, side: str, table: Mapping[str, Any]) -> None:
                 limit={k: spec[k] for k in ("lower", "upper", "effort", "velocity")},
             )
             nxt = np.asarray(finger[f"joint{j + 1}"]["xyz"] if j < N_FINGER_JOINTS else finger["tip"], dtype=float)
-            w.link(link, _segment(nxt, 0.0085 - 0.0005 * j) or [("sphere", Origin(), {"radius": 0.009})], _FINGER_LINK_MASS[j - 1], "hand_white")
+            shapes = _segment(nxt, 0.0085 - 0.0005 * j) or [("sphere", Origin(), {"radius": 0.009})]
+            w.link(link, shapes, _FINGER_LINK_MASS[j - 1], "hand_white")
             parent = link
-        w.joint(f"{side}_finger{f}_tip_fixed", "fixed", parent, f"{side}_finger{f}_tip_link", Origin(tuple(finger["tip"])))
-        w.link(f"{side}_finger{f}_tip_link", [], 0.0, "hand_white")
+        tip = f"{side}_finger{f}_tip_link"
+        w.joint(f"{side}_finger{f}_tip_fixed", "fixed", parent, tip, Origin(tuple(finger["tip"])))
+        w.link(tip, [], 0.0, "hand_white")
 

@@ -1,24 +1,16 @@
 """Conditioning: the commanded joints as a depth-aware skeleton image (ROS-free, torch-free; numpy/OpenCV).
 
-From a 54-D joint vector (canonical order, [rad]):
+From a 54-D joint vector (canonical order, [rad]), forward kinematics gives, in ``base_link``, the 21 keypoints
+of each Wuji hand in MediaPipe order (:func:`~rynn_teleop.core.hand_skeleton.robot_keypoint_frames`) and each
+arm's chain (:func:`arm_chain_frames`: arm base, link1..7, flange, palm). The points are expressed in the head
+camera's optical frame (``camera_color_optical_frame``: x right, y down, z forward; fixed to the torso, so its
+pose is computed once), projected through the camera intrinsics (:class:`CameraView`) and drawn as a skeleton
+image (:func:`draw_skeleton`): bones between joints, each joint a disc whose colour and radius encode its depth
+z [m] (near = larger and brighter; :class:`SkeletonStyle`). The operator's own 21-point skeletons, given in the
+optical frame, are drawn the same way (:meth:`Conditioner.operator_image`).
 
-1. forward kinematics gives, in ``base_link``, the 21 keypoints of each Wuji
-   hand in MediaPipe order (:func:`~rynn_teleop.core.hand_skeleton.robot_keypoint_frames`)
-   and the arm chain of each side (:func:`arm_chain_frames`: arm base,
-   link1..7, flange, palm);
-2. the points are expressed in the head camera's optical frame
-   (``camera_color_optical_frame``: x right, y down, z forward; the camera is
-   fixed to the torso, so its pose is computed once) and projected through
-   the camera intrinsics (:class:`CameraView`);
-3. they are drawn as the skeleton image of the paper (:func:`draw_skeleton`):
-   bones between joints, each joint a disc whose colour and radius encode its
-   depth z [m] (near = larger and brighter; :class:`SkeletonStyle`).
-
-The operator's own 21-point skeletons (in the camera's optical frame) are
-drawn the same way (:meth:`Conditioner.operator_image`).
-
-Pixel coordinates follow :mod:`rynn_teleop.core.camera`: u right, v down,
-pixel centres at integer coordinates. Images are RGB uint8 (H, W, 3).
+Pixel coordinates follow :mod:`rynn_teleop.core.camera`: u right, v down, pixel centres at integer
+coordinates. Images are RGB uint8 (H, W, 3).
 """
 
 from __future__ import annotations

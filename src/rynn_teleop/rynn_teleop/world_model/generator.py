@@ -1,24 +1,17 @@
 """The interface every world-model backend implements (ROS-free, torch-free).
 
-A backend turns a stream of actions into head-camera frames:
+A backend turns a stream of actions into head-camera frames (RGB uint8, (height, width, 3)):
 
-* :meth:`Generator.reset` starts a stream from a reference frame (what the
-  head camera sees before the robot moves);
-* :meth:`Generator.step` takes one action (the 54-D joint vector, in
-  :class:`~rynn_teleop.core.robot_model.RobotModel` joint order, [rad]) and
-  its condition image, and returns the frames that are complete now, in
-  action order. A frame-by-frame backend (``render``) returns one frame per
-  step; a block-wise backend (``diffusion``) returns nothing until a block of
-  actions is in, then that block's frames. ``pending`` says how many actions
-  wait for their frames, so a caller can tie each returned frame to the
-  action (and the command stamp) it was conditioned on: the returned frames
-  belong to the oldest pending actions.
-* :meth:`Generator.observe` hands over the newest real camera frame; a backend
-  that re-anchors periodically uses the newest one at its next re-anchoring
-  point. :meth:`Generator.reanchor` re-anchors now.
-* :meth:`Generator.timings` reports the time per stage [ms] of recent steps.
-
-Images are RGB uint8 arrays of shape (height, width, 3).
+* :meth:`Generator.reset` starts a stream from a reference frame (what the head camera sees before the robot
+  moves);
+* :meth:`Generator.step` takes one action (the 54-D joint vector in
+  :class:`~rynn_teleop.core.robot_model.RobotModel` joint order, [rad]) and its condition image, and returns
+  the frames complete now, in action order: one per step for a frame-by-frame backend (``render``), a whole
+  block once its actions are in for a block-wise one (``diffusion``). The returned frames belong to the oldest
+  of the :attr:`Generator.pending` actions, so a caller can tie each frame to its action's command stamp;
+* :meth:`Generator.observe` hands over the newest real camera frame (used at the next re-anchoring point of a
+  backend that re-anchors), :meth:`Generator.reanchor` re-anchors now, and :meth:`Generator.timings` reports
+  the time per stage [ms] of recent steps.
 """
 
 from __future__ import annotations
@@ -108,7 +101,7 @@ class Generator(ABC):
         """Actions taken whose frames have not been returned yet."""
         return 0
 
-    def observe(self, frame: np.ndarray) -> None:
+    def observe(self, frame: np.ndarray) -> None:  # noqa: B027 - optional hook: a no-op unless the backend uses it
         """The newest real camera frame (used at the next re-anchoring point, if the backend has one)."""
 
     def reanchor(self, frame: np.ndarray) -> None:
@@ -119,7 +112,7 @@ class Generator(ABC):
         """Mean time per stage [ms] of recent steps."""
         return self.timer.mean_ms()
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: a backend without resources has nothing to release
         """Release resources (threads, device memory)."""
 
 

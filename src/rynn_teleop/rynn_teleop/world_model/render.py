@@ -1,25 +1,16 @@
 """The ``render`` backend: the robot's arms and hands drawn over the reference frame (ROS-free, torch-free).
 
-Each step poses the description's visual primitives (boxes, cylinders,
-spheres: :class:`~rynn_teleop.core.robot_geometry.RobotGeometry`) at the
-commanded joints, expresses them in the head camera's optical frame (x right,
-y down, z forward), projects them through the camera intrinsics and paints
-them over a copy of the reference frame:
+Each step poses the description's visual primitives (boxes, cylinders, spheres:
+:class:`~rynn_teleop.core.robot_geometry.RobotGeometry`) at the commanded joints, expresses them in the head
+camera's optical frame (x right, y down, z forward), projects them through the camera intrinsics and paints
+them over a copy of the reference frame: a box as its 6 faces, a cylinder as ``Shading.cylinder_segments``
+side facets and two end caps, a sphere as a disc; faces pointing away from the camera are culled (every
+primitive is convex); each face is filled in the primitive's URDF colour, Lambert-shaded by one directional
+light fixed in the camera frame (ambient + diffuse * max(0, n . l)); primitives are painted far to near by the
+optical z of their centre; faces crossing the near plane are clipped at it.
 
-* a box is its 6 faces, a cylinder its side as ``Shading.cylinder_segments``
-  flat facets plus its two end caps (polygons), a sphere a disc;
-* faces that point away from the camera are culled (every primitive is
-  convex, so the visible faces of one primitive never overlap);
-* each face is filled in the primitive's URDF colour, Lambert-shaded by one
-  directional light fixed in the camera frame (ambient + diffuse * max(0, n . l));
-* primitives are painted far to near (painter's algorithm, by the optical z
-  of their centre) so nearer parts cover farther ones;
-* faces entirely behind the near plane are dropped, faces crossing it are
-  clipped at it; faces entirely outside the image are skipped.
-
-The result depends only on (reference, joint vector): the same inputs give a
-bit-identical image. The robot is not occluded by the scene (the reference
-frame has no depth here): it is always drawn on top.
+The result depends only on (reference, joint vector): the same inputs give a bit-identical image. The robot
+is not occluded by the scene (the reference frame has no depth here): it is always drawn on top.
 """
 
 from __future__ import annotations
@@ -402,7 +393,6 @@ class PrimitiveRenderer:
         if not len(kept):
             return None
 
-        # every visible face's points, groups concatenated: face j's start and length there
         # the kept faces' polygons (views of per-group (F, K, 2) arrays), and every visible face's points with
         # the groups concatenated (face j's start and length there)
         f0, f1 = groups[0][0], groups[-1][0]

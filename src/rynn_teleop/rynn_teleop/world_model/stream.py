@@ -1,20 +1,15 @@
 """Which action each generated frame shows, and which stamp it carries (ROS-free).
 
-:class:`ActionStream` merges partial joint commands (arm commands carry 14
-joints, hand commands one hand's 20) into the 54-D action. Stamps are integer
-nanoseconds. A message older than the last one of its group is rejected
-(counted), so the action never moves backwards; a frame is due only when the
-newest stamp has strictly increased since the last action taken, so no two
-frames share a stamp; commands overwritten before any frame used them are
-the dropped (stale) ones, counted per group.
+:class:`ActionStream` merges partial joint commands (arm commands carry 14 joints, hand commands one hand's 20)
+into the 54-D action; stamps are integer nanoseconds. A message older than the last one of its group is
+rejected (counted), so the action never moves backwards; a frame is due only when the newest stamp has strictly
+increased since the last action taken, so no two frames share a stamp; commands overwritten before any frame
+used them are counted as dropped.
 
-:class:`FrameQueue` ties the frames a backend returns to the stamps of the
-actions they were conditioned on: a frame-by-frame backend returns one frame
-per step, a block-wise one returns nothing for a few steps and then a block.
-Frames wait in a queue and leave it one per tick, so the output rate stays
-fixed. When the commands stop while a block is half full, the last action is
-repeated as padding (its frames are discarded) until the block completes, so
-the last real action is always shown.
+:class:`FrameQueue` ties the frames a backend returns to the stamps of the actions they were conditioned on.
+Frames leave its queue one per tick, so the output rate stays fixed. When the commands stop while a block is
+half full, the last action is repeated as padding (its frames are discarded) until the block completes, so the
+last real action is always shown.
 """
 
 from __future__ import annotations

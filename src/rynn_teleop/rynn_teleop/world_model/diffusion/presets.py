@@ -62,18 +62,21 @@ class Preset:
                 len(self.vae_decoder_dims) == len(self.vae_dims),
             "vae_res_blocks and vae_decoder_res_blocks must be at least 1":
                 self.vae_res_blocks >= 1 and self.vae_decoder_res_blocks >= 1,
-            "patch must be (1, p, p): one latent frame per token": self.patch[0] == 1 and self.patch[1] == self.patch[2],
+            "patch must be (1, p, p): one latent frame per token":
+                self.patch[0] == 1 and self.patch[1] == self.patch[2],
             "width and height must be multiples of spatial_compression * patch":
                 self.width % self.pixels_per_token == 0 and self.height % self.pixels_per_token == 0,
             "dim must be a multiple of heads": self.dim % self.heads == 0,
             "head_dim (dim / heads) must be even and at least 6 (3D rotary embedding)":
                 self.head_dim % 2 == 0 and self.head_dim >= 6,
             "chunk_frames - 1 must be a multiple of 4 * block_frames (whole blocks per chunk)":
-                self.chunk_frames > 1 and (self.chunk_frames - 1) % (self.temporal_compression * self.block_frames) == 0,
+                self.chunk_frames > 1
+                and (self.chunk_frames - 1) % (self.temporal_compression * self.block_frames) == 0,
             "window_frames must hold at least one block": self.window_frames >= self.block_frames,
             "sink_frames must be at least 1 (the anchor)": self.sink_frames >= 1,
             "timesteps must decrease within (0, 1000]":
-                all(0 < t <= 1000 for t in self.timesteps) and list(self.timesteps) == sorted(self.timesteps, reverse=True),
+                all(0 < t <= 1000 for t in self.timesteps)
+                and list(self.timesteps) == sorted(self.timesteps, reverse=True),
             "shift must be positive": self.shift > 0,
         }
         failed = [rule for rule, ok in checks.items() if not ok]
@@ -124,7 +127,8 @@ class Preset:
     def shape_fields(self) -> dict[str, object]:
         """The fields that decide the weights' shapes (compared against a checkpoint)."""
         names = ("width", "height", "latent_channels", "vae_dims", "vae_res_blocks", "vae_decoder_dims",
-                 "vae_decoder_res_blocks", "dim", "layers", "heads", "ffn", "temporal_compression", "spatial_compression", "patch", "freq_dim")
+                 "vae_decoder_res_blocks", "dim", "layers", "heads", "ffn", "temporal_compression",
+                 "spatial_compression", "patch", "freq_dim")
         return {n: list(v) if isinstance(v := getattr(self, n), tuple) else v for n in names}
 
 

@@ -37,7 +37,9 @@ class FlowSampler:
 
     def __init__(self, timesteps: Sequence[int], shift: float) -> None:
         if not timesteps or timesteps[0] != 1000:
-            raise ValueError(f"the sampler starts from pure noise: timesteps must begin at 1000; got {tuple(timesteps)}")
+            raise ValueError(
+                f"the sampler starts from pure noise: timesteps must begin at 1000; got {tuple(timesteps)}"
+            )
         self.sigmas = tuple(shifted_sigma(t, shift) for t in timesteps)
 
     def sample(self, velocity: Velocity, shape: Sequence[int], generator: torch.Generator,

@@ -231,7 +231,8 @@ class DecoderLevel(nn.Module):
 
 
 def _level_plan(dims: Sequence[int]) -> list[tuple[int, int, bool, bool]]:
-    """(in, out, spatial 2x, temporal 2x) per encoder level: 2x spatial on all but the last, time on the last two of those."""
+    """(in, out, spatial 2x, temporal 2x) per encoder level: 2x spatial on all but the last, time on the last two
+    of those."""
     levels = len(dims)
     return [
         (dims[max(i - 1, 0)], dims[i], i < levels - 1, levels - 3 <= i < levels - 1)
