@@ -17,6 +17,7 @@ from mcap.records import Message
 from mcap.stream_reader import StreamReader, breakup_chunk
 from mcap_ros2.decoder import DecoderFactory
 from rosbags.rosbag2 import Reader
+
 from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder, EpisodeWriter, RecordingError, recover_bag
 from rynn_teleop.recording.inspect import episodes_main
 
@@ -39,7 +40,8 @@ def read_mcap(path: Path) -> list[tuple[str, int, bytes]]:
     """Through the summary and chunk indexes (seeking reader), decoding every message on the way."""
     with path.open("rb") as f:
         out = []
-        for _, channel, message, decoded in make_reader(f, decoder_factories=[DecoderFactory()]).iter_decoded_messages(log_time_order=False):
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        for _, channel, message, decoded in reader.iter_decoded_messages(log_time_order=False):
             assert decoded.data  # the stored definition decodes it
             out.append((channel.topic, message.log_time, bytes(message.data)))
     with path.open("rb") as f:  # and sequentially, to the footer and closing magic

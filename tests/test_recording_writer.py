@@ -16,10 +16,11 @@ import numpy as np
 import pytest
 import yaml
 from mcap.reader import make_reader
+from mcap.writer import Writer as McapWriter
 from mcap_ros2.decoder import DecoderFactory
 from rosbags.rosbag2 import Reader
-from rosbags.rosbag2.storage_mcap import McapWriter
 from rosbags.typesys import Stores, get_typestore
+
 from rynn_teleop.errors import RynnTeleopError
 from rynn_teleop.recording import (
     EpisodeMetadata,
@@ -94,10 +95,12 @@ def stream(n_js: int = 200, n_img: int = 30) -> list[tuple[str, str, bytes, int]
     return sorted(out, key=lambda m: m[3])
 
 
-RATES = {"/joint_states": 200.0, "/arms/command": 200.0, "/head_camera/color/image_raw": 30.0, "/head_camera/active_source": None}
+RATES = {"/joint_states": 200.0, "/arms/command": 200.0, "/head_camera/color/image_raw": 30.0,
+         "/head_camera/active_source": None}
 
 
-def record(out_dir: Path, messages, *, rates=RATES, stop_ns: int = T0 + 1_000 * MS, **kwargs) -> tuple[EpisodeRecorder, object]:
+def record(out_dir: Path, messages, *, rates=RATES, stop_ns: int = T0 + 1_000 * MS,
+           **kwargs) -> tuple[EpisodeRecorder, object]:
     rec = EpisodeRecorder(out_dir, rates, **kwargs)
     meta = EpisodeMetadata(
         task="pick cube",
@@ -107,7 +110,8 @@ def record(out_dir: Path, messages, *, rates=RATES, stop_ns: int = T0 + 1_000 * 
         robot_description_hash=description_hash("<robot name='r'/>"),
         calibration={"chest_offset": [0.0, 0.1, 0.2]},
     )
-    rec.start(meta, now_ns=T0, topic_qos={"/head_camera/active_source": [TopicQos(durability="transient_local", depth=1)]})
+    latched = [TopicQos(durability="transient_local", depth=1)]
+    rec.start(meta, now_ns=T0, topic_qos={"/head_camera/active_source": latched})
     for topic, type_name, data, t in messages:
         assert rec.submit(topic, type_name, data, t)
     return rec, rec.stop(now_ns=stop_ns)
@@ -126,7 +130,8 @@ def test_round_trip_keeps_bytes_receive_times_and_counts_readable_by_rosbags_and
     assert sorted(got, key=lambda m: (m[3], m[0])) == sorted(messages, key=lambda m: (m[3], m[0]))
 
     with (bag / "episode_0001.mcap").open("rb") as f:  # the MCAP reader, decoding with the stored definitions
-        decoded = [(ch.topic, m.log_time, bytes(m.data), ros) for _, ch, m, ros in make_reader(f, decoder_factories=[DecoderFactory()]).iter_decoded_messages()]
+        reader = make_reader(f, decoder_factories=[DecoderFactory()])
+        decoded = [(ch.topic, m.log_time, bytes(m.data), ros) for _, ch, m, ros in reader.iter_decoded_messages()]
     assert sorted((t, lt, d) for t, lt, d, _ in decoded) == sorted((m[0], m[3], m[2]) for m in messages)
     js = [ros for topic, lt, _, ros in decoded if topic == "/joint_states"]
     assert len(js) == 200 and list(js[7].name) == ["a1", "a2"] and js[7].position[0] == pytest.approx(0.07)
@@ -150,11 +155,13 @@ def test_metadata_yaml_and_sidecar_carry_description_and_per_topic_counts(tmp_pa
     js = stats["topics"]["/joint_states"]
     assert (js["received"], js["expected"], js["dropped"]) == (200, 200, 0)
     assert stats["topics"]["/head_camera/color/image_raw"]["expected"] == 30
-    qos = {t["topic_metadata"]["name"]: t["topic_metadata"]["offered_qos_profiles"] for t in info["topics_with_message_count"]}
+    qos = {t["topic_metadata"]["name"]: t["topic_metadata"]["offered_qos_profiles"]
+           for t in info["topics_with_message_count"]}
     assert qos["/head_camera/active_source"][0]["durability"] == "transient_local" and qos["/joint_states"] == []
     side = yaml.safe_load((bag / "episode.yaml").read_text())
     assert side["state"] == "complete" and side["task"] == "pick cube" and side["calibration"]["chest_offset"][2] == 0.2
-    assert side["stats"]["topics"]["/arms/command"]["received"] == 200 and side["software_version"].startswith("rynn_teleop ")
+    assert side["stats"]["topics"]["/arms/command"]["received"] == 200
+    assert side["software_version"].startswith("rynn_teleop ")
 
 
 def test_episodes_are_numbered_and_discard_removes_the_directory(tmp_path):
@@ -165,7 +172,7 @@ def test_episodes_are_numbered_and_discard_removes_the_directory(tmp_path):
     first = rec.start(EpisodeMetadata(task="a"), now_ns=T0)
     with pytest.raises(RecordingError, match="already being recorded"):
         rec.start(EpisodeMetadata())
-    assert (first / "episode.yaml").is_file() and yaml.safe_load((first / "episode.yaml").read_text())["state"] == "recording"
+    assert yaml.safe_load((first / "episode.yaml").read_text())["state"] == "recording"
     rec.submit("/x", STR, string("one"), T0 + MS)
     rec.stop(now_ns=T0 + 2 * MS)
     second = rec.start(EpisodeMetadata(task="b"))
@@ -181,7 +188,7 @@ def test_episodes_are_numbered_and_discard_removes_the_directory(tmp_path):
 def test_the_typestore_is_built_with_the_recorder_not_at_the_first_start(tmp_path, monkeypatch):
     """Starting an episode must be quick (it runs while the process's loops wait): the standard typestore,
     about 0.1 s to build, is built when the recorder is made."""
-    from rynn_teleop.recording import episodes, writer  # noqa: PLC0415
+    from rynn_teleop.recording import episodes, writer
 
     built = []
     monkeypatch.setattr(writer, "default_typestore", lambda: built.append(1) or TS)
@@ -284,7 +291,8 @@ def test_read_only_output_directory_fails_start_with_a_clear_error(tmp_path):
     ro.mkdir()
     ro.chmod(0o555)
     try:
-        with pytest.raises(RecordingError, match="cannot create episode directory .*ro/episode_0001: Permission denied"):
+        denied = "cannot create episode directory .*ro/episode_0001: Permission denied"
+        with pytest.raises(RecordingError, match=denied):
             EpisodeRecorder(ro, {"/x": None}).start(EpisodeMetadata())
     finally:
         ro.chmod(0o755)
@@ -305,10 +313,10 @@ def test_disk_full_mid_episode_fails_the_episode_and_reports_it(tmp_path, monkey
     rec = EpisodeRecorder(tmp_path, {"/a": 100.0}, flush_period_s=0.01, on_error=errors.append)
     bag = rec.start(EpisodeMetadata(task="doomed"), now_ns=T0)
 
-    def no_space(self):
+    def no_space(self):  # the disk fills up: the periodic flush's write fails
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
-    monkeypatch.setattr(McapWriter, "close_chunk", no_space)
+    monkeypatch.setattr(McapWriter, "flush", no_space)
     assert rec.submit("/a", STR, string("x"), T0 + MS)
     assert wait_for(lambda: rec.writer.failed)
     assert len(errors) == 1 and isinstance(errors[0], RecordingError) and "disk full" in str(errors[0])
@@ -339,6 +347,52 @@ def test_data_reaches_the_file_while_recording_within_the_flush_period(tmp_path)
         assert reader.message_count == 51
 
 
+def test_the_mcap_file_carries_what_rosbag2_reads_from_it(tmp_path):
+    """ros2 profile, ros2msg schemas, offered QoS in the channel metadata, and a rosbag2 metadata record holding
+    metadata.yaml's content."""
+    _, summary = record(tmp_path, stream())
+    bag = summary.path
+    info = yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]
+    with (bag / "episode_0001.mcap").open("rb") as f:
+        reader = make_reader(f)
+        assert reader.get_header().profile == "ros2"
+        found = reader.get_summary()
+        [rosbag2] = [m.metadata for m in reader.iter_metadata() if m.name == "rosbag2"]
+        assert len(list(reader.iter_messages())) == info["message_count"]
+    assert yaml.safe_load(rosbag2["serialized_metadata"]) == info
+    assert {s.name: s.encoding for s in found.schemas.values()} == {JS: "ros2msg", IMG: "ros2msg", STR: "ros2msg"}
+    assert b"std_msgs/Header header" in next(s.data for s in found.schemas.values() if s.name == JS)
+    qos = {c.topic: yaml.safe_load(c.metadata["offered_qos_profiles"]) for c in found.channels.values()}
+    assert qos["/head_camera/active_source"][0]["durability"] == "transient_local" and qos["/joint_states"] == []
+    assert {c.message_encoding for c in found.channels.values()} == {"cdr"}
+    counts = {t["topic_metadata"]["name"]: t["message_count"] for t in info["topics_with_message_count"]}
+    assert found.statistics.channel_message_counts == {c.id: counts[c.topic] for c in found.channels.values()}
+
+
+def test_fsync_syncs_the_file_at_each_periodic_flush(tmp_path, monkeypatch):
+    from rynn_teleop.recording import writer
+
+    synced = []
+    monkeypatch.setattr(writer.os, "fsync", synced.append)
+    w = EpisodeWriter(tmp_path / "bag", flush_period_s=0.01, fsync=True)
+    w.open()
+    assert w.submit("/a", STR, string("x"), T0)
+    assert wait_for(lambda: synced)
+    assert scan(w.mcap_path).message_count == 1  # flushed to the file before the sync
+    w.close()
+    assert all(isinstance(fd, int) for fd in synced)
+
+
+def test_custom_data_must_be_strings(tmp_path):
+    errors = []
+    w = EpisodeWriter(tmp_path / "bag", on_error=errors.append)
+    w.open()
+    w.submit("/a", STR, string("x"), T0)
+    with pytest.raises(RecordingError, match="must be strings"):
+        w.close({"rynn_teleop.count": 3})
+    assert w.failed and errors == [w.error] and not (tmp_path / "bag" / "metadata.yaml").exists()
+
+
 def test_unknown_types_are_recorded_with_an_empty_definition(tmp_path):
     w = EpisodeWriter(tmp_path / "bag")
     w.open()
@@ -360,7 +414,8 @@ def test_description_can_change_while_recording(tmp_path):
         rec.describe(mood="good")
     rec.stop(now_ns=T0 + MS)
     side = yaml.safe_load((bag / "episode.yaml").read_text())
-    assert (side["task"], side["notes"], side["camera_sources"]) == ("pour", "spilled at the end", ["physical", "generated"])
+    assert (side["task"], side["notes"]) == ("pour", "spilled at the end")
+    assert side["camera_sources"] == ["physical", "generated"]
     custom = yaml.safe_load((bag / "metadata.yaml").read_text())["rosbag2_bagfile_information"]["custom_data"]
     assert custom["rynn_teleop.notes"] == "spilled at the end"
     with pytest.raises(RecordingError, match="no episode"):

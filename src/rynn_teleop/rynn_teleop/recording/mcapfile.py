@@ -1,22 +1,13 @@
-"""MCAP files at the record level: scan what is intact, repair a truncated file, read the index.
+"""MCAP files at the record level, on top of the ``mcap`` package's record classes (ROS-free).
 
-Only what the recorder needs, on top of the ``mcap`` package's record classes:
-
-* :func:`scan` reads the data section record by record and stops at the first
-  record that is cut off or unreadable (a writer killed mid-write), keeping
-  every complete chunk;
-* :func:`repair` truncates the file after the last complete chunk (and its
-  message index records, regenerated when they were cut) and appends a fresh
-  summary section and footer, so that indexed readers (rosbag2's MCAP plugin,
-  rosbags, the ``mcap`` readers) open it;
-* :func:`read_index` reads a complete file's channels and message receive
-  times from its chunk and message indexes, without reading message payloads;
-* :func:`read_stamps` reads the header stamps (first 12 bytes) of chosen
-  topics' messages, for the integrity statistics.
-
-:class:`Scan` also holds each message's would-be header stamp (see
-:func:`rynn_teleop.recording.cdr.header_stamp_ns`; meaningless for types without
-a header, which its users ignore).
+* :func:`scan` reads the data section record by record up to the first record that is cut off or
+  unreadable (a writer killed mid-write), keeping every complete chunk and each message's would-be
+  header stamp (:func:`.cdr.header_stamp_ns`; meaningless for types without a header, which users ignore);
+* :func:`repair` cuts the file after the last complete chunk (regenerating its message indexes when they
+  were cut) and appends a summary and footer, so that indexed readers (rosbag2's MCAP plugin, rosbags,
+  ``mcap``) open it;
+* :func:`read_index` reads a complete file's channels and receive times from its indexes, without payloads;
+* :func:`read_stamps` reads chosen topics' header stamps (first 12 bytes), for the integrity statistics.
 
 Offsets are byte offsets in the file; times are MCAP ``log_time`` values [ns].
 """
@@ -24,10 +15,11 @@ Offsets are byte offsets in the file; times are MCAP ``log_time`` values [ns].
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from io import BytesIO
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 from mcap.data_stream import ReadDataStream, RecordBuilder
@@ -80,6 +72,27 @@ class Scan:
         return sum(len(t) for t in self.times.values())
 
 
+class _LastChunk(NamedTuple):
+    """The newest chunk of a scan, whose message index records may be cut off."""
+
+    index: ChunkIndex  # its chunk index entry; message index offsets filled in as they are read
+    entries: dict[int, list[tuple[int, int]]]  # channel id -> (log time [ns], offset in the chunk) of its messages
+
+
+class _RecordAt(NamedTuple):
+    """One complete record of a file."""
+
+    opcode: int
+    start: int  # offset of the record's opcode [bytes]
+    end: int  # offset after the record [bytes]
+    body: bytes  # the record's content (after opcode and length)
+
+
+_DATA_RECORDS = frozenset({Opcode.HEADER, Opcode.SCHEMA, Opcode.CHANNEL, Opcode.MESSAGE, Opcode.CHUNK,
+                           Opcode.MESSAGE_INDEX})
+"""Records a scan keeps; any other (data end, metadata, attachment, summary) ends the kept data section."""
+
+
 def _is_complete(f: BinaryIO, size: int) -> bool:
     if size < len(MAGIC) * 2 + _FOOTER_SIZE:
         return False
@@ -108,6 +121,124 @@ def _chunk_records(chunk: Chunk) -> list[tuple[int, Schema | Channel | Message]]
     return out
 
 
+def _complete_records(f: BinaryIO, size: int) -> Iterator[_RecordAt]:
+    """The records after the leading magic, up to the first one cut off by the end of the file."""
+    pos = len(MAGIC)
+    f.seek(pos)
+    while pos + _RECORD_PREFIX.size <= size:
+        op, length = _RECORD_PREFIX.unpack(f.read(_RECORD_PREFIX.size))
+        end = pos + _RECORD_PREFIX.size + length
+        if end > size:
+            return
+        yield _RecordAt(op, pos, end, f.read(length))
+        pos = end
+
+
+def _add_message(result: Scan, message: Message) -> None:
+    result.times.setdefault(message.channel_id, []).append(message.log_time)
+    result.stamps.setdefault(message.channel_id, []).append(header_stamp_ns(message.data))
+
+
+def _take_loose_record(result: Scan, rec: _RecordAt) -> None:
+    """A header, schema, channel or message record outside any chunk.
+
+    Raises:
+        Exception: the record is unreadable (nothing was added to ``result``).
+    """
+    body = ReadDataStream(BytesIO(rec.body))
+    if rec.opcode == Opcode.HEADER:
+        result.header = Header.read(body)
+    elif rec.opcode == Opcode.SCHEMA:
+        schema = Schema.read(body)
+        result.schemas[schema.id] = schema
+    elif rec.opcode == Opcode.CHANNEL:
+        channel = Channel.read(body)
+        result.channels[channel.id] = channel
+    else:
+        _add_message(result, Message.read(body, len(rec.body)))
+
+
+def _take_chunk(result: Scan, rec: _RecordAt) -> _LastChunk:
+    """A chunk record: its schemas, channels and messages go into ``result``; returns its index entry.
+
+    Raises:
+        Exception: the chunk is unreadable (nothing was added to ``result``).
+    """
+    chunk = Chunk.read(ReadDataStream(BytesIO(rec.body)))
+    records = _chunk_records(chunk)
+    last = _LastChunk(
+        ChunkIndex(
+            message_start_time=chunk.message_start_time,
+            message_end_time=chunk.message_end_time,
+            chunk_start_offset=rec.start,
+            chunk_length=rec.end - rec.start,
+            message_index_offsets={},
+            message_index_length=0,
+            compression=chunk.compression,
+            compressed_size=len(chunk.data),
+            uncompressed_size=chunk.uncompressed_size,
+        ),
+        {},
+    )
+    for offset, record in records:
+        if isinstance(record, Message):
+            last.entries.setdefault(record.channel_id, []).append((record.log_time, offset))
+            _add_message(result, record)
+        elif isinstance(record, Schema):
+            result.schemas[record.id] = record
+        else:
+            result.channels[record.id] = record
+    return last
+
+
+def _take_message_index(last: _LastChunk | None, rec: _RecordAt) -> None:
+    """A message index record: noted in the index entry of the chunk it follows.
+
+    Raises:
+        Exception: the record is unreadable (nothing was noted).
+    """
+    index = MessageIndex.read(ReadDataStream(BytesIO(rec.body)))
+    if last is not None:
+        last.index.message_index_offsets[index.channel_id] = rec.start
+        last.index.message_index_length = rec.end - (last.index.chunk_start_offset + last.index.chunk_length)
+
+
+def _finish_last_chunk(result: Scan, last: _LastChunk) -> None:
+    """Append the newest chunk's index entry; if some of its message indexes were cut, keep the file only up
+    to the chunk's end and note its entries for :func:`repair` to write again."""
+    if set(last.index.message_index_offsets) != set(last.entries):
+        result.keep_end = last.index.chunk_start_offset + last.index.chunk_length
+        last.index.message_index_offsets.clear()
+        last.index.message_index_length = 0
+        result.missing_index = last.entries
+    result.chunk_indexes.append(last.index)
+
+
+def _scan_data_section(f: BinaryIO, result: Scan) -> None:
+    """Fill ``result`` from the records after the magic, up to the first record that is cut off, unreadable
+    or not a data record."""
+    result.keep_end = len(MAGIC)
+    last: _LastChunk | None = None
+    for rec in _complete_records(f, result.size):
+        if rec.opcode not in _DATA_RECORDS:
+            break
+        try:
+            if rec.opcode == Opcode.CHUNK:
+                newest = _take_chunk(result, rec)
+                if last is not None:
+                    result.chunk_indexes.append(last.index)
+                last = newest
+            elif rec.opcode == Opcode.MESSAGE_INDEX:
+                _take_message_index(last, rec)
+            else:
+                _take_loose_record(result, rec)
+        except Exception:  # noqa: BLE001 - a corrupt record ends the intact part like a cut one
+            break
+        result.keep_end = rec.end
+    if last is not None:
+        _finish_last_chunk(result, last)
+
+
 def scan(path: str | Path) -> Scan:
     """Read an MCAP file's data section up to its first incomplete or unreadable record.
 
@@ -121,77 +252,91 @@ def scan(path: str | Path) -> Scan:
         if head != MAGIC[: len(head)]:
             raise RecordingError(f"{path} is not an MCAP file")
         result = Scan(size=size, complete=_is_complete(f, size), keep_end=0)
-        if len(head) < len(MAGIC):
-            return result
-        f.seek(len(MAGIC))
-        pos = result.keep_end = len(MAGIC)
-        last: ChunkIndex | None = None  # the newest chunk, whose message indexes may be cut
-        last_entries: dict[int, list[tuple[int, int]]] = {}
-        while pos + _RECORD_PREFIX.size <= size:
-            op, length = _RECORD_PREFIX.unpack(f.read(_RECORD_PREFIX.size))
-            end = pos + _RECORD_PREFIX.size + length
-            if end > size:
-                break
-            body = ReadDataStream(BytesIO(f.read(length)))
-            try:
-                if op == Opcode.HEADER:
-                    result.header = Header.read(body)
-                elif op == Opcode.SCHEMA:
-                    schema = Schema.read(body)
-                    result.schemas[schema.id] = schema
-                elif op == Opcode.CHANNEL:
-                    channel = Channel.read(body)
-                    result.channels[channel.id] = channel
-                elif op == Opcode.MESSAGE:
-                    msg = Message.read(body, length)
-                    result.times.setdefault(msg.channel_id, []).append(msg.log_time)
-                    result.stamps.setdefault(msg.channel_id, []).append(header_stamp_ns(msg.data))
-                elif op == Opcode.CHUNK:
-                    chunk = Chunk.read(body)
-                    records = _chunk_records(chunk)
-                elif op == Opcode.MESSAGE_INDEX:
-                    index = MessageIndex.read(body)
-                else:  # data end, summary, metadata, attachments: the data section we keep ends here
-                    break
-            except Exception:  # noqa: BLE001 - a corrupt record ends the intact part like a cut one
-                break
-            if op == Opcode.CHUNK:
-                if last is not None:
-                    result.chunk_indexes.append(last)
-                last = ChunkIndex(
-                    message_start_time=chunk.message_start_time,
-                    message_end_time=chunk.message_end_time,
-                    chunk_start_offset=pos,
-                    chunk_length=end - pos,
-                    message_index_offsets={},
-                    message_index_length=0,
-                    compression=chunk.compression,
-                    compressed_size=len(chunk.data),
-                    uncompressed_size=chunk.uncompressed_size,
-                )
-                last_entries = {}
-                for offset, rec in records:
-                    if isinstance(rec, Message):
-                        last_entries.setdefault(rec.channel_id, []).append((rec.log_time, offset))
-                        result.times.setdefault(rec.channel_id, []).append(rec.log_time)
-                        result.stamps.setdefault(rec.channel_id, []).append(header_stamp_ns(rec.data))
-                    elif isinstance(rec, Schema):
-                        result.schemas[rec.id] = rec
-                    else:
-                        result.channels[rec.id] = rec
-            elif op == Opcode.MESSAGE_INDEX and last is not None:
-                last.message_index_offsets[index.channel_id] = pos
-                last.message_index_length = end - (last.chunk_start_offset + last.chunk_length)
-            pos = end
-            result.keep_end = end
-        if last is not None:
-            if set(last.message_index_offsets) != set(last_entries):  # cut among its message indexes
-                result.keep_end = last.chunk_start_offset + last.chunk_length
-                last.message_index_offsets = {}
-                last.message_index_length = 0
-                result.missing_index = last_entries
-            result.chunk_indexes.append(last)
+        if len(head) == len(MAGIC):
+            _scan_data_section(f, result)
     return result
+
+
+class _Appender:
+    """Records appended to a file at offset ``base``, built in memory (offsets as they will be in the file)."""
+
+    def __init__(self, base: int) -> None:
+        self.base = base
+        self.records = RecordBuilder()
+
+    @property
+    def at(self) -> int:
+        """The file offset of the next byte [bytes]."""
+        return self.base + self.records.count
+
+    def group(self, records: Sequence[Any]) -> tuple[int, int]:
+        """Write ``records``; returns (start offset, length) [bytes] of the group."""
+        start = self.at
+        for record in records:
+            record.write(self.records)
+        return start, self.at - start
+
+
+def _start_of_repair(result: Scan) -> _Appender:
+    """Where the repaired part starts: after what is kept, or a new magic and header when those did not survive."""
+    intact_magic = result.keep_end >= len(MAGIC)
+    out = _Appender(result.keep_end if intact_magic else 0)
+    if not intact_magic:
+        out.records.write(MAGIC)
+    if result.header is None:
+        result.header = Header(profile="ros2", library="rynn_teleop recover")
+        result.header.write(out.records)
+    return out
+
+
+def _write_missing_index(out: _Appender, result: Scan) -> None:
+    """The message index records of the last chunk, when they were cut, noted in its chunk index entry."""
+    if not result.missing_index:
+        return
+    last = result.chunk_indexes[-1]
+    first = out.at
+    for channel_id, entries in sorted(result.missing_index.items()):
+        last.message_index_offsets[channel_id] = out.at
+        MessageIndex(channel_id=channel_id, records=entries).write(out.records)
+    last.message_index_length = out.at - first
+    result.missing_index = {}
+
+
+def _statistics(result: Scan) -> Statistics:
+    """The summary's statistics record of the kept data (one metadata record: the ``rosbag2`` one)."""
+    times = [t for ts in result.times.values() for t in ts]
+    return Statistics(
+        message_count=len(times),
+        schema_count=len(result.schemas),
+        channel_count=len(result.channels),
+        attachment_count=0,
+        metadata_count=1,
+        chunk_count=len(result.chunk_indexes),
+        message_start_time=min(times, default=0),
+        message_end_time=max(times, default=0),
+        channel_message_counts={k: len(v) for k, v in sorted(result.times.items())},
+    )
+
+
+def _write_summary(out: _Appender, result: Scan, metadata_index: MetadataIndex) -> None:
+    """The summary section (schemas, channels, chunk indexes, metadata index, statistics, summary offsets),
+    the footer and the closing magic."""
+    summary_start = out.at
+    groups = [
+        (Opcode.SCHEMA, [result.schemas[k] for k in sorted(result.schemas)]),
+        (Opcode.CHANNEL, [result.channels[k] for k in sorted(result.channels)]),
+        (Opcode.CHUNK_INDEX, result.chunk_indexes),
+        (Opcode.METADATA_INDEX, [metadata_index]),
+        (Opcode.STATISTICS, [_statistics(result)]),
+    ]
+    offsets = []
+    for opcode, records in groups:
+        if records:
+            start, length = out.group(records)
+            offsets.append(SummaryOffset(group_opcode=opcode, group_start=start, group_length=length))
+    summary_offset_start, _ = out.group(offsets)
+    Footer(summary_start=summary_start, summary_offset_start=summary_offset_start, summary_crc=0).write(out.records)
+    out.records.write(MAGIC)
 
 
 def repair(path: str | Path, result: Scan, metadata: dict[str, str] | None = None) -> None:
@@ -201,79 +346,22 @@ def repair(path: str | Path, result: Scan, metadata: dict[str, str] | None = Non
     metadata that would describe more than is kept); then come the message indexes of
     the last chunk if they were cut, a ``rosbag2`` metadata record holding
     ``metadata`` (as rosbag2 and rosbags write it), the data end record, the summary
-    (schemas, channels, chunk indexes, statistics, summary offsets), the footer and the
+    (schemas, channels, chunk indexes, metadata index, statistics, summary offsets), the footer and the
     closing magic. Updates ``result`` (offsets, sizes) to the repaired file.
 
     Args:
         metadata: key/value strings of the ``rosbag2`` metadata record (e.g.
             ``{"serialized_metadata": <metadata.yaml contents>}``).
     """
-    path = Path(path)
-    out = RecordBuilder()
-    with path.open("r+b") as f:
-        base = result.keep_end
-        if base < len(MAGIC):  # not even the magic survived
-            base = 0
-            out.write(MAGIC)
-        if result.header is None:
-            result.header = Header(profile="ros2", library="rynn_teleop recover")
-            result.header.write(out)
-
-        def at() -> int:
-            return base + out.count
-
-        if result.missing_index:
-            last = result.chunk_indexes[-1]
-            first = at()
-            for channel_id, entries in sorted(result.missing_index.items()):
-                last.message_index_offsets[channel_id] = at()
-                MessageIndex(channel_id=channel_id, records=entries).write(out)
-            last.message_index_length = at() - first
-            result.missing_index = {}
-        metadata_start = at()
-        Metadata(name="rosbag2", metadata=dict(metadata or {})).write(out)
-        metadata_end = at()
-        DataEnd(data_section_crc=0).write(out)
-
-        summary_start = at()
-        groups: list[tuple[int, int, int]] = []
-
-        def group(opcode: int, records: list) -> None:
-            start = at()
-            for rec in records:
-                rec.write(out)
-            if records:
-                groups.append((opcode, start, at() - start))
-
-        group(Opcode.SCHEMA, [result.schemas[k] for k in sorted(result.schemas)])
-        group(Opcode.CHANNEL, [result.channels[k] for k in sorted(result.channels)])
-        group(Opcode.CHUNK_INDEX, result.chunk_indexes)
-        group(Opcode.METADATA_INDEX, [MetadataIndex(offset=metadata_start, length=metadata_end - metadata_start, name="rosbag2")])
-        times = [t for ts in result.times.values() for t in ts]
-        group(
-            Opcode.STATISTICS,
-            [
-                Statistics(
-                    message_count=len(times),
-                    schema_count=len(result.schemas),
-                    channel_count=len(result.channels),
-                    attachment_count=0,
-                    metadata_count=1,
-                    chunk_count=len(result.chunk_indexes),
-                    message_start_time=min(times, default=0),
-                    message_end_time=max(times, default=0),
-                    channel_message_counts={k: len(v) for k, v in sorted(result.times.items())},
-                )
-            ],
-        )
-        summary_offset_start = at()
-        for opcode, start, length in groups:
-            SummaryOffset(group_opcode=opcode, group_start=start, group_length=length).write(out)
-        Footer(summary_start=summary_start, summary_offset_start=summary_offset_start, summary_crc=0).write(out)
-        out.write(MAGIC)
-        f.seek(base)
-        f.truncate(base)
-        f.write(out.end())
+    out = _start_of_repair(result)
+    _write_missing_index(out, result)
+    start, length = out.group([Metadata(name="rosbag2", metadata=dict(metadata or {}))])
+    DataEnd(data_section_crc=0).write(out.records)
+    _write_summary(out, result, MetadataIndex(offset=start, length=length, name="rosbag2"))
+    with Path(path).open("r+b") as f:
+        f.seek(out.base)
+        f.truncate(out.base)
+        f.write(out.records.end())
         f.flush()
         result.size = f.tell()
     result.complete = True

@@ -17,18 +17,15 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from rosbags.rosbag2.metadata import dump_qos_v9, parse_qos
-from ruamel.yaml import YAML
+from rosbags.rosbag2.metadata import parse_qos
 
 from .cdr import has_header
 from .errors import RecordingError
 from .mcapfile import Scan, repair, scan
 from .metadata import (
-    METADATA,
     custom_data,
     doc_from_custom_data,
     read_metadata,
@@ -36,7 +33,7 @@ from .metadata import (
     write_sidecar,
 )
 from .stats import EpisodeStats, episode_stats
-from .writer import BAG_VERSION, UNKNOWN_TYPE_HASH, default_typestore
+from .writer import BagTopic, bagfile_information, default_typestore, dump_yaml, type_hash, write_metadata_yaml
 
 
 @dataclass(frozen=True)
@@ -68,68 +65,33 @@ def mcap_file(bag_dir: str | Path) -> Path:
     return found[0]
 
 
-def _topics(result: Scan) -> list[dict[str, Any]]:
-    """``topics_with_message_count`` entries of metadata.yaml (version 9) for the scanned channels."""
+def _topics(result: Scan) -> list[BagTopic]:
+    """The bag's connections (one per scanned channel, in channel id order) with their surviving counts."""
     typestore = default_typestore()
     out = []
     for cid in sorted(result.channels):
         ch = result.channels[cid]
         schema = result.schemas.get(ch.schema_id)
         type_name = schema.name if schema is not None else ""
-        qos_text = ch.metadata.get("offered_qos_profiles", "")
         out.append(
-            {
-                "topic_metadata": {
-                    "name": ch.topic,
-                    "type": type_name,
-                    "serialization_format": ch.message_encoding,
-                    "offered_qos_profiles": dump_qos_v9(parse_qos(qos_text)),
-                    "type_description_hash": (
-                        typestore.hash_rihs01(type_name) if type_name in typestore.fielddefs else UNKNOWN_TYPE_HASH
-                    ),
-                },
-                "message_count": len(result.times.get(cid, ())),
-            }
+            BagTopic(
+                name=ch.topic,
+                type_name=type_name,
+                offered_qos=parse_qos(ch.metadata.get("offered_qos_profiles", "")),
+                type_hash=type_hash(typestore, type_name),
+                message_count=len(result.times.get(cid, ())),
+                serialization_format=ch.message_encoding,
+            )
         )
     return out
 
 
 def bag_metadata(mcap_name: str, result: Scan, custom: dict[str, str]) -> dict[str, Any]:
-    """The ``rosbag2_bagfile_information`` of a one-file MCAP bag, as rosbags' writer produces it."""
+    """The ``rosbag2_bagfile_information`` of a one-file MCAP bag, as the episode writer produces it."""
     times = [t for ts in result.times.values() for t in ts]
-    start = min(times, default=0)
-    duration = max(times, default=0) - start
-    count = len(times)
-    return {
-        "version": BAG_VERSION,
-        "storage_identifier": "mcap",
-        "relative_file_paths": [mcap_name],
-        "duration": {"nanoseconds": duration},
-        "starting_time": {"nanoseconds_since_epoch": start},
-        "message_count": count,
-        "topics_with_message_count": _topics(result),
-        "compression_format": "",
-        "compression_mode": "",
-        "files": [
-            {
-                "path": mcap_name,
-                "starting_time": {"nanoseconds_since_epoch": start},
-                "duration": {"nanoseconds": duration},
-                "message_count": count,
-            }
-        ],
-        "custom_data": custom or None,
-        "ros_distro": "rosbags",
-    }
-
-
-def _dump(data: Any) -> str:
-    """YAML text in rosbags' style (ruamel, block style), which rosbag2's yaml-cpp reads."""
-    stream = StringIO()
-    writer = YAML(typ="safe")
-    writer.default_flow_style = False
-    writer.dump(data, stream)
-    return stream.getvalue()
+    return bagfile_information(
+        mcap_name, _topics(result), start_ns=min(times, default=0), end_ns=max(times, default=0), custom_data=custom
+    )
 
 
 def _recorder_alive(doc: dict[str, Any]) -> int | None:
@@ -145,6 +107,48 @@ def _recorder_alive(doc: dict[str, Any]) -> int | None:
     except PermissionError:
         return pid  # exists, owned by someone else
     return pid
+
+
+def _description_from_metadata(bag_dir: Path) -> dict[str, Any]:
+    """The episode description kept in ``metadata.yaml``'s custom data (empty if there is none or it is cut)."""
+    try:
+        meta = read_metadata(bag_dir)
+    except RecordingError:
+        meta = None  # a half-written metadata.yaml is what recover replaces
+    return doc_from_custom_data(meta.get("custom_data") if meta else None)
+
+
+def _episode_window(result: Scan, doc: dict[str, Any]) -> tuple[int, int]:
+    """(start, stop) [ns] of the episode: the description's, else the first and last surviving receive times."""
+    all_times = [t for cid in result.channels for t in result.times.get(cid, ())]
+    start_ns = int(doc.get("start_ns") or min(all_times, default=0))
+    stop_ns = int(doc.get("stop_ns") or max(all_times, default=start_ns))
+    return start_ns, stop_ns
+
+
+def _surviving_stats(result: Scan, doc: dict[str, Any], start_ns: int, stop_ns: int) -> EpisodeStats:
+    """The integrity statistics of the messages that survived, over [start_ns, stop_ns] [ns]."""
+    times_by_topic: dict[str, tuple[str, list[int]]] = {}
+    stamps_by_topic: dict[str, list[int]] = {}  # header stamps as times, 0 for types without a header
+    typestore = default_typestore()
+    for cid, ch in result.channels.items():
+        schema = result.schemas.get(ch.schema_id)
+        type_name = schema.name if schema is not None else ""
+        known_type, times = times_by_topic.setdefault(ch.topic, (type_name, []))
+        times.extend(ch_times := result.times.get(cid, ()))
+        stamps_by_topic.setdefault(ch.topic, []).extend(
+            result.stamps.get(cid, ()) if has_header(typestore, type_name) else [0] * len(ch_times)
+        )
+        if type_name not in known_type.split(", "):
+            times_by_topic[ch.topic] = (f"{known_type}, {type_name}", times)
+    return episode_stats(
+        times_by_topic,
+        start_ns=start_ns,
+        stop_ns=stop_ns,
+        expected_rates=doc.get("expected_rates") or {},
+        stamps=stamps_by_topic,
+        gap_rates=doc.get("gap_rates") or {},
+    )
 
 
 def recover_bag(bag_dir: str | Path, *, force: bool = False) -> RecoverResult:
@@ -163,56 +167,24 @@ def recover_bag(bag_dir: str | Path, *, force: bool = False) -> RecoverResult:
     sidecar = read_sidecar(bag_dir)
     if sidecar is not None and not force and (pid := _recorder_alive(sidecar)) is not None:
         raise RecordingError(
-            f"{bag_dir} is still being recorded by process {pid} on this host; stop it first (or --force if that pid is reused)"
+            f"{bag_dir} is still being recorded by process {pid} on this host; stop it first "
+            "(or --force if that pid is reused)"
         )
     result = scan(path)
     was_complete = result.complete
     size_before = result.size
-    if sidecar is not None:
-        doc = sidecar
-    else:
-        try:
-            meta = read_metadata(bag_dir)
-        except RecordingError:
-            meta = None  # a half-written metadata.yaml is what recover replaces
-        doc = doc_from_custom_data(meta.get("custom_data") if meta else None)
+    doc = sidecar if sidecar is not None else _description_from_metadata(bag_dir)
     if was_complete and doc.get("state") == "complete" and doc.get("stats"):
         stats = EpisodeStats.from_dict(doc["stats"])  # written at stop, with the recorder's drop counts
     else:
-        times_by_topic: dict[str, tuple[str, list[int]]] = {}
-        stamps_by_topic: dict[str, list[int]] = {}  # header stamps as times, 0 for types without a header
-        typestore = default_typestore()
-        for cid, ch in result.channels.items():
-            schema = result.schemas.get(ch.schema_id)
-            type_name = schema.name if schema is not None else ""
-            known_type, times = times_by_topic.setdefault(ch.topic, (type_name, []))
-            times.extend(ch_times := result.times.get(cid, ()))
-            stamps_by_topic.setdefault(ch.topic, []).extend(
-                result.stamps.get(cid, ()) if has_header(typestore, type_name) else [0] * len(ch_times)
-            )
-            if type_name not in known_type.split(", "):
-                times_by_topic[ch.topic] = (f"{known_type}, {type_name}", times)
-        all_times = [t for _, ts in times_by_topic.values() for t in ts]
-        start_ns = int(doc.get("start_ns") or min(all_times, default=0))
-        stop_ns = int(doc.get("stop_ns") or max(all_times, default=start_ns))
-        stats = episode_stats(
-            times_by_topic,
-            start_ns=start_ns,
-            stop_ns=stop_ns,
-            expected_rates=doc.get("expected_rates") or {},
-            stamps=stamps_by_topic,
-            gap_rates=doc.get("gap_rates") or {},
-        )
+        start_ns, stop_ns = _episode_window(result, doc)
+        stats = _surviving_stats(result, doc, start_ns, stop_ns)
         doc.update(state="recovered", stop_ns=stop_ns, stats=stats.to_dict(), problems=stats.problems())
-    custom = custom_data(doc)
-    info = bag_metadata(path.name, result, custom)
+    info = bag_metadata(path.name, result, custom_data(doc))
     try:
         if not was_complete:
-            repair(path, result, {"serialized_metadata": _dump(info).strip()})
-        meta_path = bag_dir / METADATA
-        tmp = meta_path.with_name(METADATA + ".tmp")
-        tmp.write_text(_dump({"rosbag2_bagfile_information": info}), encoding="utf-8")
-        tmp.replace(meta_path)
+            repair(path, result, {"serialized_metadata": dump_yaml(info).strip()})
+        write_metadata_yaml(bag_dir, info)
         if sidecar is not None:
             write_sidecar(bag_dir, doc)
     except OSError as exc:
