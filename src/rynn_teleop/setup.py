@@ -47,7 +47,10 @@ setup(
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
         ("share/" + PACKAGE, ["package.xml"]),
         ("share/" + PACKAGE + "/launch", _data("launch", "*.launch.py")),
-        ("share/" + PACKAGE + "/config", _data("config", "*.yaml") + _data("config", "*.xml") + _data("config", "*.rviz") + _data("config", "*.json")),
+        (
+            "share/" + PACKAGE + "/config",
+            [p for ext in ("yaml", "xml", "rviz", "json") for p in _data("config", "*." + ext)],
+        ),
         ("share/" + PACKAGE + "/urdf", _data("urdf", "*.urdf") + _data("urdf", "*.yaml")),
     ],
     install_requires=["setuptools"],

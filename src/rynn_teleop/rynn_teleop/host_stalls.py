@@ -1,22 +1,17 @@
-"""Stalls of the machine itself, measured beside the stack (ROS-free).
+"""Stalls of the machine itself, detected beside the stack (ROS-free).
 
-On a virtual machine the host may pause the guest's CPUs; the guest kernel does not see it and no
-scheduling inside the guest can prevent it, yet every stream of an episode then shows a gap at the same
-instant. A *host probe* tells such stalls apart from the stack's own lateness: one process per CPU, pinned
-to it, at the highest real-time priority (``SCHED_FIFO`` 99, above every thread of the stack), sleeping to
-a deadline every :data:`PERIOD_S`. Nothing in the guest can keep it from running on time, so a tick later
-than :data:`STALL_S` means the CPU itself did not run (or the kernel held it). Without the privilege the
-probe runs in the normal scheduler and says so (``policy``); its stalls then prove nothing.
+A virtual machine's host may pause the guest's CPUs, which no scheduling inside the guest can prevent; every
+stream then shows a gap at the same instant. A *host probe* tells such stalls apart from the stack's own
+lateness: one process per CPU, pinned to it, at ``SCHED_FIFO`` 99 (above every thread of the stack), sleeping
+to a deadline every :data:`PERIOD_S`; a tick at least :data:`STALL_S` late means the CPU did not run. Without
+the privilege the probe runs in the normal scheduler and says so (``policy``); its stalls then prove nothing.
 
-The host may also slow the guest's memory access for a moment (seen on the 2-core development VM: every
-process of the stack ran its ordinary code several times slower at once while the CPUs ran). So the probe
-of the lowest CPU also reads one byte of every page of a buffer of its own (:class:`PageWalker`, touched
-once, resident) every :data:`MEMORY_EVERY` ticks: a walk that takes :data:`MEMORY_STALL_S` or more, about
-ten times its usual time, is a *memory stall* (the pages were there; their address translation was not).
+The host may also slow the guest's memory access while the CPUs run, so the lowest CPU's probe also reads
+one byte of every page of its own resident buffer (:class:`PageWalker`) every :data:`MEMORY_EVERY` ticks: a
+walk taking :data:`MEMORY_STALL_S` or more is a *memory stall* (slow address translation).
 
-Used by the demo (``rynn-teleop demo`` reports the episode's gaps that overlap a stall) and by
-``bench/stack.py``. Times are wall-clock seconds (``time.time``), the clock of ROS stamps and episode
-gaps. Cost: about 0.01 core per probe, and about 0.02 core for the page walks.
+Used by ``rynn-teleop demo`` (gaps that overlap a stall) and ``bench/stack.py``. Times are wall-clock
+seconds (``time.time``), the clock of ROS stamps and episode gaps.
 """
 
 from __future__ import annotations

@@ -48,12 +48,11 @@ class Composition:
     """Nodes sharing one rclpy context, each spun by its own executor thread.
 
     Why one ``SingleThreadedExecutor`` per node instead of one
-    ``MultiThreadedExecutor``: rclpy's multi-threaded executor re-queues
-    callbacks that are waiting in its thread pool (ros2/rclpy#1452, fixed
-    upstream after the 9.1 wheels used here); measured here with the demo's
-    three nodes it delivered 3 Hz of a 100 Hz timer, while one executor thread
-    per node delivers the full rate. Per-node threads also keep a slow node
-    from delaying a fast one's timer.
+    ``MultiThreadedExecutor``: the multi-threaded executor of the rclpy
+    releases in use re-queues callbacks that are waiting in its thread pool
+    (ros2/rclpy#1452), so a timer falls far below its rate; one executor
+    thread per node delivers the full rate. Per-node threads also keep a slow
+    node from delaying a fast one's timer.
 
     Use as a context manager; :meth:`spin` returns after ``duration`` or on
     Ctrl-C / shutdown, and leaving the block shuts everything down.
@@ -79,7 +78,7 @@ class Composition:
         priority_class = process_priority_class(classes)
         self.context = rclpy.Context()
         # Ctrl-C / SIGTERM reach the main thread as KeyboardInterrupt (Python's handlers; see spin()), not
-        # through rclpy's signal handler thread: a runner process once ignored a SIGINT with it
+        # through rclpy's signal handler thread, with which a runner process can miss a SIGINT
         rclpy.init(context=self.context, domain_id=domain_id, signal_handler_options=SignalHandlerOptions.NO)
         self._shut_down = threading.Event()  # set at the context's shutdown: spin() waits on it, not polling
         self.context.on_shutdown(self._shut_down.set)
@@ -119,7 +118,7 @@ class Composition:
             executor.spin_until_future_complete(stop)
         except ExternalShutdownException:
             pass
-        except BaseException as exc:  # a node callback raised: record it and stop this node
+        except BaseException as exc:  # noqa: BLE001 - whatever a node callback raised: record it, stop this node
             if self.context.ok() and not (self._closing and isinstance(exc, InvalidHandle)):
                 self._errors.append(exc)
                 rclpy.logging.get_logger("rynn_teleop.runner").error(f"node callback raised: {exc!r}")
@@ -128,7 +127,8 @@ class Composition:
     def errors(self) -> list[BaseException]:
         """Exceptions that escaped a node's executor callbacks or its control loops (those of removed nodes
         included)."""
-        return self._errors + self._past_loop_errors + [e for n in self.nodes for e in getattr(n, "loop_exceptions", ())]
+        loop_errors = [e for n in self.nodes for e in getattr(n, "loop_exceptions", ())]
+        return self._errors + self._past_loop_errors + loop_errors
 
     def node(self, name: str) -> Node:
         """The running node whose ROS name is ``name``."""

@@ -1,30 +1,19 @@
 """The operator console's web server (aiohttp; ROS-free): one page, live video, state, controls.
 
-The console node (``nodes/console.py``) owns the ROS side and hands this server three things: a
-:class:`FrameHub` it fills with the newest image of each stream, a ``snapshot()`` of the session state
-(plain data) and ``perform(action, fields)`` that runs an operator action (blocking; called on a worker
-thread). The server runs its own asyncio loop on its own thread, so browsers never block the node:
+The console node hands it a :class:`FrameHub` (newest image per stream), ``snapshot()`` (session state as
+plain data) and ``perform(action, fields)`` (an operator action; blocking, run on a worker thread). The
+server runs its own asyncio loop on its own thread: the ROS side never waits for a browser.
 
-* ``GET /`` the page (static files shipped in ``console/static``, no CDN);
-* ``GET /api/state`` the session state as JSON; ``POST /api/action`` ``{"action": "...", "fields":
-  {...}}`` runs an action: 200 done, 409 refused by the stack, 503 a node is missing, 400 a malformed
-  request (nothing is done);
-* ``GET /ws`` a WebSocket: the page says which streams it shows (``{"type": "subscribe", "streams":
-  [...]}``) and gets each stream's newest frame as a binary message whenever a new one exists and the
-  page has acknowledged the stream's previous one (``{"type": "decoded", "stream": S, "seq": N,
-  "received_ms": ..., "t_ms": ...}`` once it is drawn, without the times when it could not be drawn;
-  an acknowledgement that does not come within :data:`ACK_TIMEOUT_S` is given up). At most one frame
-  per stream is on its way to a browser: a slow browser is sent fewer frames instead of queueing them
-  (queued frames would delay the state messages behind them by seconds on a busy machine), and the
-  ROS side never waits. The state goes as JSON twice a second; the acknowledgements' times let the
-  node measure ROS message -> drawn frame latency.
-
-Binary frame message: 4-byte big-endian header length, a JSON header (``stream``, ``seq``,
-``stamp_ns``: the image's header stamp, ``received_ms``: when the node received it, Unix time [ms],
-``rate_hz``: the stream's rate), then a JPEG.
-
-Access: every request but the shipped static files needs the token when one is set (``X-Rynn-Token``
-header or ``token`` query parameter); a server bound to an address other than loopback always has one.
+* ``GET /`` the page (``console/static``, no CDN); ``GET /api/state`` the state as JSON, also sent on the
+  WebSocket every :data:`STATE_PERIOD_S`; ``POST /api/action`` ``{"action": ..., "fields": {...}}``:
+  200 done, 409 refused by the stack, 503 a node is missing, 400 malformed (nothing is done).
+* ``GET /ws``: the page subscribes (``{"type": "subscribe", "streams": [...]}``) and acknowledges each frame
+  (``{"type": "decoded", "stream", "seq"}``, plus ``received_ms`` and ``t_ms`` once drawn: the latency).
+  At most one frame per stream is in flight (a slow browser gets fewer frames, never a queue that would
+  delay the state); an acknowledgement missing after :data:`ACK_TIMEOUT_S` is given up. A frame message:
+  4-byte big-endian header length, a JSON header (``stream``, ``seq``, ``stamp_ns``, ``received_ms`` [Unix
+  ms], ``rate_hz``), then a JPEG. Every request but the static files needs the token when one is set
+  (``X-Rynn-Token`` header or ``token`` query); a non-loopback address always has one.
 """
 
 from __future__ import annotations
@@ -265,7 +254,9 @@ class ConsoleServer:
         name, fields = body.get("action"), body.get("fields", {})
         if not isinstance(name, str) or name not in self.actions:
             return self._bad(f"unknown action {name!r}; actions: {', '.join(self.actions)}")
-        if not isinstance(fields, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items()):
+        if not isinstance(fields, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in fields.items()
+        ):
             return self._bad("fields must map names to strings")
         if unknown := sorted(set(fields) - set(self.actions[name])):
             return self._bad(f"{name} does not take {', '.join(unknown)}")

@@ -1,37 +1,19 @@
 """WUJI dexterous hands through the vendor SDK ``wujihandpy`` (``kind = "wuji"``).
 
-One ``wujihandpy.Hand`` per side (opened by side, or by serial number), each
-streamed through its realtime controller (PDO at 1 kHz, targets smoothed by
-the SDK's first-order low-pass at ``filter_cutoff_hz``)::
+One ``wujihandpy.Hand`` per side (opened by side or by serial number), streamed through its realtime
+controller (PDO at 1 kHz; the SDK low-passes the targets at ``filter_cutoff_hz``). ``connect`` opens the
+hands and enters the controllers, ``enable`` holds where they are, ``read`` gives 40 positions [rad] and
+motor currents [A], ``write`` takes 40 targets [rad], ``close`` disables and leaves the controllers.
 
-    backend = WujiBackend(sides=("left", "right"))
-    backend.connect()          # open the hands, enter the realtime controllers
-    backend.enable()           # joints on, holding where they are
-    reading = backend.read(now)   # 40 positions [rad], efforts [A]
-    backend.write(targets)        # 40 targets [rad]
-    backend.close()            # disable, leave the realtime controllers
+Joint order: :func:`~rynn_teleop.core.robot_model.hand_joint_names` per side, sides in the order given;
+the SDK's (5, 4) arrays are fingers x joints (thumb first, proximal to distal): :func:`to_sdk` and
+:func:`from_sdk` convert. Positions [rad] (zero and sign as the URDF); effort is the motor current [A],
+not a torque; no velocity (``None``).
 
-Joint order: :func:`~rynn_teleop.core.robot_model.hand_joint_names` per side,
-sides in the order given. The SDK's (5, 4) arrays are fingers x joints
-(thumb first, proximal to distal), so flat index ``(finger-1)*4 + (joint-1)``
-is the row-major position ``[finger-1, joint-1]``: :func:`to_sdk` and
-:func:`from_sdk` convert.
-
-Units: positions [rad] (zero and sign as the URDF); effort is the motor
-current [A] as the SDK reports it (compare with ``read_joint_effort_limit()``,
-1.5 A by default), not a torque; the SDK gives no velocity (``None``).
-
-Threads: the realtime calls (``get_joint_actual_position``,
-``set_joint_target_position``, ...) never block and raise nothing on a
-disconnect, so a slow side thread probes ``read_input_voltage()`` (a
-blocking SDO read, 5-10 ms, 0.5 s SDK timeout) every ``voltage_period_s``;
-a failing probe marks the hand disconnected (:meth:`WujiBackend.faults`).
-The SDK refuses calls from a thread other than the one that built the
-``Hand`` unless ``disable_thread_safe_check()`` is called, and then asks the
-caller to serialise them: as in the vendor's own bridge, blocking SDO calls
-share one lock per hand, and the realtime calls another that is never held
-across I/O, so the probe never stalls :meth:`~WujiBackend.read` or
-:meth:`~WujiBackend.write`.
+Threads: the realtime calls never block and raise nothing on a disconnect, so a side thread probes
+``read_input_voltage()`` (a blocking SDO read) every ``voltage_period_s``; a failing probe marks the hand
+disconnected (:meth:`WujiBackend.faults`). SDO calls share one lock per hand and the realtime calls
+another, never held across I/O, so the probe never stalls ``read`` or ``write``.
 """
 
 from __future__ import annotations
@@ -47,7 +29,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..core.robot_model import N_HAND, SIDES, hand_joint_names
+from ..core.layout import N_HAND, SIDES
+from ..core.robot_model import hand_joint_names
 from ..errors import ConfigurationError, HardwareUnavailableError
 from .base import JointBackend, JointReading
 

@@ -1,27 +1,21 @@
 """arm_ik node: operator tracker frames -> dual-arm IK -> Ruckig -> /arms/command at 200 Hz.
 
-Drains the tracker node's frames at every control cycle, computes the wrist-in-chest and upper-arm
-(elbow) poses, maps them into the torso frame with the operator calibration, solves both 7-DoF arms
-(``core.arm_ik``) and smooths with Ruckig (``core.motion``): ``core.arm_teleop.ArmTeleop``. The session
-rules (start gating, clutch pedal and deadman, auto-calibration on a still posture, auto-engage) are
-``core.arm_session.ArmSession``; this node only converts messages and calls it. A loop at ``rate_hz``
-(its own thread, ``TeleopNode.create_loop``) publishes one command per cycle, always from the newest
-target; each command is stamped with the cycle's time (node clock) and is the Ruckig trajectory advanced
-by the time measured since the previous command (the nominal cycle at the first).
+The maths is ``core.arm_teleop.ArmTeleop`` and the session rules (start gating, clutch and deadman,
+auto-calibration, auto-engage) ``core.arm_session``; this node converts messages and calls them. A loop at
+``rate_hz`` on its own thread drains the tracker frames and publishes one command per cycle, stamped with
+the cycle's time (node clock): the Ruckig trajectory advanced by the time since the previous command.
 
 Topics:
-    in:  <operator_prefix>/trackers  geometry_msgs/PoseArray, one per tracker frame: header.stamp = capture
-                                     time, poses = chest, left_elbow, right_elbow, left_wrist, right_wrist
-                                     (``ROLES`` order), all-NaN for a role without a sample (polled)
+    in:  <operator_prefix>/trackers  geometry_msgs/PoseArray per tracker frame (stamp = capture time, poses in
+                                     ``ROLES`` order, all-NaN for a role without a sample)
          <operator_prefix>/clutch    std_msgs/Bool (pedal: true engages, false disengages)
          /joint_states               sensor_msgs/JointState (start_from: measured; until the start)
-    out: /arms/command   sensor_msgs/JointState, 14 arm joints, position + velocity, reliable
-         ~/engaged       std_msgs/Bool, transient local (latched)
-Services:
-    ~/calibrate   std_srvs/Trigger   capture the calibration (operator in the home posture), save it
-    ~/set_clutch  std_srvs/SetBool   engage (true) / disengage (false)
-Diagnostics (besides the node's meters): ``cycles`` / ``stale_cycles`` (control cycles, and those in which
-an engaged side was stale), per side ``outliers``, ``ik_reseeds``, ``unreachable_count``, ``stale_events``.
+    out: /arms/command  sensor_msgs/JointState, 14 arm joints, position + velocity, reliable
+         ~/engaged      std_msgs/Bool, transient local (latched)
+Services: ~/calibrate (std_srvs/Trigger: capture and save the calibration, operator in the home posture),
+    ~/set_clutch (std_srvs/SetBool: engage / disengage).
+Diagnostics: ``cycles``, ``stale_cycles``, per side ``outliers``, ``ik_reseeds``, ``unreachable_count``,
+``stale_events``.
 """
 
 from __future__ import annotations
@@ -42,8 +36,9 @@ from ..core.arm_ik import IKSettings
 from ..core.arm_session import ArmSession, SessionSettings
 from ..core.arm_teleop import DEFAULT_HOME, ArmTeleop, ArmTeleopSettings
 from ..core.calibration import Calibration
+from ..core.layout import N_ARM
 from ..core.params import FLOAT_LIST, Param, ParamSchema
-from ..core.robot_model import GROUPS, N_ARM, JointLimits
+from ..core.robot_model import GROUPS, JointLimits
 from ..core.trackers import frame_matrices
 from ..errors import ParameterError, RynnTeleopError
 from ..recording.cdr import pose_array
@@ -147,8 +142,9 @@ class ArmIKNode(TeleopNode):
         if outside.size:
             j = int(outside[0])
             raise ParameterError(
-                "home_position", f"home_position[{j}] = {home[j]} is outside the limits of {self.robot.joint_names[j]}: "
-                f"[{limits.lower[j]:.4f}, {limits.upper[j]:.4f}] rad"
+                "home_position",
+                f"home_position[{j}] = {home[j]} is outside the limits of {self.robot.joint_names[j]}: "
+                f"[{limits.lower[j]:.4f}, {limits.upper[j]:.4f}] rad",
             )
         self.ctl = ArmTeleop(
             self.robot,

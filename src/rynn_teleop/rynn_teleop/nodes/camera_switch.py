@@ -5,20 +5,15 @@ Inputs (both stay available under their own names):
     <generated_ns>/color/image_raw, <generated_ns>/color/camera_info               from the world model
 Outputs (what recorders, viewers and policies subscribe to), SensorDataQoS:
     <output_ns>/color/image_raw, <output_ns>/color/camera_info
-    <output_ns>/aligned_depth_to_color/image_raw (+ camera_info), <output_ns>/depth/image_rect_raw (+ camera_info)
-                                        (only while the active source provides them)
+    <output_ns>/aligned_depth_to_color/image_raw (+ camera_info),
+    <output_ns>/depth/image_rect_raw (+ camera_info)       (only while the active source provides them)
     <output_ns>/active_source   std_msgs/String "physical" | "generated", transient local (latched)
 
-Select at runtime with the parameter ``active_source`` (``ros2 param set
-/camera_switch active_source generated``) or the services ``~/use_physical``,
-``~/use_generated``, ``~/toggle`` (std_srvs/Trigger). The switch is immediate:
-each incoming frame is forwarded only if its source is the active one when it
-arrives, so the first frame after a switch comes from the new source and none
-from the old one follows. Messages are forwarded unchanged (stamps, frame
-ids; the serialized bytes are passed through without decoding). If the active source is silent for ``silent_timeout_s`` the diagnostics
-say so, and with ``fallback`` the output shows the other source while the
-chosen one is silent and returns to the chosen one once it is back (the
-parameter keeps the operator's choice).
+Select with the parameter ``active_source`` (runtime-settable) or the services ``~/use_physical``,
+``~/use_generated``, ``~/toggle`` (std_srvs/Trigger). The switch is immediate: a frame is forwarded only if
+its source is active when it arrives. Messages are forwarded unchanged (serialized bytes, not decoded).
+An active source silent for ``silent_timeout_s`` is reported; with ``fallback`` the output shows the other
+source meanwhile and returns once the chosen one is back (the parameter keeps the operator's choice).
 """
 
 from __future__ import annotations
@@ -45,9 +40,8 @@ STREAMS = (  # (name, topic under a camera namespace, type): realsense-ros layou
     ("depth_info", "depth/camera_info", CameraInfo),
 )
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-
-
 LATENCY_BUDGET_MS = 15.0  # capture -> forwarded on the consumer topic, p99 (shown against in diagnostics)
+
 
 class CameraSwitchNode(TeleopNode):
     PRIORITY = "stream"

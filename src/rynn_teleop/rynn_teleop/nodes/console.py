@@ -1,25 +1,18 @@
 """console node: the operator's web page for a whole session (``console.server`` serves it).
 
-Open ``http://127.0.0.1:8080/`` (parameters ``host``, ``port``): the consumer camera feed large, the
-physical and generated sources beside it (each with its rate and age), calibrated / engaged per arm,
-the e-stop, the active feed, the episode being recorded, every node's health from ``/diagnostics``,
-and buttons with keyboard shortcuts for every operator action (``nodes.operator.ACTIONS``: the same
-services as ``rynn-teleop call``). E-stop: the big button, Space or Esc.
-
-The page never slows the stack: images are kept as received (the newest per stream), decoded and
-JPEG-encoded on the server's worker threads only while a browser shows them, once for every browser;
-a slow browser is sent fewer frames. On an address other than loopback the page needs a token
-(``token``, or one generated and logged once at start).
+Served at ``http://<host>:<port>/``: the consumer feed large, the physical and generated sources beside it,
+per-arm state, e-stop, active feed, the episode being recorded, every node's health, and a button (with a
+keyboard shortcut) for every operator action (``nodes.operator.ACTIONS``). E-stop: the button, Space or Esc.
+Images are kept as received (newest per stream) and JPEG-encoded only while a browser shows them, so the
+page never slows the stack. A non-loopback address needs a token (``token``, or one generated and logged).
 
 Topics:
     in:  ``consumer_topic``, ``physical_topic``, ``generated_topic`` (sensor_msgs/Image, SensorDataQoS),
          /diagnostics, /head_camera/active_source
     out: /estop (std_msgs/Bool, with the drivers' e-stop services)
-Diagnostics: ``url``, ``browsers``, per stream ``<stream>.sent`` / ``.skipped`` / ``.acks_missed`` (frames a
-browser did not acknowledge in time), the ``browser.<stream>``
-meters (frames decoded by the browsers, latency = ROS message received -> frame drawn in the page),
-``cpu_process_percent`` (the process's CPU, all its nodes) and ``cpu_server_percent`` (the server's and
-encoders' threads).
+Diagnostics: ``url``, ``browsers``, per stream ``<stream>.sent`` / ``.skipped`` / ``.acks_missed``, the
+``browser.<stream>`` meters (latency: ROS message received -> frame drawn), ``cpu_process_percent`` and
+``cpu_server_percent`` [% of one core].
 """
 
 from __future__ import annotations

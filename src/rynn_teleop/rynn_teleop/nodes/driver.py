@@ -1,8 +1,8 @@
 """What the arm and hand driver nodes share: the control loop around a backend and the safety layer.
 
-Every cycle (``rate_hz``, a :class:`~.base.ControlLoop` on wall-clock deadlines): read the backend, publish the measurement on
-``/joint_states``, let ``core.safety.SafetyController`` decide the target
-(watchdog, e-stop latch, start-up hold and ramp, clamping) and write it.
+Every cycle (``rate_hz``, a :class:`~.base.ControlLoop` on wall-clock deadlines): read the backend, publish
+the measurement on ``/joint_states``, let ``core.safety.SafetyController`` decide the target (watchdog,
+e-stop latch, start-up hold and ramp, clamping) and write it.
 
 Topics:
     in:  <command_topic>  sensor_msgs/JointState (positions by name; other joints ignored), reliable

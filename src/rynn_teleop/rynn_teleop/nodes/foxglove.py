@@ -1,37 +1,19 @@
 """foxglove node: the stack's topics served to the Foxglove app over the Foxglove WebSocket protocol.
 
-For machines without ``foxglove_bridge`` (the PyPI venv path has no ROS tools): the ``foxglove-sdk``
-WebSocket server (``ws://<host>:<port>``) advertises one channel per served topic with the ROS 2 schema (schema encoding ``ros2msg``: the type's message definition with its nested
-types, the text rosbag2 writes into MCAP, from the rosbags typestore of ROS 2 Kilted) and message encoding
-``cdr``; the serialized messages are passed through unchanged (no decoding, also for camera images), so the
-shipped layout ``config/rynn_teleop.foxglove.json`` works as it does with ``foxglove_bridge``. The server speaks
-the Foxglove WebSocket protocol under the subprotocol name ``foxglove.sdk.v1`` only, as foxglove_bridge >= 3
-does (the same protocol as ``foxglove.websocket.v1``): current Foxglove apps offer both names; a client that
-offers only the older one (old Foxglove Studio, older Lichtblick) is refused with HTTP 400.
+For machines without ``foxglove_bridge``: a ``foxglove-sdk`` server (``ws://<host>:<port>``, subprotocol
+``foxglove.sdk.v1`` only, as foxglove_bridge >= 3; older clients get HTTP 400) advertises one channel per
+topic with its ``ros2msg`` schema (as rosbag2 writes into MCAP, rosbags typestore of ROS 2 Kilted) and
+passes the CDR messages through unchanged, so ``config/rynn_teleop.foxglove.json`` works as with the bridge.
 
-Topics: ``topics`` (default: those the layout uses, plus /diagnostics, /joint_states, /robot_description,
-/tf, /tf_static), each advertised once it appears in the graph with a publisher (type and QoS discovered like
-the recorder: best-effort camera streams are read best effort, latched topics transient local); an empty list
-serves every topic in the graph whose type the typestore knows. A topic whose type the typestore does not know,
-or whose Python message package is not installed (tf2_msgs is not on PyPI), is not served and is listed in
-diagnostics (``unservable``).
+Topics: ``topics`` (empty: every topic whose type the typestore knows), each advertised once it has a
+publisher (QoS discovered like the recorder); a type unknown or not importable is listed in ``unservable``.
+Never blocking: a ROS subscription exists only while a client wants its channel, is drained every
+``poll_period_s``, and the SDK queues per client (``client_backlog``; a full queue drops its oldest). A
+latched message is sent again when a client joins (to every client of the topic).
 
-Never blocking the stack: a ROS subscription exists only while at least one client subscribes to its channel;
-subscriptions are drained every ``poll_period_s`` (one raw take per message, no executor callback) and each
-message is handed to the SDK, which queues it per client without waiting (``client_backlog`` messages; when a
-client's queue is full its oldest data message is dropped, and a client whose control queue fills is
-disconnected). A slow client therefore loses messages; the ROS side and the other clients keep their rate. A
-latched message is sent again when another client subscribes to its topic (to every client of the topic: the
-SDK cannot address one client).
-
-Diagnostics: ``cpu_percent`` (the node's threads: executor, drain loop and the SDK's server threads, in % of one
-core over the last second), ``url``, ``channels``, ``subscribed`` (topics with a client), per served topic
-``<topic>.forwarded`` (messages handed to the server) and ``<topic>.dropped`` (messages its publishers sent but
-the node never received: a best-effort loss or its subscription queue overflowing between two drains; drops in
-a slow client's queue happen inside the SDK and are not counted here), and ``unservable``.
-
-Binds 127.0.0.1 by default (this machine only). The protocol has no authentication: bind another address
-(``host: 0.0.0.0``) only on a trusted network.
+Diagnostics: ``cpu_percent`` [% of one core] (executor, drain and SDK threads), ``url``, ``channels``,
+``subscribed``, per topic ``<topic>.forwarded`` and ``<topic>.dropped`` (sent by publishers, never
+received here), ``unservable``. No authentication: bind beyond 127.0.0.1 only on a trusted network.
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ def message_class(type_name: str) -> Any:
     return getattr(importlib.import_module(f"{package}.msg"), name)
 
 
-def subscription_qos(infos: Any, rate_hz: float | None = None, queue_s: float = 1.0) -> tuple[QoSProfile, list[TopicQos]]:
+def subscription_qos(
+    infos: Any, rate_hz: float | None = None, queue_s: float = 1.0
+) -> tuple[QoSProfile, list[TopicQos]]:
     """A QoS matching every publisher in ``infos`` (``get_publishers_info_by_topic``; best effort if any is,
     transient local only if all are), and the publishers' own.
 

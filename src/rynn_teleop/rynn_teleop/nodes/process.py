@@ -41,11 +41,11 @@ def tune_allocator() -> bool:
     per hop (rmw serialization, Fast DDS payloads, the Python message). With
     glibc's defaults those come from ``mmap`` or are trimmed off the heap top
     right after use, so each buffer costs a page fault per 4 KiB page when it is
-    touched again: measured here, 2.7 ms per 0.9 MB hop between two processes
-    (p50) that drop to 1.0 ms with these settings (``bench/camera.py``). The
-    price is up to ``trim_threshold`` of freed memory kept per process. Not
-    glibc (musl, macOS), or ``RYNN_TELEOP_TUNE_MALLOC=0`` in the environment:
-    nothing is changed and False is returned.
+    touched again; kept in the heap, it does not (``bench/camera.py`` shows the
+    effect on an image hop). The price is up to ``trim_threshold`` of freed
+    memory kept per process. Not glibc (musl, macOS), or
+    ``RYNN_TELEOP_TUNE_MALLOC=0`` in the environment: nothing is changed and
+    False is returned.
     """
     if os.environ.get("RYNN_TELEOP_TUNE_MALLOC", "1") == "0":
         return False
@@ -120,9 +120,8 @@ def freeze_startup_objects() -> int:
     generation (``gc.freeze``), where full collections no longer scan it; returns how many were frozen.
 
     A process's entry point calls it once its nodes exist (``rynn-teleop run``, the console scripts): a
-    full collection (which holds the GIL, so every thread of the process
-    waits) then scans only the objects made since, instead of the tens of thousands the imports and the
-    nodes' construction left (``bench/gc_pause.py`` measures both).
+    full collection (which holds the GIL, so every thread of the process waits) then scans only the objects
+    made since, not every object the imports and the nodes' construction left (``bench/gc_pause.py``).
     """
     gc.collect()
     gc.freeze()

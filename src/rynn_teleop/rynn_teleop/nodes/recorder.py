@@ -1,30 +1,19 @@
 """recorder node: demonstrations as rosbag2 (MCAP) episodes, with drop and gap accounting.
 
-Subscribes to ``topics`` with raw (serialized) subscriptions once each topic
-appears in the graph (its type and its publishers' QoS are discovered:
-best-effort camera streams are read best effort, latched topics such as
-``/head_camera/active_source`` transient-local) and hands the CDR bytes,
-unchanged, to :class:`~rynn_teleop.recording.EpisodeRecorder`, whose writer
-thread writes them (bag timestamp = the middleware's receive time; header
-stamps stay inside the messages). The executor never waits for the disk.
-Subscriptions are drained every ``poll_period_s`` rather than one executor
-callback per message (about 2000 messages/s in the demo: the per-callback
-cost of rclpy's executor was most of the recorder's CPU). A message its
-publisher sent but the recorder never received (skipped publisher sequence
-numbers: a best-effort loss, or the subscription queue overflowing between
-two drains) is counted as dropped. An episode holds, of every topic, what
-was received between its start and its stop instants (receive times on the
-node's clock). The newest message of each latched
-(transient-local) topic is written again at the start of every episode, so
-an episode always holds the active camera source it started with.
+Subscribes raw to ``topics`` once each appears in the graph (type and publishers' QoS discovered) and hands
+the CDR bytes unchanged to :class:`~rynn_teleop.recording.EpisodeRecorder`, whose writer thread writes them
+(bag timestamp = receive time; header stamps stay in the messages): the executor never waits for the disk.
+Subscriptions are drained every ``poll_period_s`` (cheaper than one executor callback per message); skipped
+publisher sequence numbers are counted as drops. An episode holds what was received between its start and
+stop instants (node clock); each latched topic's newest message is written again at every start, so an
+episode holds the active camera source it started with.
 
 Services (std_srvs/Trigger):
-    ~/start_episode    a new numbered episode under ``output_dir`` (task, operator, notes from the
-                       runtime-settable parameters)
+    ~/start_episode    a new numbered episode under ``output_dir`` (task, operator, notes from parameters)
     ~/stop_episode     stop and keep it; the response lists missing topics, gaps and drops
     ~/discard_episode  stop and delete it
-An unwritable or full output directory fails the episode with a clear error
-(service response, log, ERROR in /diagnostics); the node keeps running.
+An unwritable or full output directory fails the episode (service response, log, ERROR in /diagnostics);
+the node keeps running.
 """
 
 from __future__ import annotations

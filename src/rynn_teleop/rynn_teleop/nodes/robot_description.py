@@ -37,7 +37,9 @@ class RobotDescriptionNode(TeleopNode):
         self.sha256 = hashlib.sha256(self.robot.urdf.encode()).hexdigest()
         self._pub = self.create_publisher(String, self.params["topic"], LATCHED)
         self._pub.publish(String(data=self.robot.urdf))
-        self.get_logger().info(f"published the robot description ({len(self.robot.urdf)} bytes, sha256 {self.sha256[:12]})")
+        self.get_logger().info(
+            f"published the robot description ({len(self.robot.urdf)} bytes, sha256 {self.sha256[:12]})"
+        )
 
     def diagnostic_values(self):
         return {"urdf_sha256": self.sha256, "joints": len(self.robot.joint_names)}

@@ -177,8 +177,8 @@ class EpisodeRecorder:
         self.topics = {t: (float(r) if r else None) for t, r in topics.items()}
         self.gap_rates = {t: float(r) for t, r in (gap_rates or {}).items() if r}
         self._writer_options: dict[str, Any] = {
-            # built here, not at the first start: building the standard typestore takes about 0.1 s of CPU,
-            # which at an episode's start would delay whatever the process runs
+            # built here, not at the first start: building the standard typestore is costly, and at an
+            # episode's start it would delay whatever the process runs
             "typestore": typestore or default_typestore(),
             "queue_max_bytes": queue_max_bytes,
             "queue_max_messages": queue_max_messages,
@@ -234,7 +234,9 @@ class EpisodeRecorder:
             try:
                 self.output_dir.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                raise RecordingError(f"cannot create output directory {self.output_dir}: {exc.strerror or exc}") from exc
+                raise RecordingError(
+                    f"cannot create output directory {self.output_dir}: {exc.strerror or exc}"
+                ) from exc
             bag_dir = next_episode_dir(self.output_dir)
             writer = EpisodeWriter(bag_dir, topic_qos=topic_qos, **self._writer_options)
             writer.open()
@@ -278,7 +280,9 @@ class EpisodeRecorder:
         """
         known = set(EpisodeMetadata.__dataclass_fields__)
         if unknown := sorted(set(fields) - known):
-            raise RecordingError(f"unknown episode description field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+            raise RecordingError(
+                f"unknown episode description field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+            )
         with self._lock:
             if self._writer is None:
                 raise RecordingError("no episode is being recorded")
@@ -371,5 +375,7 @@ class EpisodeRecorder:
             try:
                 shutil.rmtree(writer.bag_dir)
             except OSError as exc:
-                raise RecordingError(f"cannot delete discarded episode {writer.bag_dir}: {exc.strerror or exc}") from exc
+                raise RecordingError(
+                    f"cannot delete discarded episode {writer.bag_dir}: {exc.strerror or exc}"
+                ) from exc
             return writer.bag_dir

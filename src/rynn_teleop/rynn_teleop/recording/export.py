@@ -1,46 +1,17 @@
 """Recorded episodes as LeRobot datasets (format v3.0) for policy training (ROS-free).
 
-:func:`export_lerobot` turns episode directories (rosbag2 MCAP + ``episode.yaml``)
-into one LeRobot dataset (layout: :mod:`rynn_teleop.recording.lerobot`).
-``rynn-teleop episodes export`` is its command line.
-
-Rows: one per head-camera frame of the first camera key (``images[0]``), in
-header-stamp order. Each row holds
-
-* ``observation.images.<key>`` for every key in ``images`` (``physical``,
-  ``generated``, ``consumer``): the row's own frame for the first key; for the
-  others the newest frame stamped at or before the row's stamp;
-* with ``depth`` (``physical`` or ``consumer``; off by default),
-  ``observation.images.<depth>_depth``: the newest aligned depth image of that
-  feed (:data:`DEPTH_TOPICS`) stamped at or before the row's stamp, as a 12-bit
-  grey video of depth quantised linearly over 0..``depth_max_m``
-  (:func:`.lerobot.depth_video_feature` says how to read it back in metres);
-* ``observation.state``: the 54 measured joints (``/joint_states``, both
-  drivers) in canonical order, each the newest value stamped at or before the
-  row's stamp [rad];
-* ``action``: the 54 commanded joints in force at the row's stamp (newest
-  ``/arms/command`` and ``/hands/command`` values stamped at or before it)
-  [rad]. A generated frame is stamped with exactly the stamp of the newest
-  command the world model used, so that command is the one in the row;
-* ``timestamp`` = ``frame_index / fps`` [s] (LeRobot's clock: frames on a
-  uniform grid), ``frame_index``, ``episode_index``, ``index``, ``task_index``
-  (the task of ``episode.yaml``);
-* ``stamp_ns``: the header stamp of the row's frame [ns] (capture time, or the
-  command stamp of a generated frame).
-
-Frames before every joint (state and action) and every camera key has a value
-are left out (counted in :class:`ExportedEpisode`). Video streams get exactly
-one frame per row, encoded straight from the decoded messages with PyAV.
-
-Episodes are converted in parallel, one process per episode (``workers``),
-each in one pass over its bag for the check, the joints and the frame stamps,
-plus one pass per camera key (and the depth key) for the frames. An episode
-lacking a needed topic (a camera key's feed, the depth topic, ``/joint_states``,
-``/arms/command``, ``/hands/command``),
-or whose first camera key does not run at ``fps``, stops the export with an
-:class:`ExportError` naming the episode and topic, and nothing is written;
-otherwise an episode whose integrity check (the problems ``episodes check``
-lists) fails is skipped with its problems unless ``include_problems``.
+:func:`export_lerobot` turns episode directories (rosbag2 MCAP + ``episode.yaml``) into one LeRobot dataset
+(layout: :mod:`rynn_teleop.recording.lerobot`); ``rynn-teleop episodes export`` is its command line.
+One row per frame of the first camera key (``images[0]``), in header-stamp order; every other column holds
+the newest value stamped at or before the row's stamp: ``observation.images.<key>`` per key of ``images``
+(:data:`FEED_TOPICS`); with ``depth``, ``observation.images.<depth>_depth`` (12-bit grey video of depth over
+0..``depth_max_m``, :func:`.lerobot.depth_video_feature`); ``observation.state``, the 54 measured joints
+[rad]; ``action``, the 54 commanded joints [rad] (a generated frame has its command's exact stamp);
+``timestamp`` = ``frame_index / fps`` [s], LeRobot's indices, and ``stamp_ns`` (the frame's header stamp
+[ns]). Rows before every column has a value are left out (counted). Episodes are converted in parallel, one
+process each. An episode lacking a needed topic, or whose first camera key does not run at ``fps``, stops
+the export with an :class:`ExportError` and nothing is written; one whose integrity check fails is skipped
+unless ``include_problems``.
 """
 
 from __future__ import annotations
@@ -345,7 +316,8 @@ class _Bag:
                  for ch in summary.channels.values()}
         chunks = sorted(summary.chunk_indexes, key=lambda c: c.chunk_start_offset)
         if not chunks and summary.statistics and summary.statistics.message_count:
-            raise ExportError(f"{episode}: the bag's messages are not in chunks (not written by this stack)", episode=episode)
+            raise ExportError(f"{episode}: the bag's messages are not in chunks (not written by this stack)",
+                              episode=episode)
         return cls(path, topics, types, chunks)
 
     def scan(self, topics: set[str] | None) -> Iterator[tuple[str, int, memoryview]]:
@@ -460,7 +432,9 @@ def _convert(job: _Job) -> _Converted | _Skipped:
     path = job.source
     doc = episode_doc(path)
     if read_metadata(path) is None:
-        problems = [f"not closed (no metadata.yaml): still being recorded, or run `rynn-teleop episodes recover {path}`"]
+        problems = [
+            f"not closed (no metadata.yaml): still being recorded, or run `rynn-teleop episodes recover {path}`"
+        ]
         if job.include_problems:
             raise ExportError(f"{path}: {problems[0]}", episode=path)
         return _Skipped(path, job.position, tuple(problems))
@@ -499,7 +473,8 @@ def _convert(job: _Job) -> _Converted | _Skipped:
             sources.append((log_time, str(typestore.deserialize_cdr(data, bag.types[topic]).data)))
         elif topic == MEASURED_TOPIC or topic in COMMAND_TOPICS:
             if bag.types[topic] != JOINT_STATE:
-                raise ExportError(f"{path}: {topic} is {bag.types[topic]}, not {JOINT_STATE}", episode=path, topic=topic)
+                raise ExportError(f"{path}: {topic} is {bag.types[topic]}, not {JOINT_STATE}",
+                                  episode=path, topic=topic)
             names, positions = joints.read(data)
             stamp = stamps[topic][-1]
             (measured if topic == MEASURED_TOPIC else commanded).add(stamp, names, positions, path, topic)
@@ -606,7 +581,9 @@ def _encode(
     *,
     depth_max_m: float | None = None,
 ) -> tuple[int, int, str]:
-    """Write the frames ``sel`` (message numbers on ``topic``, one per row) as one video; returns (height, width, codec).
+    """Write the frames ``sel`` (message numbers on ``topic``, one per row) as one video.
+
+    Returns (height, width, codec).
 
     With ``depth_max_m`` the topic holds depth images, written as 12-bit codes (:func:`.lerobot.quantize_depth`)
     with ``job.depth_video``; otherwise colour images, written with ``job.video``.
@@ -632,15 +609,18 @@ def _encode(
                 frame = cache[int(sel[nxt])]
                 if writer is None:
                     h, w = frame.shape[:2]
-                    options = job.video if depth_max_m is None else job.depth_video or depth_video_options(job.video.gop)
+                    if depth_max_m is None:
+                        options = job.video
+                    else:
+                        options = job.depth_video or depth_video_options(job.video.gop)
                     try:
                         writer = VideoWriter(target, width=w, height=h, fps=job.fps, options=options)
                     except ValueError as exc:
                         raise ExportError(f"{path}: {topic}: {exc}", episode=path, topic=topic) from exc
                     sampler = ImageStatsSampler(len(sel), h, w)
                 if frame.shape[:2] != (writer.size[1], writer.size[0]):
-                    raise ExportError(f"{path}: {topic}: frame {nxt} is {frame.shape[1]}x{frame.shape[0]}, the first was "
-                                      f"{writer.size[0]}x{writer.size[1]}", episode=path, topic=topic)
+                    raise ExportError(f"{path}: {topic}: frame {nxt} is {frame.shape[1]}x{frame.shape[0]}, "
+                                      f"the first was {writer.size[0]}x{writer.size[1]}", episode=path, topic=topic)
                 writer.write(frame)
                 assert sampler is not None
                 sampler.offer(nxt, frame if depth_max_m is None else depth_codes_to_rgb(frame))
@@ -650,7 +630,8 @@ def _encode(
             if nxt == len(sel):
                 break
         if writer is None or nxt != len(sel):
-            raise ExportError(f"{path}: {topic}: {len(sel) - nxt} frame(s) could not be read back", episode=path, topic=topic)
+            raise ExportError(f"{path}: {topic}: {len(sel) - nxt} frame(s) could not be read back",
+                              episode=path, topic=topic)
         writer.close()
     except BaseException:
         if writer is not None:

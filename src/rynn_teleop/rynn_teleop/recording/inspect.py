@@ -7,18 +7,11 @@
     episodes check PATH [--rate TOPIC=HZ ...]   exit 1 if an episode has problems
     episodes recover PATH                  rebuild the index and metadata.yaml of a killed recorder's bag
 
-PATH is one episode directory or an output directory (every episode in it).
-Exit codes: 0 fine, 1 ``check`` found problems, 2 an error (unreadable bag,
-bad arguments). Per-topic statistics are computed from the MCAP index
-(receive times), plus the header stamps (each message's first 12 bytes) of
-the topics with a rate whose type has a std_msgs/Header, for the gaps between
-messages (see :mod:`rynn_teleop.recording.stats`); the plot and the preview
-decode messages with rosbags.
-
-The plot draws, per joint, the commanded position (``/arms/command``,
-``/hands/command``, ``sensor_msgs/JointState``) and the measured one
-(``/joint_states``) against receive time, with OpenCV. The preview is an MP4
-(``mp4v``) of a ``sensor_msgs/Image`` topic at its recorded rate.
+PATH is one episode directory or an output directory (every episode in it). Exit codes: 0 fine, 1
+``check`` found problems, 2 an error (unreadable bag, bad arguments). Statistics come from the MCAP index
+(receive times) plus the header stamps of the topics with a rate (gaps: :mod:`rynn_teleop.recording.stats`).
+The plot draws commanded (``/arms/command``, ``/hands/command``) and measured (``/joint_states``) joint
+positions against receive time; the preview is an MP4 (``mp4v``) of an Image topic at its recorded rate.
 """
 
 from __future__ import annotations
@@ -353,7 +346,9 @@ def video_preview(path: str | Path, mp4: str | Path, *, topic: str | None = None
     if topic is None:
         topic = CAMERA_TOPIC if CAMERA_TOPIC in candidates else (sorted(candidates) or [None])[0]
     if topic is None or topic not in candidates:
-        raise RecordingError(f"{path}: no {IMAGE_TYPE} topic {topic or ''} to preview (found: {', '.join(candidates) or 'none'})")
+        raise RecordingError(
+            f"{path}: no {IMAGE_TYPE} topic {topic or ''} to preview (found: {', '.join(candidates) or 'none'})"
+        )
     stamps = times[topic][1]
     fps = (len(stamps) - 1) / ((stamps[-1] - stamps[0]) * 1e-9) if len(stamps) > 1 and stamps[-1] > stamps[0] else 30.0
     writer: cv2.VideoWriter | None = None
@@ -372,7 +367,8 @@ def video_preview(path: str | Path, mp4: str | Path, *, topic: str | None = None
                     raise RecordingError(f"cannot write video {mp4}")
             if img.shape[1] != size[0] or img.shape[0] != size[1]:
                 img = cv2.resize(img, size, interpolation=cv2.INTER_AREA)
-            cv2.putText(img, f"{topic}  t={(t - t0) * 1e-9:7.3f} s", (8, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (255, 255, 255), 1, cv2.LINE_AA)
+            cv2.putText(img, f"{topic}  t={(t - t0) * 1e-9:7.3f} s", (8, 20), cv2.FONT_HERSHEY_SIMPLEX, 0.5,
+                        (255, 255, 255), 1, cv2.LINE_AA)
             writer.write(img)
             frames += 1
     finally:
@@ -419,7 +415,8 @@ def _print_info(info: EpisodeInfo) -> None:
     if info.stats is not None:
         s = info.stats
         print(f"  duration {s.duration_s:.3f} s   messages {s.message_count}")
-        print(f"  {'topic':<40} {'received':>9} {'expected':>9} {'dropped':>8} {'rate Hz':>9} {'gaps':>5} {'longest gap s':>14}  type")
+        print(f"  {'topic':<40} {'received':>9} {'expected':>9} {'dropped':>8} {'rate Hz':>9} {'gaps':>5} "
+              f"{'longest gap s':>14}  type")
         for name, t in s.topics.items():
             longest = max((g.duration_s for g in t.gaps), default=None)
             print(
@@ -503,8 +500,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
         print(f"{s.source}: skipped, {len(s.problems)} problem(s) (--include-problems exports it)\n"
               + "\n".join(f"  - {p}" for p in s.problems))
     for e in report.episodes:
+        leading = e.dropped_leading_frames
         print(f"{e.source}: episode {e.episode_index}, {e.frames} frames"
-              + (f" ({e.dropped_leading_frames} leading frames before every joint had a value)" if e.dropped_leading_frames else ""))
+              + (f" ({leading} leading frames before every joint had a value)" if leading else ""))
     print(f"wrote {args.out}: {len(report.episodes)} episode(s), {report.total_frames} frames, "
           f"{report.recorded_seconds:.1f} s of recording in {report.seconds:.1f} s ({report.speed:.1f}x real time)")
     return 0 if report.episodes else 1
@@ -523,7 +521,8 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="commanded vs measured joint positions")
     p.add_argument("--video", type=Path, metavar="FILE.mp4", help="MP4 preview of a camera Image topic")
-    p.add_argument("--camera-topic", help=f"Image topic of the preview (default {CAMERA_TOPIC} or the first Image topic)")
+    p.add_argument("--camera-topic",
+                   help=f"Image topic of the preview (default {CAMERA_TOPIC} or the first Image topic)")
     p.add_argument("--rate", action="append", default=[], metavar="TOPIC=HZ", help=rate_help)
     p.set_defaults(func=_cmd_info)
     p = sub.add_parser("check", help="exit 1 if an episode has gaps, missing topics, drops or was not closed")
@@ -548,7 +547,7 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
                         "0..--depth-max-m; off by default)")
     p.add_argument("--depth-max-m", type=float, default=2.0,
                    help="depth at the largest depth value [m] (default 2.0: 2.0/255 m steps as LeRobot 0.4 decodes "
-                        "it, 2.0/4095 m in the stream)")
+                        "it, 2.0/4080 m in the stream)")
     p.add_argument("--codec", default="libx264", help="video encoder (default libx264; libsvtav1 as LeRobot's default)")
     p.add_argument("--crf", type=int, default=23, help="constant rate factor, lower is better quality (default 23)")
     p.add_argument("--gop", type=int, default=2, help="frames between key frames (default 2)")

@@ -10,14 +10,10 @@ What LeRobot 0.4 and later read (``LeRobotDataset(repo_id, root=DIR)``)::
     data/chunk-CCC/file-FFF.parquet      one row per frame: state, action, timestamp, indices
     videos/<video key>/chunk-CCC/file-FFF.mp4  one video stream per camera key
 
-This module writes one data file and one video file per episode and key
-(file index = episode index mod ``CHUNKS_SIZE``, chunk index = episode index
-div ``CHUNKS_SIZE``); each episode's video then starts at timestamp 0. The
-format allows several episodes per file (LeRobot's own writer concatenates
-them); readers go through the per-episode file indices and time ranges either
-way.
-
-Only numpy, pyarrow and PyAV: nothing here knows about bags or ROS.
+This module writes one data file and one video file per episode and key (chunk index = episode index div
+``CHUNKS_SIZE``, file index = episode index mod ``CHUNKS_SIZE``), so each episode's video starts at timestamp
+0; readers find episodes through the per-episode file indices and time ranges. Only numpy, pyarrow and PyAV:
+nothing here knows about bags or ROS.
 """
 
 from __future__ import annotations
@@ -306,7 +302,8 @@ def aggregate_stats(per_episode: Sequence[Mapping[str, Stats]]) -> dict[str, Sta
         wb = w.reshape((-1,) + (1,) * len(shape))
         means = np.stack([np.asarray(p["mean"], np.float64) for p in parts])
         mean = (means * wb).sum(axis=0)
-        var = ((np.stack([np.asarray(p["std"], np.float64) ** 2 for p in parts]) + (means - mean) ** 2) * wb).sum(axis=0)
+        variances = np.stack([np.asarray(p["std"], np.float64) ** 2 for p in parts])
+        var = ((variances + (means - mean) ** 2) * wb).sum(axis=0)
         agg: Stats = {
             "min": np.min(np.stack([p["min"] for p in parts]), axis=0),
             "max": np.max(np.stack([p["max"] for p in parts]), axis=0),
@@ -345,13 +342,15 @@ def write_json(path: Path, doc: Any) -> None:
 def write_tasks(path: Path, tasks: Sequence[str]) -> None:
     """``meta/tasks.parquet``: the task strings in task-index order, as the pandas frame LeRobot reads
     (index named ``task``, column ``task_index``)."""
-    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(list(tasks), pa.string())})
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()),
+                      "task": pa.array(list(tasks), pa.string())})
     pandas_meta = {
         "index_columns": ["task"],
         "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode", "numpy_type": "object",
                             "metadata": {"encoding": "UTF-8"}}],
         "columns": [
-            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
+            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+             "metadata": None},
             {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
         ],
         "creator": {"library": "pyarrow", "version": pa.__version__},
@@ -528,7 +527,8 @@ class VideoWriter:
         self.frames = 0
         self._container = av.open(str(path), mode="w", format="mp4")
         try:
-            stream = self._container.add_stream(options.codec, rate=Fraction(int(fps), 1), options=options.encoder_options())
+            stream = self._container.add_stream(options.codec, rate=Fraction(int(fps), 1),
+                                                options=options.encoder_options())
             stream.width = int(width)
             stream.height = int(height)
             stream.pix_fmt = options.pix_fmt

@@ -1,21 +1,14 @@
 """Where an episode's description lives: ``episode.yaml`` and rosbag2's ``metadata.yaml``.
 
-Every episode directory holds a rosbag2 bag (``metadata.yaml`` + one MCAP
-file) and a sidecar ``episode.yaml``, both carrying the same description
-(task, operator, notes, camera sources, robot description hash, calibration,
-software version, expected rates, state and, once stopped, the integrity
-statistics with per-topic expected and received counts):
+Every episode directory holds a rosbag2 bag (``metadata.yaml`` + one MCAP file) and a sidecar
+``episode.yaml``, both carrying the same description (task, operator, notes, camera sources, robot
+description hash, calibration, software version, expected rates, state and, once stopped, the statistics):
 
-* ``episode.yaml`` is plain nested YAML, written when the episode starts
-  (``state: recording``) and rewritten when it stops, fails or is recovered.
-  It exists while the episode is being recorded, so a recorder killed with
-  SIGKILL leaves the description behind for ``recover`` (rosbag2's
-  ``metadata.yaml`` is only written when a bag is closed).
-* ``metadata.yaml``'s ``custom_data`` map (rosbag2 metadata version >= 6) holds
-  the same fields as strings under ``rynn_teleop.<field>`` keys (non-string
-  values as compact JSON), so the bag describes itself to any rosbag2 tool
-  (``rosbag2_py``'s ``BagMetadata.custom_data``, rosbags) even without the
-  sidecar. rosbag2 ignores other files in a bag directory.
+* ``episode.yaml``: plain YAML, written at the start (``state: recording``) and rewritten at stop, failure
+  or recovery, so a killed recorder leaves the description for ``recover`` (rosbag2 writes
+  ``metadata.yaml`` only when a bag is closed);
+* ``metadata.yaml``'s ``custom_data`` (rosbag2 metadata version >= 6): the same fields as strings under
+  ``rynn_teleop.<field>`` (non-strings as compact JSON), so the bag describes itself to any rosbag2 tool.
 """
 
 from __future__ import annotations
@@ -73,7 +66,8 @@ def write_sidecar(bag_dir: str | Path, doc: Mapping[str, Any]) -> None:
     Raises:
         OSError: the file cannot be written.
     """
-    write_yaml_atomic(Path(bag_dir) / SIDECAR, {"format": SIDECAR_FORMAT, **{k: v for k, v in doc.items() if k != "format"}})
+    body = {k: v for k, v in doc.items() if k != "format"}
+    write_yaml_atomic(Path(bag_dir) / SIDECAR, {"format": SIDECAR_FORMAT, **body})
 
 
 def custom_data(doc: Mapping[str, Any]) -> dict[str, str]:
@@ -82,7 +76,10 @@ def custom_data(doc: Mapping[str, Any]) -> dict[str, str]:
     for key, value in doc.items():
         if key == "format":
             continue
-        out[CUSTOM_PREFIX + key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+        if isinstance(value, str):
+            out[CUSTOM_PREFIX + key] = value
+        else:
+            out[CUSTOM_PREFIX + key] = json.dumps(value, sort_keys=True, separators=(",", ":"))
     return out
 
 

@@ -1,34 +1,18 @@
 """Per-topic integrity of an episode: counts, rates, gaps and drops (ROS-free).
 
-Times are integer nanoseconds. Counts, first/last, measured rates and the
-episode window use *receive times* (the bag timestamps), on one clock for the
-whole episode. A *gap* is a silence longer than ``GAP_FACTOR`` expected
-periods of a topic whose rate is configured:
+Times are integer nanoseconds. Counts, first/last, measured rates and the episode window use *receive times*
+(the bag timestamps, one clock per episode). A *gap* is a silence longer than ``GAP_FACTOR`` periods of a
+topic whose rate is configured:
 
-* between two consecutive messages: measured on the messages' *header stamps*
-  (``header.stamp``, the capture time set at the source and carried through)
-  when the topic's type starts with a std_msgs/Header and every stamp is set
-  (non-zero); the stamps are sorted, so two publishers interleaving on one
-  topic (the arm and hand drivers on /joint_states) are merged. Otherwise
-  (std_msgs/String, unknown types, a zero stamp anywhere on the topic) on
-  receive times. A topic several publishers share at different rates (the
-  arm driver's 200 Hz and the hand driver's 100 Hz on /joint_states) has a
-  *gap rate*, its fastest publisher's rate, and its periods measure the gaps
-  (three periods of the 300 Hz sum would call every 10 ms pause a gap though
-  neither publisher missed a sample). Why: what matters for a demonstration is the continuity of
-  the data, and receive times carry the subscriber's scheduling jitter (10-30
-  ms for Python subscribers on a loaded 2-core machine, several periods of a
-  200-300 Hz topic), which reported hundreds of gaps where no sample was lost;
-* between the episode start and the first message, and between the last
-  message and the episode stop: on receive times, since the start and stop
-  are receive-clock instants (a stream that dies half-way has no gap between
-  its messages, only a silent tail).
+* between consecutive messages: on the sorted *header stamps* (capture times; publishers interleaving on one
+  topic merge) when the type starts with a std_msgs/Header and every stamp is set, else on receive times.
+  Stamps, because a demonstration needs continuous data and receive times carry the subscriber's scheduling
+  jitter, which can span several periods of a fast topic with no sample lost. A topic that publishers share
+  at different rates measures gaps in periods of its *gap rate* (its fastest publisher's);
+* from the episode start to the first message and from the last to the stop: on receive times.
 
-A header-stamp gap keeps its stamps as ``start_ns``/``end_ns`` (``clock ==
-"header"``) and the receive time of the message before it as ``at_ns``, which
-places it in the episode. Topics without a configured rate get counts and a
-measured rate but no gap detection: their "expected period" is unknown, and
-event topics (a feed switch, a latched description) are silent by design.
+A header-stamp gap keeps its stamps as ``start_ns``/``end_ns`` (``clock == "header"``) and the preceding
+message's receive time as ``at_ns``. Topics without a configured rate get no gap detection.
 """
 
 from __future__ import annotations
@@ -267,8 +251,9 @@ class EpisodeStats:
         for s in self.topics.values():
             if s.gaps:
                 longest = max(s.gaps, key=lambda g: g.duration_s)
+                gap_rate = s.gap_rate_hz or s.expected_rate_hz
                 out.append(
-                    f"{s.topic}: {len(s.gaps)} gap(s) longer than {GAP_FACTOR:g} periods of {s.gap_rate_hz or s.expected_rate_hz:g} Hz, "
+                    f"{s.topic}: {len(s.gaps)} gap(s) longer than {GAP_FACTOR:g} periods of {gap_rate:g} Hz, "
                     f"longest {longest.duration_s:.3f} s at +{(longest.position_ns - self.start_ns) * 1e-9:.3f} s"
                     + (" (header stamps)" if longest.clock == "header" else "")
                 )

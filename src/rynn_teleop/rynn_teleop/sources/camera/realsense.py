@@ -1,37 +1,19 @@
 """Intel RealSense (D400 series) head camera through ``pyrealsense2`` (ROS-free).
 
-Streams colour as RGB8 and, optionally, depth as Z16 (device units, 1 mm on
-the D400 series: :attr:`CameraFrame.depth_scale` carries the device's scale),
-at "WxHxFPS" profiles; with ``align_depth`` the depth image is registered to
-the colour image (``rs.align(rs.stream.color)``), so both share the colour
-intrinsics, otherwise the depth image has its own
-(:attr:`RealSenseCamera.depth_intrinsics`). Intrinsics come from the device's
-own calibration (the colour stream profile).
+Streams colour as RGB8 and optionally depth as Z16 (device units; :attr:`CameraFrame.depth_scale` carries the
+device's scale) at "WxHxFPS" profiles; with ``align_depth`` depth is registered to colour and shares its
+intrinsics, else it has its own (:attr:`RealSenseCamera.depth_intrinsics`). Intrinsics come from the
+device's calibration.
 
-Stamps: a frame's stamp is its capture time on the caller's clock. The
-device stamps frames in ms in one of three domains
-(``frame.get_frame_timestamp_domain()``): ``hardware_clock`` (the camera's
-own counter, unrelated to any host clock) or ``system_time`` /
-``global_time`` (host time, ms since the epoch; ``global_time`` is the
-hardware clock mapped onto it). An epoch stamp is used when the caller's
-clock is the host's epoch clock too, i.e. when it lies within
-:data:`MAX_CLOCK_OFFSET_S` of ``now`` (kept <= ``now``); otherwise, and for
-``hardware_clock``, the stamp is the ``now`` of the :meth:`read` that polled
-the frame.
+Stamps are capture times on the caller's clock: a device stamp in the host's epoch domain (``system_time``,
+``global_time``) is used when it lies within :data:`MAX_CLOCK_OFFSET_S` of ``now`` (kept <= ``now``);
+otherwise, and for ``hardware_clock``, the ``now`` of the :meth:`~RealSenseCamera.read` that polled it.
 
-Reading never blocks: :meth:`RealSenseCamera.read` calls
-``pipeline.poll_for_frames()``, which hands out the newest frameset not yet
-delivered, so a read returns at most one frame and frames the device made
-between two reads are dropped by librealsense (read at least at the stream
-rate). USB drop recovery: when no frame has arrived for
-``recovery_timeout_s``, a background thread stops the pipeline and, once the
-device is listed again, starts a new one; reads return nothing meanwhile and
-never raise for device errors (see :attr:`RealSenseCamera.restarts`,
-:attr:`RealSenseCamera.last_error` and :meth:`RealSenseCamera.diagnostics`).
-
-Start never hangs on a missing device: the devices are listed first
-(``rs.context().query_devices()``, milliseconds) and a missing one is an
-error at once; ``pipeline.start()`` itself would wait 15 s for a device.
+Reading never blocks and never raises for device errors: ``poll_for_frames()`` hands out the newest frameset
+not yet delivered (read at least at the stream rate). After ``recovery_timeout_s`` without a frame a
+background thread restarts the pipeline once the device is listed again (:attr:`~RealSenseCamera.restarts`,
+:attr:`~RealSenseCamera.last_error`). Start lists the devices first, so a missing camera fails at once
+instead of after ``pipeline.start()``'s own wait.
 """
 
 from __future__ import annotations
@@ -256,7 +238,7 @@ class RealSenseCamera(CameraSource):
                 stamp = float(frame.get_timestamp()) * 1e-3
                 if abs(stamp - now) <= MAX_CLOCK_OFFSET_S:
                     return min(stamp, now)
-        except Exception:  # a frame without timestamp support: fall back to the poll time
+        except Exception:  # noqa: BLE001 - stamps are best effort: any failure falls back to the poll time
             pass
         return now
 
@@ -297,7 +279,7 @@ class RealSenseCamera(CameraSource):
             self._last_frame_now = float(now)  # give the restarted (or not) pipeline a full timeout
         try:
             frame = self._poll(now)
-        except Exception as exc:  # rs.error on a USB drop, ...
+        except Exception as exc:  # noqa: BLE001 - rs.error on a USB drop, or anything else: read never raises
             self._note_error(f"polling frames failed: {exc}")
             frame = None
         if frame is not None:
@@ -323,7 +305,7 @@ class RealSenseCamera(CameraSource):
         if pipeline is not None:
             try:
                 pipeline.stop()
-            except Exception as exc:  # stopping a pipeline whose device vanished may fail
+            except Exception as exc:  # noqa: BLE001 - stopping a pipeline whose device vanished may fail
                 _LOG.debug("RealSense %s: stop failed: %s", self.device_serial, exc)
         if self._closed:
             return
@@ -334,7 +316,7 @@ class RealSenseCamera(CameraSource):
                 return
             new = self._rs.pipeline()
             new.start(self._config())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - a failed restart is counted and retried, never raised
             self.failed_restarts += 1
             self._note_error(f"restart failed: {exc}")
             return
@@ -378,6 +360,6 @@ class RealSenseCamera(CameraSource):
         if pipeline is not None:
             try:
                 pipeline.stop()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - closing regardless (the device may be gone)
                 _LOG.debug("RealSense %s: stop failed: %s", self.device_serial, exc)
         self._started = False

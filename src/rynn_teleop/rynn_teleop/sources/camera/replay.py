@@ -1,39 +1,18 @@
 """Replay camera frames from a rosbag2, a video file or a folder of images (ROS-free).
 
-The kind of ``path`` is detected when the source starts:
+The kind of ``path`` is detected at start: a rosbag2 directory (or its ``metadata.yaml``, ``*.mcap``,
+``*.db3``), read with ``rosbags``: ``sensor_msgs/msg/Image`` colour (rgb8, bgr8, rgba8, bgra8, mono8), an
+optional depth topic (16UC1 / mono16 [mm], 32FC1 [m] -> mm; each colour frame gets the depth nearest in
+stamp within half a frame interval) and ``CameraInfo``, read on demand; a folder of images (``.png``,
+``.jpg``, ``.jpeg``, natural name order; one image file is a one-frame folder); any other file: a video
+(``cv2.VideoCapture``).
 
-* a rosbag2 directory (it holds ``metadata.yaml``; a ``metadata.yaml``,
-  ``*.mcap`` or ``*.db3`` file inside it is accepted too), read with
-  ``rosbags``: ``sensor_msgs/msg/Image`` colour frames (encodings rgb8, bgr8,
-  rgba8, bgra8, mono8), an optional depth topic (16UC1 / mono16 in mm, or
-  32FC1 in m, converted to mm) and ``sensor_msgs/msg/CameraInfo`` for the
-  intrinsics. Frames are timed by their header stamps (the bag's receive
-  time when a header stamp is zero). Each colour frame gets the depth frame
-  nearest in stamp, if one is within half a colour frame interval (else
-  that frame has no depth). Messages are read from the bag when they are
-  replayed, so a long recording is not held in memory;
-* a folder of images (``.png``, ``.jpg``, ``.jpeg``), in natural name order
-  (``frame2`` before ``frame10``); a single image file is a one-frame folder;
-* any other file: a video opened with ``cv2.VideoCapture`` (mp4, avi, ...).
-
-Intrinsics: from the bag's ``CameraInfo`` (the first message of
-``info_topic``; rescaled with :meth:`~rynn_teleop.core.camera.CameraIntrinsics.scaled`,
-with a warning, if its size differs from the images'); otherwise, and for
-videos and folders, :func:`~rynn_teleop.core.camera.default_intrinsics` of
-the first frame's size (a D435-like camera: fx = fy = 615 * width / 640,
-principal point at the centre, no distortion).
-
-Timing on the caller's clock: with ``rate_hz=None`` a bag plays at its
-recorded timing, playback stamp = ``now`` given to :meth:`ReplayCamera.start`
-+ (recorded stamp - first recorded stamp); with ``rate_hz`` set, and always
-for videos (their fps; 30 Hz if the file gives none) and folders (30 Hz),
-frame k (counted over loop passes) is stamped start + k / rate. With ``loop``
-the clip repeats and time keeps increasing: a bag's next pass starts one
-typical frame interval after the previous pass's last frame.
-
-Frames that cannot be decoded (an unreadable image file, a bag message with
-another encoding or size than the first) are skipped with a warning and
-counted in :attr:`ReplayCamera.skipped`.
+Intrinsics: the bag's first ``CameraInfo`` (rescaled, with a warning, to the image size); otherwise
+:func:`~rynn_teleop.core.camera.default_intrinsics` of the first frame's size. Timing on the caller's clock:
+with ``rate_hz=None`` a bag keeps its recorded timing (header stamps; receive time where a stamp is zero)
+from the ``now`` given to :meth:`ReplayCamera.start`; otherwise, and for videos (their fps) and folders,
+frame k is stamped start + k / rate. With ``loop`` the clip repeats and time keeps increasing. Frames that
+cannot be decoded are skipped with a warning and counted in :attr:`ReplayCamera.skipped`.
 """
 
 from __future__ import annotations

@@ -1,39 +1,19 @@
 """Manus glove raw skeletons -> the 21 MediaPipe keypoints (ROS-free).
 
-The vendor's ROS 2 package (``manus_ros2``, not public) publishes
-``manus_ros2_msgs/msg/ManusGlove`` messages. The message package is not
-available here, so :func:`manus_to_mediapipe` reads the fields by name (duck
-typing) and works on the real message or any stand-in with the same fields:
+The vendor's ``manus_ros2_msgs/msg/ManusGlove`` package is not public, so :func:`manus_to_mediapipe` reads
+the fields by name and takes the real message or any stand-in with them: ``side`` ("Left" / "Right"),
+optional ``raw_node_count`` (= ``len(raw_nodes)``), ``raw_nodes[]`` with ``node_id``, ``parent_node_id``,
+``chain_type`` and ``pose`` (``geometry_msgs/Pose``).
 
-* ``side``: "Left" / "Right" (compared lower-cased);
-* ``raw_node_count`` (optional here): must equal ``len(raw_nodes)`` if present;
-* ``raw_nodes[]``, each with ``node_id``, ``parent_node_id``, ``joint_type``,
-  ``chain_type`` and ``pose`` (``geometry_msgs/Pose``: ``position.x/y/z``,
-  ``orientation.x/y/z/w``).
+Raw skeleton (Manus SDK): 25 nodes per hand: the wrist (chain ``Hand``), 4 thumb nodes and 5 per other
+finger, each finger chain a path hanging off the wrist. The MediaPipe points are the wrist and the last four
+nodes of each chain towards the tip; the tree, not ``joint_type`` (whose names are shifted), decides. Chain
+types: strings ("Hand", "Thumb", ... "Pinky"), SDK enum names or members, or the SDK's integer values
+(:data:`SDK_CHAIN_TYPES`).
 
-Raw skeleton (Manus SDK): 25 nodes per hand, the wrist (the node of chain
-``Hand``), 4 thumb nodes (CMC, MCP, IP, tip) and 5 nodes per other finger
-(carpometacarpal, MCP, PIP, DIP, tip). Every finger chain is a path hanging
-off the wrist; the MediaPipe points are the wrist and the LAST FOUR nodes of
-each chain towards the tip (for fingers 2-5 this drops the carpometacarpal
-node). ``joint_type`` is not used: the SDK's names for it are shifted (its
-thumb "MCP" node is the anatomical CMC), the tree structure is not.
-
-Chain types: the vendor publisher sends strings ("Hand", "Thumb", "Index",
-"Middle", "Ring", "Pinky"). Also accepted: the SDK's enum names
-("ChainType_FingerIndex", "FingerIndex"), Python enum members (their
-``name``), and integers with the SDK's ``ChainType`` values
-(:data:`SDK_CHAIN_TYPES`: FingerThumb = 5 ... FingerPinky = 9, Hand = 13).
-
-Frames (ASSUMPTION): every node position is given in one common frame (the
-glove's, as the SDK's raw skeleton reports them), so the wrist-relative
-points are ``R @ (p_node - p_wrist)`` with ``R = glove_to_wrist``. Node
-orientations, the wrist's included, are not used. Which ``glove_to_wrist``
-is right depends on the SDK build (the SDK's own frames are left-handed in
-some builds, so a reflection, det = -1, is accepted); any fixed rotation or
-reflection only changes the frame the points are expressed in, which the
-consumer's palm frame absorbs, except that a reflection also swaps what looks
-like a left and a right hand.
+Frames (assumption): all node positions are in one common glove frame, so the points are
+``glove_to_wrist @ (p_node - p_wrist)``; orientations are not used. ``glove_to_wrist`` may be a reflection
+(det = -1; left-handed SDK builds), which also swaps what looks like a left and a right hand.
 """
 
 from __future__ import annotations

@@ -1,39 +1,19 @@
 """A procedural pair of human hands performing gestures (deterministic, ROS-free).
 
-Hand model (:func:`hand_points`): an adult human hand, NOT the robot's (the
-bones are longer and the palm is shaped differently, as for a real operator),
-with 20 joint angles and forward kinematics to the 21 MediaPipe keypoints.
+Hand model (:func:`hand_points`): an adult human hand (not the robot's), 20 joint angles, forward kinematics
+to the 21 MediaPipe keypoints. Wrist frame of a right hand: origin at the wrist (keypoint 0), +z towards the
+fingers, +y towards the thumb side, +x = y x z out of the palm (fingers flex towards +x), as
+:func:`rynn_teleop.core.hand_skeleton.palm_frame` and ``{side}_palm_link``; the left hand is its exact
+mirror image (y -> -y, a left-handed frame, like the core's left palm frame).
 
-Wrist frame (right hand; the left hand is its exact mirror image, y -> -y):
+Joint angles (:data:`JOINT_NAMES`): (5, 4) [rad], rows thumb ... pinky, columns proximal to distal like the
+Wuji SDK: fingers 2-5 (MCP flexion, MCP abduction, PIP, DIP); thumb (CMC flexion, CMC abduction, MCP, IP).
+Flexion is positive towards the palm, finger abduction towards the thumb side; thumb CMC flexion swings the
+thumb across the palm, CMC abduction lifts it out of the palm plane (both 0 along the palm's radial side).
 
-* origin at the wrist (keypoint 0, the middle of the wrist crease);
-* +z from the wrist towards the fingers (the middle MCP lies almost on +z);
-* +y towards the thumb side (radial): from the pinky MCP towards the index MCP;
-* +x = y x z, out of the PALM: the fingers flex towards +x.
-
-This is the convention of :func:`rynn_teleop.core.hand_skeleton.palm_frame`
-and of the robot's ``{side}_palm_link`` (for a right hand), so the wrist frame
-is close to the palm frame the consumer computes from points 0, 5, 9 and 17.
-For the left hand x and z are the same and y points to its thumb side, -y
-(the frame is mirrored, i.e. left-handed, exactly as the core's palm frame of
-a left hand is the mirror image of a right hand's).
-
-Joint angles (:data:`JOINT_NAMES`): a (5, 4) array [rad], rows
-:data:`~rynn_teleop.core.hand_skeleton.FINGERS` (thumb ... pinky), columns
-proximal to distal like the Wuji SDK: fingers 2-5 (MCP flexion, MCP
-abduction, PIP flexion, DIP flexion); thumb (CMC flexion, CMC abduction, MCP
-flexion, IP flexion). Flexion is positive towards the palm. Finger abduction
-is positive towards the thumb side (index spreads with +, ring and pinky with
--). Thumb CMC flexion swings the thumb across the palm towards the pinky,
-CMC abduction lifts it out of the palm plane (palmar abduction, opposition);
-both are 0 with the thumb lying along the radial side of the palm.
-
-Gestures: each cycle of ``cycle_s`` runs :data:`SCRIPT` = OPEN -> FIST ->
-OPEN -> PINCH -> OPEN -> GRASP -> (OPEN, the next cycle). Each of the six
-segments holds its pose for :data:`HOLD_FRACTION` of the segment, then moves
-to the next key pose by a minimum-jerk blend of the joint angles. The right
-hand runs ``phase_shift_s`` behind the left one and holds OPEN until its
-script starts.
+Gestures: each ``cycle_s`` runs :data:`SCRIPT` (OPEN -> FIST -> OPEN -> PINCH -> OPEN -> GRASP); each segment
+holds its pose for :data:`HOLD_FRACTION`, then blends the angles to the next (minimum jerk). The right hand
+runs ``phase_shift_s`` behind the left and holds OPEN until its script starts.
 """
 
 from __future__ import annotations
@@ -230,17 +210,20 @@ KEY_POSES: dict[str, np.ndarray] = {
     # every finger closed, the thumb folded over the index and middle middle phalanges
     "fist": _pose(
         (16.0, -6.5, 68.5, 55.0),
-        {"index": (85.0, 2.0, 95.0), "middle": (85.0, 0.0, 95.0), "ring": (85.0, -2.0, 95.0), "pinky": (85.0, -4.0, 95.0)},
+        {"index": (85.0, 2.0, 95.0), "middle": (85.0, 0.0, 95.0), "ring": (85.0, -2.0, 95.0),
+         "pinky": (85.0, -4.0, 95.0)},
     ),
     # thumb tip on the index tip, the other fingers relaxed and partly curled
     "pinch": _pose(
         (19.6, -5.6, 27.5, 27.7),
-        {"index": (40.0, 0.0, 45.0), "middle": (30.0, 0.0, 40.0), "ring": (35.0, -3.0, 45.0), "pinky": (40.0, -6.0, 50.0)},
+        {"index": (40.0, 0.0, 45.0), "middle": (30.0, 0.0, 40.0), "ring": (35.0, -3.0, 45.0),
+         "pinky": (40.0, -6.0, 50.0)},
     ),
     # power grasp around a ~6 cm cylinder, thumb opposed
     "grasp": _pose(
         (3.8, 46.3, 70.6, 62.2),
-        {"index": (52.0, 0.0, 52.0), "middle": (54.0, 0.0, 52.0), "ring": (56.0, -2.0, 52.0), "pinky": (58.0, -4.0, 52.0)},
+        {"index": (52.0, 0.0, 52.0), "middle": (54.0, 0.0, 52.0), "ring": (56.0, -2.0, 52.0),
+         "pinky": (58.0, -4.0, 52.0)},
     ),
 }
 """Key poses: (5, 4) joint angles [rad] (see :data:`JOINT_NAMES`)."""

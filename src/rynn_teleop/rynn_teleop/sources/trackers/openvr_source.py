@@ -107,7 +107,7 @@ class OpenVRSource(TrackerSource):
         if serial is None:
             try:
                 serial = str(self._vr.getStringTrackedDeviceProperty(index, self._ov.Prop_SerialNumber_String))
-            except Exception as exc:  # openvr.error_code.TrackedPropertyError, device just left, ...
+            except Exception as exc:  # noqa: BLE001 - TrackedPropertyError, a device that just left, ...: retried
                 if index not in self._failed_serial:
                     _LOG.warning("OpenVR: no serial number for device %d yet (%s)", index, exc)
                     self._failed_serial.add(index)
@@ -158,5 +158,5 @@ class OpenVRSource(TrackerSource):
         self._vr = None
         try:
             self._ov.shutdown()
-        except Exception as exc:  # shutting down must not raise from a node's cleanup
+        except Exception as exc:  # noqa: BLE001 - shutting down must not raise from a node's cleanup
             _LOG.warning("openvr.shutdown() failed: %s", exc)

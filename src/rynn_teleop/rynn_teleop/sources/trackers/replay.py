@@ -149,7 +149,7 @@ class ReplaySource(ReplayTiming, TrackerSource):
                 self.skipped += len(msg.poses)
                 continue
             stamp = _stamp(msg, log_ns)
-            for i, (role, pose) in enumerate(zip(ROLES, msg.poses)):
+            for role, pose in zip(ROLES, msg.poses):
                 if role not in self.serials or _absent(pose):
                     continue
                 row = self._row(stamp, role, pose)

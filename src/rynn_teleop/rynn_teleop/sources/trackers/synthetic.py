@@ -1,28 +1,19 @@
 """A procedural tele-operator wearing five trackers (deterministic, ROS-free).
 
-The operator stands in a z-up world (x forward of the operator, y to the
-operator's left) and, after holding the HOME posture for ``hold_s``, repeats a
-bimanual pick-and-place: reach a table object, grasp (pause while the wrist
-rolls), carry (lift and move ~0.2 m to the operator's left), place (lower,
-pause, release) and return home. Waypoints are joined by minimum-jerk
-(quintic) segments, so positions, velocities and accelerations are continuous.
+The operator stands in a z-up world (x forward, y to the operator's left), holds HOME for ``hold_s``, then
+repeats a bimanual pick-and-place (reach, grasp with a wrist roll, carry ~0.2 m to the left, place, release,
+return) along minimum-jerk segments: positions, velocities and accelerations are continuous.
 
-Frames (all (4, 4) poses in the world frame ``world_frame``):
+Frames ((4, 4) poses in ``world_frame``):
 
-* body: origin on the sternum at about (0, 0, 1.35) m, x forward, y left,
-  z up; it breathes and sways by about +-1 cm and +-2 deg.
-* chest tracker: at the body origin, rotated by the fixed :data:`CHEST_MOUNT`
-  (T_body_tracker: axes swapped and tilted by 20 deg), so its axes are NOT the
-  body axes.
-* wrist trackers: on the back of the wrist; the tracker frame is the wrist
-  frame, which at HOME has x forward along the forearm and z up (the body axes).
-* elbow trackers: on the middle of the upper arm, :data:`ELBOW_TRACKER_OFFSET`
-  outside its axis; x along the upper arm (shoulder -> elbow), z pointing
-  outward (away from the body), y = z x x.
+* body: origin on the sternum at about (0, 0, 1.35) m, x forward, y left, z up; it breathes and sways;
+* chest tracker: the body origin rotated by the fixed :data:`CHEST_MOUNT` (its axes are not the body's);
+* wrist trackers: the wrist frame (at HOME x along the forearm, z up);
+* elbow trackers: mid upper arm, :data:`ELBOW_TRACKER_OFFSET` outside its axis; x shoulder -> elbow, z away
+  from the body, y = z x x.
 
-The wrist task is scripted in body axes relative to each shoulder; the elbow
-comes from the two-link arm (:data:`UPPER_ARM`, :data:`FOREARM`) with the
-elbow hanging below the shoulder-wrist line, slightly outward.
+The wrist task is scripted in body axes relative to each shoulder; the elbow follows from the two-link arm
+(:data:`UPPER_ARM`, :data:`FOREARM`), hanging below the shoulder-wrist line, slightly outward.
 """
 
 from __future__ import annotations
