@@ -325,8 +325,6 @@ def test_bad_settings_name_the_setting(sdk: Path, kwargs: dict, match: str) -> N
     with pytest.raises(ParameterError, match=match) as info:
         MarvinConfig(str(sdk), **kwargs)
     assert info.value.key == match and isinstance(info.value, ConfigurationError)
-    with pytest.raises(ParameterError, match=match):  # the keyword form validates the same way
-        MarvinBackend(str(sdk), **kwargs)
 
 
 def test_config_is_frozen_and_normalised(sdk: Path) -> None:
@@ -342,17 +340,10 @@ def test_config_is_frozen_and_normalised(sdk: Path) -> None:
     assert b.joint_names == arm_joint_names("right")
 
 
-def test_keyword_form_builds_the_same_config(sdk: Path) -> None:
-    by_keywords = MarvinBackend(str(sdk), ip=IP, arm_map={"left": "B", "right": "A"}, vel_ratio=40.0)
-    assert by_keywords.config == MarvinConfig(str(sdk), ip=IP, arm_map={"left": "B", "right": "A"}, vel_ratio=40.0)
-    with pytest.raises(ConfigurationError, match="beside a MarvinConfig"):
-        MarvinBackend(MarvinConfig(str(sdk)), ip=IP)
-
-
 # ---------------------------------------------------------------------- connect errors
 @pytest.mark.parametrize("path", ["", "does/not/exist"])
 def test_missing_sdk_path(path: str, tmp_path: Path) -> None:
-    b = MarvinBackend(path if not path else str(tmp_path / path))
+    b = MarvinBackend(MarvinConfig(path if not path else str(tmp_path / path)))
     with pytest.raises(HardwareUnavailableError, match=r"`sdk_path` must point to the Marvin SDK's SDK_PYTHON folder"):
         b.connect()
     assert "fx_robot" not in sys.modules

@@ -263,29 +263,17 @@ class MarvinBackend(JointBackend):
 
     def __init__(
         self,
-        config: MarvinConfig | str,
+        config: MarvinConfig,
         *,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
-        **settings: Any,
     ) -> None:
         """
         Args:
-            config: the settings; or the ``sdk_path`` alone, the other :class:`MarvinConfig` fields then
-                given as keywords (``settings``).
+            config: the settings (validated when the :class:`MarvinConfig` was built).
             clock: monotonic time [s] for rate limiting and the servo-error poll (tests inject one).
             sleep: sleeps [s] between the feedback checks of :meth:`connect` (tests inject one).
-
-        Raises:
-            ConfigurationError: an invalid setting (see :class:`MarvinConfig`), or keyword settings beside a
-                :class:`MarvinConfig`.
         """
-        if not isinstance(config, MarvinConfig):
-            config = MarvinConfig(config, **settings)
-        elif settings:
-            raise ConfigurationError(
-                f"marvin: settings {sorted(settings)} given beside a MarvinConfig; put them in the config"
-            )
         self.config = config
         self.sides = config.sides
         self.arms = config.arms  # controller arm per side, in ``sides`` order

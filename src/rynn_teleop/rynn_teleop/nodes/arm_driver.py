@@ -53,14 +53,14 @@ class ArmDriverNode(JointDriverNode):
             backend = SimBackend(names, robot.limits[idx], np.array(p["sim.initial_position"]),
                                  bandwidth_hz=p["sim.bandwidth_hz"], latency_s=p["sim.latency_s"])
         else:
-            from ..hardware.marvin import MarvinBackend  # only with the vendor SDK
+            from ..hardware.marvin import MarvinBackend, MarvinConfig  # only with the vendor SDK
 
             a = p["marvin.arm_a_side"]
-            backend = MarvinBackend(
+            backend = MarvinBackend(MarvinConfig(
                 p["marvin.sdk_path"], ip=p["marvin.ip"],
                 arm_map={a: "A", ("right" if a == "left" else "left"): "B"},
                 vel_ratio=p["marvin.vel_ratio"], acc_ratio=p["marvin.acc_ratio"], rate_limit_hz=p["rate_hz"],
-            )
+            ))
         self._start(robot, backend, p["command_topic"])
         self.get_logger().info(f"{backend.kind} arms, {p['rate_hz']:.0f} Hz, commands from {p['command_topic']}")
 
