@@ -9,23 +9,17 @@ subclasses :class:`CameraSource` and is added to :data:`CAMERA_SOURCES`.
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..factory import build_source
+from ..factory import SourceRegistry
 from .base import DEFAULT_MAX_BACKLOG, CameraSource
 from .realsense import RealSenseCamera
 from .replay import ReplayCamera
 from .synthetic import SceneObject, SyntheticScene
 
-CAMERA_SOURCES: dict[str, type[CameraSource]] = {
-    cls.kind: cls for cls in (SyntheticScene, ReplayCamera, RealSenseCamera)
-}
+CAMERA_SOURCES = SourceRegistry("camera source", (SyntheticScene, ReplayCamera, RealSenseCamera))
 CAMERA_KINDS: tuple[str, ...] = tuple(CAMERA_SOURCES)
 
-
-def make_camera_source(kind: str, **kwargs: Any) -> CameraSource:
-    """A not-yet-started camera source of ``kind`` built with ``kwargs`` (raises as :func:`..factory.build_source`)."""
-    return build_source(CAMERA_SOURCES, kind, "camera source", kwargs)
+#: a not-yet-started camera source of a kind, built with keyword arguments (ConfigurationError: bad kind or arguments)
+make_camera_source = CAMERA_SOURCES.make
 
 
 __all__ = [

@@ -9,20 +9,16 @@ source here: :func:`manus_to_mediapipe` converts one message.
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..factory import build_source
+from ..factory import SourceRegistry
 from .base import HandSample, HandSource
 from .manus import ManusHand, ManusSkeletonError, manus_to_mediapipe
 from .replay import ReplayHands
 from .synthetic import KEY_POSES, SyntheticGlove
 
-HAND_SOURCES: dict[str, type[HandSource]] = {cls.kind: cls for cls in (SyntheticGlove, ReplayHands)}
+HAND_SOURCES = SourceRegistry("hand source", (SyntheticGlove, ReplayHands))
 
-
-def make_hand_source(kind: str, **kwargs: Any) -> HandSource:
-    """A not-yet-started hand source of ``kind`` built with ``kwargs`` (raises as :func:`..factory.build_source`)."""
-    return build_source(HAND_SOURCES, kind, "hand source", kwargs)
+#: a not-yet-started hand source of a kind, built with keyword arguments (ConfigurationError: bad kind or arguments)
+make_hand_source = HAND_SOURCES.make
 
 
 __all__ = [

@@ -7,22 +7,16 @@ libsurvive) subclasses :class:`TrackerSource` and registers itself in
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..factory import build_source
+from ..factory import SourceRegistry
 from .base import TrackerSource
 from .openvr_source import OpenVRSource
 from .replay import ReplaySource
 from .synthetic import SyntheticOperator
 
-TRACKER_SOURCES: dict[str, type[TrackerSource]] = {
-    cls.kind: cls for cls in (SyntheticOperator, ReplaySource, OpenVRSource)
-}
+TRACKER_SOURCES = SourceRegistry("tracker source", (SyntheticOperator, ReplaySource, OpenVRSource))
 
-
-def make_tracker_source(kind: str, **kwargs: Any) -> TrackerSource:
-    """A not-yet-started tracker source of ``kind`` built with ``kwargs`` (raises as :func:`..factory.build_source`)."""
-    return build_source(TRACKER_SOURCES, kind, "tracker source", kwargs)
+#: a not-yet-started tracker source of a kind, built with keyword arguments (ConfigurationError: bad kind or arguments)
+make_tracker_source = TRACKER_SOURCES.make
 
 
 __all__ = [
