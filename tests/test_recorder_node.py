@@ -311,7 +311,10 @@ def test_every_topic_starts_and_stops_at_the_same_instant(ros_domain_id, tmp_pat
     try:
         rec = comp.node("recorder")
         rec.stop_loops()  # the drains below are the only ones
-        clock = lambda: rec.get_clock().now().nanoseconds  # noqa: E731
+
+        def clock() -> int:
+            return rec.get_clock().now().nanoseconds
+
         received: dict[str, int] = {}  # message id -> receive time [ns]
         pending: dict[str, list] = {"joints": [], "image": []}
         seq = iter(range(1, 1000))

@@ -10,16 +10,14 @@ import os
 import textwrap
 
 import pytest
+import rclpy
+from rcl_interfaces.msg import ParameterType
+from rclpy.node import Node
+from rclpy.parameter import Parameter
 
-rclpy = pytest.importorskip("rclpy")
-
-from rcl_interfaces.msg import ParameterType  # noqa: E402
-from rclpy.node import Node  # noqa: E402
-from rclpy.parameter import Parameter  # noqa: E402
-
-from rynn_teleop.core.params import FLOAT_LIST, INT_LIST, STR_LIST, Param, ParamSchema  # noqa: E402
-from rynn_teleop.errors import ParameterError  # noqa: E402
-from rynn_teleop.nodes.parameters import declare_schema  # noqa: E402
+from rynn_teleop.core.params import FLOAT_LIST, INT_LIST, STR_LIST, Param, ParamSchema
+from rynn_teleop.errors import ParameterError
+from rynn_teleop.nodes.parameters import declare_schema
 
 DOMAIN_ID = int(os.environ.get("ROS_DOMAIN_ID", "61"))
 
