@@ -141,7 +141,7 @@ def test_invalid_calibration_files_name_the_problem(tmp_path, edit, match):
 
 
 def test_missing_or_unwritable_file_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigurationError, match="cannot read"):
+    with pytest.raises(ConfigurationError, match="calibration file not found: .*nope.yaml"):
         Calibration.load(tmp_path / "nope.yaml")
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -248,3 +248,15 @@ def test_stillness_needs_every_key_fresh_and_within_the_tolerances():
         StillnessDetector(["a"], window=0.0, position_tolerance=0.01, rotation_tolerance=0.05, max_gap=0.1)
     with pytest.raises(ConfigurationError, match="no pose"):
         StillnessDetector([], window=0.5, position_tolerance=0.01, rotation_tolerance=0.05, max_gap=0.1)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("version: 1\nwrist_offsets: [1, 2\n", r"calibration file .*cal\.yaml, line 3, column 1: invalid YAML"),
+    ("- 1\n- 2\n", r"calibration file .*cal\.yaml: expected a mapping at the top level, got list"),
+    ("", r"expected a mapping at the top level, got NoneType"),
+])
+def test_an_unreadable_calibration_file_names_the_file_and_the_place(tmp_path, text, match):
+    path = tmp_path / "cal.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigurationError, match=match):
+        Calibration.load(path)

@@ -56,10 +56,10 @@ def test_a_calibrating_node_that_never_reports_stops_the_start_with_a_clear_erro
 
 
 def test_the_demo_reports_the_gaps_that_overlap_a_stall_of_the_machine():
-    from types import SimpleNamespace  # noqa: PLC0415
+    from types import SimpleNamespace
 
-    from rynn_teleop.host_stalls import Stall  # noqa: PLC0415
-    from rynn_teleop.recording.stats import EpisodeStats, Gap, TopicStats  # noqa: PLC0415
+    from rynn_teleop.host_stalls import Stall
+    from rynn_teleop.recording.stats import EpisodeStats, Gap, TopicStats
 
     s = 1_000_000_000
     stats = EpisodeStats(100 * s, 120 * s, {
@@ -77,7 +77,8 @@ def test_the_demo_reports_the_gaps_that_overlap_a_stall_of_the_machine():
     assert [row[:2] for row in report["stalls"]] == [[0, 3.005], [1, 3.006], [0, 10.01]]
     assert report["longest_ms"] == 30.0
     line = demo.host_stall_line(report)
-    assert "2 of >= 10 ms on 2 CPU(s) and 1 memory stall(s)" in line and "2 of the episode's 2 gap(s) overlap one" in line
+    assert "2 of >= 10 ms on 2 CPU(s) and 1 memory stall(s)" in line
+    assert "2 of the episode's 2 gap(s) overlap one" in line
     # a probe that could not run at real-time priority proves nothing: not reported as measured
     refused = demo.host_stall_report("normal (real-time refused)", stalls, info)
     assert not refused["measured"] and "not measured" in demo.host_stall_line(refused)

@@ -1,194 +1,411 @@
-"""Launch files: declarative, arguments described; loaded by launch_ros where it exists."""
+"""The bringup table (``rynn_teleop.bringup``) and the launch files built from it.
+
+The table is tested as data. ``launch/bringup.launch.py`` is built twice: with stand-in ``launch`` /
+``launch_ros`` modules that record each action (runs everywhere), and with upstream launch / launch_ros where
+they are importable (a ROS install; not on PyPI), whose actions are executed against a launch context.
+"""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import itertools
+import sys
+import types
 from pathlib import Path
 
 import pytest
 
+from rynn_teleop import bringup
+from rynn_teleop.errors import REFUSED_EXIT_CODE
+
 LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
 FILES = sorted(LAUNCH_DIR.glob("*.launch.py"))
+BRINGUP = LAUNCH_DIR / "bringup.launch.py"
+DESCRIPTION = LAUNCH_DIR / "description.launch.py"
+#: the arguments that choose parameter values (the others are on/off switches)
+VALUE_ARGUMENTS = ("mode", "camera", "tracker_source", "glove_source", "world_model_backend")
+SWITCHES = tuple(a.name for a in bringup.ARGUMENTS if a.choices == bringup.SWITCH)
+
+
+def _combinations(names):
+    """Every combination of the named arguments' choices, as launch argument values."""
+    for row in itertools.product(*(bringup.argument(n).choices for n in names)):
+        yield dict(zip(names, row))
+
+
+def _load(path):
+    spec = importlib.util.spec_from_file_location(path.name.replace(".", "_"), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_there_are_launch_files():
-    assert FILES
+    assert BRINGUP in FILES and DESCRIPTION in FILES
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_every_argument_has_a_description(path):
-    tree = ast.parse(path.read_text())
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "DeclareLaunchArgument"]
-    assert calls, f"{path.name} declares no arguments"
-    for call in calls:
-        keywords = {k.arg for k in call.keywords}
-        assert "description" in keywords and "default_value" in keywords, ast.unparse(call)
-    # declarative: no imperative control flow in the file
-    assert not any(isinstance(n, (ast.If, ast.For, ast.While)) for n in ast.walk(tree)), path.name
+# --- the table -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_launch_description_loads(path):
-    pytest.importorskip("launch")
-    pytest.importorskip("launch_ros", reason="launch_ros is not on PyPI; install ROS 2 to run this test")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    description = module.generate_launch_description()
-    from launch.actions import DeclareLaunchArgument
+def test_arguments_their_choices_and_defaults():
+    from rynn_teleop.nodes import node_class
 
-    args = [e for e in description.entities if isinstance(e, DeclareLaunchArgument)]
-    assert all(a.description for a in args)
-
-
-# --- bringup.launch.py mirrors rynn_teleop.bringup (read from the file's syntax: no launch_ros needed) ---
-
-BRINGUP = LAUNCH_DIR / "bringup.launch.py"
-#: other packages' nodes the bringup may start besides ours
-OTHER_EXECUTABLES = {"rviz2", "robot_state_publisher", "static_transform_publisher"}
-
-
-def _tree():
-    return ast.parse(BRINGUP.read_text())
+    names = [a.name for a in bringup.ARGUMENTS]
+    assert len(set(names)) == len(names)
+    assert set(names) == {*VALUE_ARGUMENTS, "record", "console", "foxglove", "rviz", "robot_state_publisher"}
+    for arg in bringup.ARGUMENTS:
+        assert arg.description and arg.default in arg.choices and len(set(arg.choices)) == len(arg.choices), arg
+    assert bringup.argument("mode").choices == bringup.MODES
+    assert bringup.argument("camera").choices == ("", *bringup.CAMERAS)  # "": by mode
+    for arg, node, key in [("tracker_source", "tracker", "source"), ("glove_source", "hand_retarget", "source"),
+                           ("world_model_backend", "world_model", "backend")]:
+        assert set(bringup.argument(arg).choices) == set(node_class(node).SCHEMA.params[key].choices), arg
+    # every switch of a node is an on/off argument, and every on/off argument starts something
+    switched = {s.switch for s in bringup.NODES if s.switch} | {o.switch for o in bringup.OTHER_NODES}
+    assert switched == set(SWITCHES)
+    assert all(s.started_when in bringup.SWITCH for s in bringup.NODES)
+    # a plain launch needs no hardware
+    defaults = {a.name: a.default for a in bringup.ARGUMENTS}
+    assert defaults["mode"] == "digital" and defaults["tracker_source"] == defaults["glove_source"] == "synthetic"
+    assert [n for n in SWITCHES if defaults[n] == "true"] == ["robot_state_publisher"]
 
 
-def _constant(name):
-    """A module-level literal of bringup.launch.py (its mode tables)."""
-    for node in _tree().body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == name for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"bringup.launch.py has no module-level {name}")
+def test_nodes_are_registered_have_a_config_file_and_hardware_never_respawns():
+    from rynn_teleop.nodes import REGISTRY
+    from rynn_teleop.paths import config_file
+
+    names = [s.name for s in bringup.NODES]
+    assert len(set(names)) == len(names)
+    for name in names:
+        assert name in REGISTRY and config_file(name).is_file(), name
+    assert bringup.HARDWARE_NODES == ("arm_driver", "hand_driver", "head_camera")
+    assert [s.name for s in bringup.NODES if not s.respawn] == list(bringup.HARDWARE_NODES)
+    assert bringup.node("recorder").switch == "record" and bringup.node("robot_description").started_when == "false"
+    with pytest.raises(KeyError):
+        bringup.node("nope")
 
 
-def _calls(name):
-    return [n for n in ast.walk(_tree()) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == name]
+def test_each_modes_backends_are_values_their_nodes_accept():
+    from rynn_teleop.nodes import node_class
+
+    assert tuple(bringup.BACKENDS) == bringup.MODES
+    assert bringup.BACKENDS["digital"].keys() == bringup.BACKENDS["real"].keys()
+    for nodes in bringup.BACKENDS.values():
+        for name, values in nodes.items():
+            node_class(name).SCHEMA.validate(values)
+            assert set(values) <= set(bringup.node(name).overrides), name
 
 
-def _keywords(call):
-    return {k.arg: k.value for k in call.keywords}
+def test_declared_override_keys_are_the_ones_mode_overrides_sets():
+    full = bringup.mode_overrides("real", camera="real", tracker_source="x", glove_source="y", world_model_backend="z")
+    declared = {s.name: set(s.overrides) for s in bringup.NODES if s.overrides}
+    assert {name: set(values) for name, values in full.items()} == declared
+    for spec in bringup.NODES:
+        for key, names in spec.overrides.items():
+            assert set(names) <= set(VALUE_ARGUMENTS), (spec.name, key)
 
 
-def _our_nodes():
-    """executable -> keywords of each Node(package=PKG, ...), in file order."""
-    out = {}
-    for call in _calls("Node"):
-        kw = _keywords(call)
-        if isinstance(kw["package"], ast.Name) and kw["package"].id == "PKG":
-            name = ast.literal_eval(kw["executable"])
-            assert name not in out, f"{name} started twice"
-            out[name] = kw
+def test_the_lookup_tables_give_what_mode_overrides_gives_for_every_launch():
+    """The launch file evaluates these tables: for every combination of argument values they must equal
+    ``mode_overrides`` (so a table that misses an argument its value depends on fails here)."""
+    tables = bringup.lookup_tables()
+    assert {(t.node, t.key) for t in tables} == {(s.name, k) for s in bringup.NODES for k in s.overrides}
+    for values in _combinations(VALUE_ARGUMENTS):
+        looked_up: dict[str, dict] = {}
+        for t in tables:
+            looked_up.setdefault(t.node, {})[t.key] = t.values[tuple(values[a] for a in t.arguments)]
+        assert looked_up == bringup.launch_overrides(values), values
+    synthetic = bringup.launch_overrides({"tracker_source": "synthetic"})["arm_ik"]
+    assert synthetic == {"auto_calibrate": True, "auto_engage": True}
+    assert bringup.launch_overrides({"mode": "real"})["camera_switch"] == {"active_source": "physical"}
+    assert bringup.launch_overrides({"mode": "real", "camera": "generated"})["camera_switch"] == {
+        "active_source": "generated"}
+
+
+@pytest.mark.parametrize(("mode", "camera"), [("lab", None), ("digital", "depth")])
+def test_mode_overrides_refuses_an_unknown_mode_or_camera(mode, camera):
+    with pytest.raises(ValueError, match="unknown"):
+        bringup.mode_overrides(mode, camera=camera)
+
+
+def test_started_nodes_follow_the_switches():
+    always = [s.name for s in bringup.NODES if s.switch is None]
+    for values in _combinations(SWITCHES):
+        started = bringup.started_nodes(values)
+        assert list(started) == [s.name for s in bringup.NODES if s.name in started]  # table order
+        assert set(always) <= set(started)
+        assert ("recorder" in started) == (values["record"] == "true")
+        assert ("robot_description" in started) == (values["robot_state_publisher"] == "false")
+    assert bringup.mode_nodes() == tuple(n for n in (s.name for s in bringup.NODES) if n not in (
+        "recorder", "console", "foxglove"))
+    assert bringup.mode_nodes(record=True, console=True, foxglove=True) == tuple(s.name for s in bringup.NODES)
+
+
+def test_the_demo_runs_the_digital_bringup_in_the_tables_process_groups():
+    from rynn_teleop import demo
+
+    assert set(demo.DEMO_NODES) == set(bringup.mode_nodes(record=True)) - set(demo.LEFT_OUT)
+    members = [n for group in demo.DEMO_GROUPS for n in group]
+    assert sorted(members) == sorted(demo.DEMO_NODES)  # each node in exactly one process
+    for group in demo.DEMO_GROUPS:
+        assert len({bringup.node(n).group for n in group}) == 1, group
+    assert ("arm_driver", "hand_driver") in [tuple(n for n in g if n != "robot_description") for g in demo.DEMO_GROUPS]
+    assert ("head_camera", "camera_switch") in demo.DEMO_GROUPS and ("tracker",) in demo.DEMO_GROUPS
+    assert demo.OPERATOR_GROUP in demo.DEMO_GROUPS
+
+
+# --- bringup.launch.py with stand-in launch modules ----------------------------------------------------------
+
+
+class _Recorded:
+    """A stand-in launch class: keeps its constructor's arguments."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.args, self.kwargs = args, kwargs
+
+
+_FAKE_MODULES = {
+    "launch": [],
+    "launch.launch_description": ["LaunchDescription"],
+    "launch.actions": ["DeclareLaunchArgument", "LogInfo", "OpaqueFunction", "SetEnvironmentVariable", "TimerAction"],
+    "launch.conditions": ["IfCondition", "UnlessCondition"],
+    "launch.substitutions": ["Command", "EnvironmentVariable", "LaunchConfiguration", "PathJoinSubstitution",
+                             "PythonExpression"],
+    "launch_ros": [],
+    "launch_ros.actions": ["Node"],
+    "launch_ros.parameter_descriptions": ["ParameterValue"],
+    "launch_ros.substitutions": ["FindPackageShare"],
+}
+
+
+@pytest.fixture
+def fake_launch(monkeypatch):
+    """The launch file's actions built with stand-in launch / launch_ros modules; returns its module."""
+    for name, classes in _FAKE_MODULES.items():
+        module = types.ModuleType(name)
+        for cls in classes:
+            setattr(module, cls, type(cls, (_Recorded,), {}))
+        monkeypatch.setitem(sys.modules, name, module)
+    return _load(BRINGUP)
+
+
+def _kind(obj):
+    return type(obj).__name__
+
+
+def _text(parts, values):
+    """A stand-in substitution list as launch would perform it with these argument values."""
+    out = ""
+    for part in parts:
+        out += part if isinstance(part, str) else values[part.args[0]]  # LaunchConfiguration(name)
     return out
 
 
-def _arguments():
-    """name -> keywords of each DeclareLaunchArgument."""
-    return {ast.literal_eval(c.args[0]): _keywords(c) for c in _calls("DeclareLaunchArgument")}
+def _is_started(condition, values):
+    if condition is None:
+        return True
+    name = condition.args[0].args[0]
+    return (values[name] == "true") is (_kind(condition) == "IfCondition")
 
 
-def test_bringup_starts_exactly_the_mode_nodes_in_order():
-    from rynn_teleop import bringup
-
-    assert tuple(_our_nodes()) == bringup.mode_nodes(record=True, console=True, foxglove=True)
-    others = {ast.literal_eval(_keywords(c)["executable"]) for c in _calls("Node")} - set(_our_nodes())
-    assert others <= OTHER_EXECUTABLES
-    nodes = _our_nodes()
-    # the recorder only with record:=true; our robot_description only without robot_state_publisher
-    assert ast.unparse(nodes["recorder"]["condition"]) == "IfCondition(LaunchConfiguration('record'))"
-    for optional in ("console", "foxglove"):
-        assert ast.unparse(nodes[optional]["condition"]) == f"IfCondition(LaunchConfiguration('{optional}'))"
-    assert ast.unparse(nodes["robot_description"]["condition"]) == (
-        "UnlessCondition(LaunchConfiguration('robot_state_publisher'))"
-    )
-    always = [n for n in bringup.NODES if n != "robot_description"]
-    assert all("condition" not in nodes[n] for n in always)
+def test_bringup_launch_declares_the_tables_arguments(fake_launch):
+    entities = fake_launch.generate_launch_description().args[0]
+    declared = [e for e in entities if _kind(e) == "DeclareLaunchArgument"]
+    assert [(d.args[0], d.kwargs["default_value"], tuple(d.kwargs["choices"]), d.kwargs["description"])
+            for d in declared] == [tuple(a) for a in bringup.ARGUMENTS]
+    first_node = next(i for i, e in enumerate(entities) if _kind(e) == "Node")
+    check = next(i for i, e in enumerate(entities) if _kind(e) == "OpaqueFunction")
+    assert max(entities.index(d) for d in declared) < check < first_node  # arguments, then files, then nodes
 
 
-def test_bringup_hardware_nodes_never_respawn_the_others_do():
-    from rynn_teleop import bringup
-
-    for name, kw in _our_nodes().items():
-        respawn = ast.literal_eval(kw["respawn"]) if "respawn" in kw else False
-        assert respawn is (name not in bringup.HARDWARE_NODES), name
-        assert not respawn or ast.literal_eval(kw["respawn_delay"]) == 2.0, name
-
-
-def test_bringup_parameters_come_from_the_share_config():
-    for name, kw in _our_nodes().items():
-        params = kw["parameters"]
-        assert isinstance(params, ast.List)
-        assert ast.unparse(params.elts[0]) == f"_config({name!r})", name
-
-
-@pytest.mark.parametrize("mode", ["digital", "real"])
-@pytest.mark.parametrize("camera", [None, "generated", "real"])
-def test_bringup_tables_equal_the_mode_table(mode, camera):
-    """MODE_BACKENDS / SWITCH_SOURCE / DEFAULT_CAMERA give what bringup.mode_overrides gives."""
-    from rynn_teleop import bringup
-
-    backends, switch, default_camera = _constant("MODE_BACKENDS"), _constant("SWITCH_SOURCE"), _constant("DEFAULT_CAMERA")
-    launched = {node: dict(values) for node, values in backends[mode].items()}
-    # the launch file's camera expression: SWITCH_SOURCE[camera or DEFAULT_CAMERA[mode]]
-    launched["camera_switch"] = {"active_source": switch[camera or default_camera[mode]]}
-    assert launched == bringup.mode_overrides(mode, camera=camera)
-
-
-def test_bringup_overrides_are_wired_to_the_right_keys():
-    """Each node gets exactly the keys bringup.mode_overrides sets, from the mode table or its argument."""
-    from rynn_teleop import bringup
-
-    expected = {
-        **{node: {key: f"_mode_value({node!r}, {key!r})" for key in values}
-           for node, values in _constant("MODE_BACKENDS")["digital"].items()},
-        "camera_switch": {"active_source": "active_source"},
-        "tracker": {"source": "LaunchConfiguration('tracker_source')"},
-        "arm_ik": {"auto_calibrate": "SYNTHETIC_OPERATOR", "auto_engage": "SYNTHETIC_OPERATOR"},
-        "hand_retarget": {"source": "LaunchConfiguration('glove_source')"},
-        "world_model": {"backend": "LaunchConfiguration('world_model_backend')"},
-    }
-    full = bringup.mode_overrides("real", camera="real", tracker_source="x", glove_source="y", world_model_backend="z")
-    assert {n: set(v) for n, v in expected.items()} == {n: set(v) for n, v in full.items()}
-    assert _constant("MODE_BACKENDS")["digital"].keys() == _constant("MODE_BACKENDS")["real"].keys()
-    wired = {}
-    for name, kw in _our_nodes().items():
-        for entry in kw["parameters"].elts[1:]:
-            assert isinstance(entry, ast.Dict), ast.unparse(entry)
-            wired[name] = {ast.literal_eval(k): ast.unparse(v) for k, v in zip(entry.keys, entry.values)}
-    assert wired == expected
-    # the camera expression is the one test_bringup_tables_equal_the_mode_table models
-    # and _mode_value(node, key) is MODE_BACKENDS[mode][node][key]
-    expressions = {ast.unparse(c) for c in _calls("PythonExpression")}
-    for expression in (
-        """PythonExpression([repr(SWITCH_SOURCE), "['", CAMERA, "' or ", repr(DEFAULT_CAMERA), "['", MODE, "']]"])""",
-        """PythonExpression([repr(MODE_BACKENDS), "['", MODE, "']['" + node + "']['" + key + "']"])""",
-        """PythonExpression(["'", LaunchConfiguration('tracker_source'), "' == 'synthetic'"])""",
-    ):
-        assert ast.unparse(ast.parse(expression)) in expressions, expression
+def test_bringup_launch_starts_the_tables_nodes_with_their_overrides(fake_launch):
+    entities = fake_launch.generate_launch_description().args[0]
+    nodes = [e for e in entities if _kind(e) == "Node"]
+    ours = [n for n in nodes if n.kwargs["package"] == "rynn_teleop"]
+    others = [n for n in nodes if n.kwargs["package"] != "rynn_teleop"]
+    assert nodes == others + ours  # other packages' first: a missing one stops the launch before ours start
+    assert [n.kwargs["executable"] for n in ours] == [s.name for s in bringup.NODES]
+    assert [(n.kwargs["package"], n.kwargs["executable"], n.kwargs["condition"].args[0].args[0])
+            for n in others] == [(o.package, o.executable, o.switch) for o in bringup.OTHER_NODES]
+    rviz = next(n for n in others if n.kwargs["executable"] == "rviz2")
+    assert rviz.kwargs["arguments"][0] == "-d" and rviz.kwargs["arguments"][1].args[0][1:] == [
+        "config", "rynn_teleop.rviz"]
+    for node, spec in zip(ours, bringup.NODES):
+        config, overrides = node.kwargs["parameters"]
+        assert config.args[0][1:] == ["config", f"{spec.name}.yaml"]  # the share directory's config file
+        assert set(overrides) == set(spec.overrides), spec.name
+        assert (node.kwargs["on_exit"] is not None) is spec.respawn, spec.name
+        assert "respawn" not in node.kwargs  # restarts go through on_exit (exit code 2 is not restarted)
+    for values in _combinations(SWITCHES):
+        started = [n.kwargs["executable"] for n in ours if _is_started(n.kwargs["condition"], values)]
+        assert tuple(started) == bringup.started_nodes(values), values
+    for values in _combinations(VALUE_ARGUMENTS):
+        resolved = {}
+        for node in ours:
+            for key, expression in node.kwargs["parameters"][1].items():
+                assert _kind(expression) == "PythonExpression"
+                resolved.setdefault(node.kwargs["executable"], {})[key] = eval(_text(expression.args[0], values))
+        assert resolved == bringup.launch_overrides(values), values
 
 
-def test_bringup_arguments_and_their_choices():
-    from rynn_teleop import bringup
-    from rynn_teleop.nodes import node_class
+def test_bringup_launch_restarts_a_node_unless_it_refused_or_the_launch_ends(fake_launch):
+    spec = bringup.node("tracker")
+    context = types.SimpleNamespace(is_shutdown=False)
+    again = fake_launch._restart(spec, {}, types.SimpleNamespace(returncode=1), context)
+    assert [_kind(a) for a in again] == ["TimerAction"] and again[0].kwargs["period"] == bringup.RESPAWN_DELAY_S
+    node = again[0].kwargs["actions"][0]
+    assert node.kwargs["executable"] == "tracker" and node.kwargs["on_exit"] is not None  # restarted again later
+    refused = fake_launch._restart(spec, {}, types.SimpleNamespace(returncode=REFUSED_EXIT_CODE), context)
+    assert [_kind(a) for a in refused] == ["LogInfo"] and "tracker refused to start" in refused[0].kwargs["msg"]
+    context.is_shutdown = True
+    assert fake_launch._restart(spec, {}, types.SimpleNamespace(returncode=-2), context) is None
 
-    args = _arguments()
-    assert set(args) == {"mode", "camera", "record", "console", "foxglove", "tracker_source", "glove_source", "world_model_backend",
-                         "rviz", "robot_state_publisher"}
-    for name, kw in args.items():
-        assert ast.literal_eval(kw["description"]), name
-    choices = {name: tuple(ast.literal_eval(kw["choices"])) for name, kw in args.items() if "choices" in kw}
-    assert choices["mode"] == bringup.MODES
-    assert choices["camera"] == ("",) + bringup.CAMERAS  # "": by mode
-    for arg, node, key in [("tracker_source", "tracker", "source"), ("glove_source", "hand_retarget", "source"),
-                           ("world_model_backend", "world_model", "backend")]:
-        assert set(choices[arg]) == set(node_class(node).SCHEMA.params[key].choices), arg
-    # every mode's backend is a value its node accepts
-    for nodes in _constant("MODE_BACKENDS").values():
-        for node, values in nodes.items():
-            node_class(node).SCHEMA.validate(values)
-    # a plain launch needs no hardware
-    defaults = {name: ast.literal_eval(kw["default_value"]) for name, kw in args.items()}
-    assert defaults["mode"] == "digital" and defaults["tracker_source"] == defaults["glove_source"] == "synthetic"
-    assert defaults["record"] == defaults["rviz"] == defaults["console"] == defaults["foxglove"] == "false"
+
+# --- with upstream launch / launch_ros --------------------------------------------------------------------
+
+
+def _upstream():
+    pytest.importorskip("launch.actions")  # not the repository's launch/ folder
+    pytest.importorskip("launch_ros", reason="launch_ros is not on PyPI; install ROS 2 to run this test")
+
+
+def _declare(description, context, given):
+    from launch.actions import DeclareLaunchArgument
+
+    context.launch_configurations.update(given)
+    for action in description.entities:
+        if isinstance(action, DeclareLaunchArgument):
+            action.execute(context)  # checks choices, fills in defaults
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_launch_description_loads_and_every_argument_is_described_with_choices(path):
+    _upstream()
+    from launch.actions import DeclareLaunchArgument
+
+    description = _load(path).generate_launch_description()
+    args = [e for e in description.entities if isinstance(e, DeclareLaunchArgument)]
+    assert args and all(a.description and a.choices for a in args)
+
+
+@pytest.mark.parametrize(("name", "value"), [("record", "maybe"), ("rviz", "yes"), ("robot_state_publisher", "maybe"),
+                                             ("mode", "lab"), ("camera", "depth"), ("tracker_source", "vive")])
+def test_a_bad_argument_value_stops_the_launch_before_any_node_naming_the_argument(name, value):
+    _upstream()
+    from launch import LaunchContext
+
+    with pytest.raises(Exception, match=f'Argument "{name}" provided value "{value}" is not valid'):
+        _declare(_load(BRINGUP).generate_launch_description(), LaunchContext(), {name: value})
+
+
+@pytest.mark.parametrize("mode", bringup.MODES)
+@pytest.mark.parametrize("camera", ["", *bringup.CAMERAS])
+@pytest.mark.parametrize("record", bringup.SWITCH)
+def test_bringup_resolves_per_mode(mode, camera, record):
+    _upstream()
+    from launch_ros.actions import Node
+    from launch_ros.utilities import evaluate_parameters
+
+    from launch import LaunchContext
+
+    description = _load(BRINGUP).generate_launch_description()
+    context = LaunchContext()
+    given = {"mode": mode, "camera": camera, "record": record, "robot_state_publisher": "false",
+             "tracker_source": "openvr", "glove_source": "manus", "world_model_backend": "diffusion"}
+    _declare(description, context, given)
+    started, overrides = [], {}
+    for action in description.entities:
+        if isinstance(action, Node) and action.node_package == "rynn_teleop":
+            if action.condition is None or action.condition.evaluate(context):
+                started.append(action.node_executable)
+            # parameter files are found through the ament index; evaluate only the inline values
+            params = [p for p in action._Node__parameters if isinstance(p, dict)]  # private: no public accessor
+            values = {k: v for d in evaluate_parameters(context, params) for k, v in d.items()}
+            if values:
+                overrides[action.node_executable] = values
+            on_exit = action._ExecuteLocal__on_exit  # private: the restart policy wired to this node
+            assert (on_exit is not None) is bringup.node(action.node_executable).respawn
+    assert tuple(started) == bringup.started_nodes(given) == bringup.mode_nodes(record=record == "true")
+    assert overrides == bringup.mode_overrides(mode, camera=camera or None, tracker_source="openvr",
+                                               glove_source="manus", world_model_backend="diffusion")
+
+
+def test_bringup_restart_policy_with_upstream_events():
+    _upstream()
+    from launch.actions import LogInfo, TimerAction
+    from launch.events.process import ProcessExited
+    from launch_ros.actions import Node
+
+    from launch import LaunchContext
+
+    module = _load(BRINGUP)
+    description = module.generate_launch_description()
+    tracker = next(e for e in description.entities if isinstance(e, Node) and e.node_executable == "tracker")
+    context = LaunchContext()
+
+    def exited(code):
+        return ProcessExited(returncode=code, action=tracker, name="tracker-1", cmd=["tracker"], cwd=None, env=None,
+                             pid=1)
+
+    again = tracker._ExecuteLocal__on_exit(exited(1), context)
+    assert len(again) == 1 and isinstance(again[0], TimerAction)
+    assert [a.node_executable for a in again[0].actions] == ["tracker"]
+    refused = tracker._ExecuteLocal__on_exit(exited(REFUSED_EXIT_CODE), context)
+    assert len(refused) == 1 and isinstance(refused[0], LogInfo)
+    context._set_is_shutdown(True)
+    assert tracker._ExecuteLocal__on_exit(exited(-2), context) is None
+
+
+def test_bringup_checks_the_config_files_before_any_node_starts(tmp_path, monkeypatch):
+    _upstream()
+    import shutil
+
+    from launch import LaunchContext
+    from rynn_teleop.errors import ConfigurationError
+    from rynn_teleop.paths import share_dir
+
+    module = _load(BRINGUP)
+    shutil.copytree(share_dir() / "config", tmp_path / "config")
+    context = LaunchContext()
+    _declare(module.generate_launch_description(), context, {"robot_state_publisher": "false"})
+    # the share directory is found through the ament index: here, a copy of config/
+    monkeypatch.setattr(module, "FindPackageShare", lambda pkg: types.SimpleNamespace(perform=lambda c: str(tmp_path)))
+    module._check_config_files(context)  # the shipped files pass
+    tracker = tmp_path / "config" / "tracker.yaml"
+    tracker.write_text(tracker.read_text() + "    extra: [1, 2\n")
+    with pytest.raises(ConfigurationError, match=r"tracker\.yaml, line \d+, column \d+: invalid YAML"):
+        module._check_config_files(context)
+    tracker.write_text((share_dir() / "config" / "tracker.yaml").read_text())
+    recorder = tmp_path / "config" / "recorder.yaml"
+    recorder.write_text("recorder: [")  # not started: not read
+    module._check_config_files(context)
+
+
+def test_description_launch_restarts_only_its_respawning_nodes():
+    _upstream()
+    from launch.actions import OpaqueFunction
+    from launch_ros.actions import Node
+
+    entities = _load(DESCRIPTION).generate_launch_description().entities
+    nodes = {e.node_executable: e for e in entities if isinstance(e, Node) and e.node_package == "rynn_teleop"}
+    check = next(i for i, e in enumerate(entities) if isinstance(e, OpaqueFunction))  # the config files' check
+    assert check < min(i for i, e in enumerate(entities) if isinstance(e, Node))
+    assert set(nodes) == {"robot_description", "joint_sweep", "robot_markers"}
+    assert {name for name, n in nodes.items() if n._ExecuteLocal__on_exit is not None} == {
+        "robot_description", "robot_markers"}
+
+
+# --- launch/description.launch.py and the shared configs ------------------------------------------------------
+
+
+def test_description_launch_arguments_are_switches_with_descriptions():
+    tree = ast.parse(DESCRIPTION.read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "_switch"]
+    assert len(calls) == 4
+    for call in calls[1:]:
+        name, default, description = (ast.literal_eval(a) for a in call.args)
+        assert default in bringup.SWITCH and description, name
 
 
 def test_rviz_config_is_installed_and_shows_robot_camera_and_trackers():
@@ -196,7 +413,6 @@ def test_rviz_config_is_installed_and_shows_robot_camera_and_trackers():
 
     from rynn_teleop.paths import share_dir
 
-    assert 'PathJoinSubstitution([FindPackageShare(PKG), "config", "rynn_teleop.rviz"])' in BRINGUP.read_text()
     config = yaml.safe_load((share_dir() / "config" / "rynn_teleop.rviz").read_text())
     displays = config["Visualization Manager"]["Displays"]
     flat = displays + [d for g in displays for d in g.get("Displays", [])]
@@ -244,45 +460,3 @@ def test_foxglove_layout_is_installed_and_uses_only_topics_the_stack_publishes()
             raise AssertionError(f"unexpected panel {panel_id}")
     assert used <= published, used - published
     assert {"/head_camera/color/image_raw", "/head_camera/active_source", "/robot_markers"} <= used
-
-
-# --- with upstream launch / launch_ros: the substitutions resolve as the mode table says ---
-
-
-@pytest.mark.parametrize("mode", ["digital", "real"])
-@pytest.mark.parametrize("camera", ["", "generated", "real"])
-@pytest.mark.parametrize("record", ["true", "false"])
-def test_bringup_resolves_per_mode(mode, camera, record):
-    pytest.importorskip("launch")
-    pytest.importorskip("launch_ros", reason="launch_ros is not on PyPI; install ROS 2 to run this test")
-    from launch import LaunchContext
-    from launch.actions import DeclareLaunchArgument
-    from launch_ros.actions import Node
-    from launch_ros.utilities import evaluate_parameters
-
-    from rynn_teleop import bringup
-
-    spec = importlib.util.spec_from_file_location("bringup_launch", BRINGUP)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    description = module.generate_launch_description()
-    context = LaunchContext()
-    given = {"mode": mode, "camera": camera, "record": record, "robot_state_publisher": "false",
-             "tracker_source": "openvr", "glove_source": "manus", "world_model_backend": "diffusion"}
-    context.launch_configurations.update(given)
-    for action in description.entities:
-        if isinstance(action, DeclareLaunchArgument):
-            action.execute(context)  # checks choices, fills in defaults
-    started, overrides = [], {}
-    for action in description.entities:
-        if isinstance(action, Node) and action.node_package == "rynn_teleop":
-            if action.condition is None or action.condition.evaluate(context):
-                started.append(action.node_executable)
-            # parameter files are found through the ament index; evaluate only the inline values
-            params = [p for p in action._Node__parameters if isinstance(p, dict)]  # private: no public accessor
-            values = {k: v for d in evaluate_parameters(context, params) for k, v in d.items()}
-            if values:
-                overrides[action.node_executable] = values
-    assert tuple(started) == bringup.mode_nodes(record=record == "true")
-    assert overrides == bringup.mode_overrides(mode, camera=camera or None, tracker_source="openvr",
-                                               glove_source="manus", world_model_backend="diffusion")

@@ -382,6 +382,39 @@ def test_malformed_yaml_is_configuration_error(tmp_path):
         make_schema().load_yaml(write(tmp_path, "demo_node: [unclosed\n"))
 
 
+@pytest.mark.parametrize(
+    ("text", "where", "problem"),
+    [
+        # an unclosed list: the parser notices at the end of the file, and says where the list starts
+        ("demo_node:\n  ros__parameters:\n    ids: [1, 2\n", "line 4, column 1",
+         "expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at line 3, column 10)"),
+        ("demo_node:\n  ros__parameters:\n    source: 'replay\n", "line 4, column 1",
+         "found unexpected end of stream (while scanning a quoted scalar at line 3, column 13)"),
+        ("demo_node:\n\tros__parameters: {}\n", "line 2, column 1",
+         "found character '\\t' that cannot start any token"),
+        ("demo_node:\n  ros__parameters:\n    queue: 2\n   rate_hz: 5.0\n", "line 4, column 4",
+         "expected <block end>, but found '<block mapping start>'"),
+    ],
+    ids=["unclosed-list", "unclosed-quote", "tab", "indentation"],
+)
+def test_malformed_yaml_names_file_line_and_column(tmp_path, text, where, problem):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigurationError) as info:
+        make_schema().load_yaml(path)
+    message = str(info.value)
+    assert message.startswith(f"parameter file {path}, {where}: invalid YAML: {problem}"), message
+    assert "\n" not in message  # one line: launch and the node logs print it as such
+
+
+def test_unreadable_parameter_files_name_the_file(tmp_path):
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes(b"demo_node:\n  ros__parameters:\n    source: r\xe9play\n")
+    with pytest.raises(ConfigurationError, match=r"cannot read parameter file .*latin1\.yaml: 'utf-8' codec"):
+        make_schema().load_yaml(latin1)
+    with pytest.raises(ConfigurationError, match=f"cannot read parameter file {tmp_path}"):
+        make_schema().load_yaml(tmp_path)  # a folder
+
+
 def test_to_yaml_round_trip_and_comments(tmp_path):
     schema = make_schema()
     text = schema.to_yaml()

@@ -231,3 +231,32 @@ def test_read_only_parameter_is_refused(make_node):
     result = node.set_parameters([Parameter("rate_hz", value=200.0)])[0]
     assert not result.successful and "read-only" in result.reason
     assert node.get_parameter("rate_hz").value == 100.0
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["node", "--ros-args", "--params-file", "a.yaml", "-p", "x:=1", "--params-file=b.yaml"], ["a.yaml", "b.yaml"]),
+    (["node", "--params-file", "not_ros.yaml", "--ros-args", "--", "--params-file", "after.yaml"], []),
+    (["node"], []),
+])
+def test_params_files_are_the_ones_inside_ros_args(args, expected):
+    from rynn_teleop.nodes.process import params_files
+
+    assert params_files(args) == expected
+
+
+def test_a_malformed_params_file_is_refused_naming_file_line_and_column(ros_env, tmp_path):
+    import subprocess
+    import sys
+
+    from rynn_teleop.errors import REFUSED_EXIT_CODE
+
+    bad = tmp_path / "joint_sweep.yaml"
+    bad.write_text("joint_sweep:\n  ros__parameters:\n    rate_hz: [1, 2\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from rynn_teleop.nodes.joint_sweep import main; sys.exit(main())",
+         "--ros-args", "--params-file", str(bad)],
+        env=ros_env, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == REFUSED_EXIT_CODE, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"[joint_sweep] refusing to start: parameter file {bad}, line 4, column 1: invalid YAML" in proc.stderr

@@ -11,6 +11,7 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.duration import Duration
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from ros_helpers import wait_for
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
@@ -18,7 +19,6 @@ from rynn_teleop.core.robot_model import RobotModel, arm_joint_names, hand_joint
 from rynn_teleop.errors import ConfigurationError, ParameterError
 from rynn_teleop.nodes.conversions import image_array
 from rynn_teleop.runner import Composition
-from ros_helpers import wait_for
 
 SMALL = {"profile": "160x120x30", "reanchor_topic": ""}
 
@@ -150,7 +150,7 @@ def test_commands_in_frames_out_one_per_tick_with_command_stamps(ros_domain_id):
                 earlier = [(ix, v) for _, gg, ix, v in log[: i + 1] if gg == g]
                 assert earlier and any(np.array_equal(q[ix], v) for ix, v in earlier[::-1]), f"{g} at {key}"
         # and each frame is the render of exactly that action
-        from rynn_teleop.world_model.render import RenderGenerator  # noqa: PLC0415
+        from rynn_teleop.world_model.render import RenderGenerator
 
         reference = wm.generator.reference.copy()
         check = RenderGenerator(wm.robot, wm.intrinsics)
@@ -179,7 +179,7 @@ def test_reference_from_a_topic_waits_for_its_first_frame(ros_domain_id):
         assert wm.diagnostic_level()[0] == DiagnosticStatus.WARN and "reference" in wm.diagnostic_level()[1]
         pub = op.node.create_publisher(Image, "/ref/image_raw", qos_profile_sensor_data)
         assert wait_for(lambda: pub.get_subscription_count() > 0, 5.0)
-        from rynn_teleop.nodes.conversions import image_message  # noqa: PLC0415
+        from rynn_teleop.nodes.conversions import image_message
 
         ref = np.zeros((240, 320, 3), np.uint8)
         ref[..., 1] = 200  # green scene
@@ -236,9 +236,9 @@ def test_diffusion_without_a_checkpoint_refuses_to_start(ros_domain_id):
 
 
 def test_diffusion_backend_frames_arrive_block_wise_with_their_own_command_stamps(ros_domain_id, tmp_path):
-    from rynn_teleop.world_model.diffusion.checkpoint import save_checkpoint  # noqa: PLC0415
-    from rynn_teleop.world_model.diffusion.model import untrained_model  # noqa: PLC0415
-    from rynn_teleop.world_model.diffusion.presets import get_preset  # noqa: PLC0415
+    from rynn_teleop.world_model.diffusion.checkpoint import save_checkpoint
+    from rynn_teleop.world_model.diffusion.model import untrained_model
+    from rynn_teleop.world_model.diffusion.presets import get_preset
 
     preset = get_preset("tiny")
     path = tmp_path / "tiny.safetensors"
@@ -262,3 +262,50 @@ def test_diffusion_backend_frames_arrive_block_wise_with_their_own_command_stamp
         assert {"denoise", "decode"} <= set(wm.generator.timings())
     finally:
         comp.shutdown()
+
+
+class _RecordingLogger:
+    """A node logger that also keeps what is logged at ERROR."""
+
+    def __init__(self, logger, errors: list[str]) -> None:
+        self._logger, self.errors = logger, errors
+
+    def error(self, message, **kwargs):
+        self.errors.append(message)
+        return self._logger.error(message, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._logger, name)
+
+
+def test_a_publish_racing_the_shutdown_logs_no_error(ros_domain_id):
+    """Ctrl-C under ``ros2 launch``: rclpy's signal handler shuts the context down before the node's
+    destroy_node() stops the generation thread, so a tick may publish on a dead context. That is no error."""
+    comp = Composition(["world_model"], overrides={"world_model": SMALL}, domain_id=ros_domain_id)
+    operator = Composition([], domain_id=ros_domain_id)  # its own context: it keeps publishing through the stop
+    wm = comp.node("world_model")
+    errors: list[str] = []
+    logger = _RecordingLogger(wm.get_logger(), errors)
+    wm.get_logger = lambda: logger
+    pop, raced = wm.frame_queue.pop, threading.Event()
+
+    def pop_then_shut_down():  # the first frame's tick: the context goes away between generating and publishing
+        out = pop()
+        if out is not None and not raced.is_set():
+            comp.context.handle.shutdown()  # what rclpy's SIGINT handler does (no node is destroyed)
+            raced.set()
+        return out
+
+    wm.frame_queue.pop = pop_then_shut_down
+    try:
+        op = Operator(operator)
+        deadline = time.monotonic() + 20.0
+        while not raced.is_set() and time.monotonic() < deadline:
+            op.stream(0.1)
+        assert raced.is_set(), "the world model generated no frame"
+        op.stream(0.3)  # more ticks on the dead context
+        assert wm.generation_errors == 0 and errors == []
+        assert wm.diagnostic_values()["frames"] == 0  # the raced publish did not go out
+    finally:
+        comp.shutdown()
+        operator.shutdown()

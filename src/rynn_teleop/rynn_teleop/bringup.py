@@ -1,42 +1,33 @@
-"""What runs in each bringup mode, and with which backends (ROS-free data).
+"""The bringup table: every node of the stack, how it runs, and the launch arguments that choose it (ROS-free).
 
-One table serves ``rynn-teleop run --mode``, ``rynn-teleop demo`` and (mirrored
-declaratively, a test keeps them in step) ``launch/bringup.launch.py``. A mode
-only chooses backends; every other parameter comes from the same
-``config/<node>.yaml`` files.
+``launch/bringup.launch.py`` builds its arguments and Node actions from this table, ``rynn-teleop run --mode``
+and ``rynn-teleop demo`` read the same one: adding a node or a mode is an edit here. A mode only chooses
+backends; every other parameter comes from the same ``config/<node>.yaml`` files.
 
-* ``digital``: simulated arm and hand drivers, the world model (render
-  backend by default) generating the head camera, the feed switch on the
-  generated stream. The physical camera node still runs (synthetic scene
-  unless told otherwise) so the feed can be toggled.
-* ``real``: vendor backends (Marvin arms, Wuji hands, RealSense camera), the
-  feed switch on the physical stream; the world model may still run as a
-  preview.
+* ``digital``: simulated arm and hand drivers, the world model generating the head camera, the feed switch on
+  the generated stream (the physical camera node still runs, synthetic scene, so the feed can be toggled).
+* ``real``: vendor backends (Marvin arms, Wuji hands, RealSense camera), the feed switch on the physical
+  stream; the world model may still run as a preview.
 
-Operator input is chosen separately (``tracker_source``, ``glove_source``):
-a lab runs ``openvr`` + ``manus`` in both modes; ``synthetic`` needs nothing.
+Operator input is chosen separately (``tracker_source``, ``glove_source``): ``synthetic`` needs nothing.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import itertools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 MODES = ("digital", "real")
-CAMERAS = ("generated", "real")  # the launch argument's words
-SWITCH_SOURCE = {"generated": "generated", "real": "physical"}  # -> camera_switch active_source
+CAMERAS = ("generated", "real")  # the camera argument's words ("" = by mode)
+SWITCH_SOURCE = {"generated": "generated", "real": "physical"}  # camera word -> camera_switch active_source
+DEFAULT_CAMERA = {"digital": "generated", "real": "real"}  # the feed shown first when no camera is given
+SWITCH = ("true", "false")  # the choices of an on/off launch argument
+RESPAWN_DELAY_S = 2.0  # [s] a launch file restarts a respawning node this long after it exited
 
-#: every mode's nodes, in start order (the recorder is added with ``record``)
-NODES: tuple[str, ...] = (
-    "robot_description", "tracker", "arm_ik", "hand_retarget", "arm_driver", "hand_driver",
-    "head_camera", "world_model", "camera_switch", "robot_markers",
-)
-RECORDER = "recorder"
-CONSOLE = "console"  # the operator's web page (``console``)
-FOXGLOVE = "foxglove"  # the topics on a Foxglove WebSocket, where foxglove_bridge is absent (``foxglove``)
-#: nodes that talk to hardware: never respawned by a launch file (a device error must stay visible)
-HARDWARE_NODES = ("arm_driver", "hand_driver", "head_camera")
-
-_BACKENDS: dict[str, dict[str, dict[str, Any]]] = {
+#: each mode's backends: node -> parameter -> value
+BACKENDS: dict[str, dict[str, dict[str, Any]]] = {
     "digital": {
         "arm_driver": {"backend": "sim"},
         "hand_driver": {"backend": "sim"},
@@ -50,11 +41,139 @@ _BACKENDS: dict[str, dict[str, dict[str, Any]]] = {
 }
 
 
+class Argument(NamedTuple):
+    """A launch argument of the bringup (``name:=value``); ``rynn-teleop run --mode`` has the same options."""
+
+    name: str
+    default: str
+    choices: tuple[str, ...]  # launch refuses any other value before a node starts
+    description: str
+
+
+ARGUMENTS: tuple[Argument, ...] = (
+    Argument("mode", "digital", MODES, "digital: sim drivers, synthetic camera, world model feed; "
+             "real: Marvin arms, Wuji hands, RealSense camera"),
+    Argument("camera", "", ("", *CAMERAS), "feed shown first: generated (world model) or real (physical camera); "
+             "empty: by mode (digital -> generated, real -> real)"),
+    Argument("record", "false", SWITCH, "start the recorder (episodes start and stop by its services)"),
+    Argument("console", "false", SWITCH, "start the operator console: a web page (config/console.yaml: host, port; "
+             "default http://127.0.0.1:8080/) with the camera feeds, state and every operator control"),
+    Argument("foxglove", "false", SWITCH, "serve the topics to the Foxglove app with this package's foxglove node "
+             "(config/foxglove.yaml; ws://127.0.0.1:8765), e.g. where foxglove_bridge is not installed"),
+    Argument("tracker_source", "synthetic", ("synthetic", "replay", "openvr"), "tracker input: synthetic "
+             "(no hardware), replay (replay.path in config/tracker.yaml) or openvr (Vive trackers through SteamVR)"),
+    Argument("glove_source", "synthetic", ("synthetic", "replay", "skeleton", "manus"), "hand input of "
+             "hand_retarget: synthetic (no hardware), replay, skeleton (PoseArray hand trackers) or manus "
+             "(Manus gloves)"),
+    Argument("world_model_backend", "render", ("render", "diffusion"), "world model: render (robot drawn over the "
+             "reference frame) or diffusion (needs world_model.diffusion.checkpoint in config/world_model.yaml)"),
+    Argument("rviz", "false", SWITCH, "start RViz (config/rynn_teleop.rviz: robot, camera feed, tracker poses)"),
+    Argument("robot_state_publisher", "true", SWITCH, "use robot_state_publisher (tf + /robot_description; needs "
+             "a ROS install); false: this package's robot_description node"),
+)
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node of this package in the bringup.
+
+    Attributes:
+        name: its executable, ROS node name and parameter file ``config/<name>.yaml``.
+        group: the process it shares when the bringup runs as several composed processes (the demo).
+        hardware: it talks to a device; a launch file never restarts it (a device error stays visible).
+        switch: the on/off launch argument that starts it (None: always started).
+        started_when: the value of ``switch`` that starts it.
+        overrides: parameter -> the launch arguments its value depends on (values: :func:`mode_overrides`).
+    """
+
+    name: str
+    group: str
+    hardware: bool = False
+    switch: str | None = None
+    started_when: str = "true"
+    overrides: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def respawn(self) -> bool:
+        """Restarted by a launch file when it exits with any code but :data:`~.errors.REFUSED_EXIT_CODE`."""
+        return not self.hardware
+
+
+class OtherNode(NamedTuple):
+    """A node of another package that the launch file starts when ``switch`` is true."""
+
+    package: str
+    executable: str
+    switch: str
+    arguments: tuple[str, ...] = ()
+
+
+#: this package's nodes in start order
+NODES: tuple[NodeSpec, ...] = (
+    NodeSpec("robot_description", "drivers", switch="robot_state_publisher", started_when="false"),
+    NodeSpec("tracker", "tracker", overrides={"source": ("tracker_source",)}),
+    NodeSpec("arm_ik", "arm_ik", overrides={"auto_calibrate": ("tracker_source",), "auto_engage": ("tracker_source",)}),
+    NodeSpec("hand_retarget", "hand_retarget", overrides={"source": ("glove_source",)}),
+    NodeSpec("arm_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}),
+    NodeSpec("hand_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}),
+    NodeSpec("head_camera", "camera", hardware=True, overrides={"source": ("mode",)}),
+    NodeSpec("world_model", "world_model", overrides={"backend": ("world_model_backend",)}),
+    NodeSpec("camera_switch", "camera", overrides={"active_source": ("mode", "camera")}),
+    NodeSpec("robot_markers", "robot_markers"),
+    NodeSpec("recorder", "recorder", switch="record"),
+    NodeSpec("console", "console", switch="console"),
+    NodeSpec("foxglove", "foxglove", switch="foxglove"),
+)
+#: other packages' nodes, started before this package's (a missing one stops the launch before ours start)
+OTHER_NODES: tuple[OtherNode, ...] = (
+    OtherNode("rviz2", "rviz2", "rviz"),
+    # display only: the tracking world frames placed at the robot's base, so RViz shows the trackers by the robot
+    *(OtherNode("tf2_ros", "static_transform_publisher", "rviz", ("--frame-id", "base_link", "--child-frame-id", world))
+      for world in ("synthetic_world", "vive_world")),
+    OtherNode("robot_state_publisher", "robot_state_publisher", "robot_state_publisher"),
+)
+RECORDER, CONSOLE, FOXGLOVE = "recorder", "console", "foxglove"
+HARDWARE_NODES = tuple(spec.name for spec in NODES if spec.hardware)
+
+
+def argument(name: str) -> Argument:
+    """The launch argument called ``name`` (KeyError if there is none)."""
+    for arg in ARGUMENTS:
+        if arg.name == name:
+            return arg
+    raise KeyError(name)
+
+
+def node(name: str) -> NodeSpec:
+    """This package's bringup node called ``name`` (KeyError if there is none)."""
+    for spec in NODES:
+        if spec.name == name:
+            return spec
+    raise KeyError(name)
+
+
+def started_nodes(arguments: Mapping[str, str]) -> tuple[str, ...]:
+    """This package's nodes a launch with these argument values starts, in start order (defaults for the rest)."""
+    values = {arg.name: arg.default for arg in ARGUMENTS} | dict(arguments)
+    return tuple(s.name for s in NODES if s.switch is None or values[s.switch] == s.started_when)
+
+
 def mode_nodes(record: bool = False, console: bool = False, foxglove: bool = False) -> tuple[str, ...]:
-    """The nodes a bringup starts (``record``: with the recorder; ``console``: with the operator console;
-    ``foxglove``: with the Foxglove WebSocket server)."""
-    return (NODES + ((RECORDER,) if record else ()) + ((CONSOLE,) if console else ())
-            + ((FOXGLOVE,) if foxglove else ()))
+    """The nodes of a bringup without robot_state_publisher (``rynn-teleop run --mode``): ``record`` adds the
+    recorder, ``console`` the operator console, ``foxglove`` the Foxglove WebSocket server."""
+    words = {True: "true", False: "false"}
+    return started_nodes({"robot_state_publisher": "false", "record": words[record], "console": words[console],
+                          "foxglove": words[foxglove]})
+
+
+def process_groups(nodes: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], ...]:
+    """``nodes`` split into their processes (:attr:`NodeSpec.group`), groups and members in table order."""
+    wanted = set(nodes)
+    groups: dict[str, list[str]] = {}
+    for spec in NODES:
+        if spec.name in wanted:
+            groups.setdefault(spec.group, []).append(spec.name)
+    return tuple(tuple(members) for members in groups.values())
 
 
 def mode_overrides(
@@ -69,7 +188,7 @@ def mode_overrides(
 
     Args:
         mode: "digital" or "real".
-        camera: the feed shown first ("generated" or "real"; default: generated when digital, else real).
+        camera: the feed shown first ("generated" or "real"; None or "": :data:`DEFAULT_CAMERA` of the mode).
         tracker_source, glove_source, world_model_backend: None keeps the YAML's value. A given
             tracker_source also sets arm_ik's auto_calibrate/auto_engage (on only for "synthetic").
 
@@ -78,10 +197,10 @@ def mode_overrides(
     """
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; modes are {', '.join(MODES)}")
-    camera = camera or ("generated" if mode == "digital" else "real")
+    camera = camera or DEFAULT_CAMERA[mode]
     if camera not in CAMERAS:
         raise ValueError(f"unknown camera {camera!r}; cameras are {', '.join(CAMERAS)}")
-    out = {node: dict(values) for node, values in _BACKENDS[mode].items()}
+    out = {name: dict(values) for name, values in BACKENDS[mode].items()}
     out["camera_switch"] = {"active_source": SWITCH_SOURCE[camera]}
     if tracker_source is not None:
         out["tracker"] = {"source": tracker_source}
@@ -93,3 +212,31 @@ def mode_overrides(
     if world_model_backend is not None:
         out["world_model"] = {"backend": world_model_backend}
     return out
+
+
+def launch_overrides(arguments: Mapping[str, str]) -> dict[str, dict[str, Any]]:
+    """:func:`mode_overrides` of a launch with these argument values (defaults for the rest)."""
+    values = {arg.name: arg.default for arg in ARGUMENTS} | dict(arguments)
+    return mode_overrides(values["mode"], camera=values["camera"], tracker_source=values["tracker_source"],
+                          glove_source=values["glove_source"], world_model_backend=values["world_model_backend"])
+
+
+class LookupTable(NamedTuple):
+    """One parameter a launch file sets: ``values[(value of each of arguments, ...)]``."""
+
+    node: str
+    key: str
+    arguments: tuple[str, ...]
+    values: dict[tuple[str, ...], Any]
+
+
+def lookup_tables() -> tuple[LookupTable, ...]:
+    """Every parameter of :attr:`NodeSpec.overrides` as a table over its arguments' choices, computed with
+    :func:`launch_overrides` (a launch file evaluates these tables: it cannot differ from ``run --mode``)."""
+    tables = []
+    for spec in NODES:
+        for key, names in spec.overrides.items():
+            rows = itertools.product(*(argument(name).choices for name in names))
+            values = {row: launch_overrides(dict(zip(names, row)))[spec.name][key] for row in rows}
+            tables.append(LookupTable(spec.name, key, names, values))
+    return tuple(tables)

@@ -17,15 +17,16 @@ from typing import Any
 
 import yaml
 
-from .errors import RynnTeleopError
+from . import bringup
+from .errors import REFUSED_EXIT_CODE, RynnTeleopError
 
 
 def _cmd_urdf(args: argparse.Namespace) -> int:
-    from .core.urdf_builder import build_urdf  # noqa: PLC0415
+    from .core.urdf_builder import build_urdf
 
     text = build_urdf(args.config)
     if args.compare:
-        from .core.urdf_compare import urdf_differences  # noqa: PLC0415
+        from .core.urdf_compare import urdf_differences
 
         with open(args.compare, encoding="utf-8") as f:
             differences = urdf_differences(text, f.read())
@@ -41,13 +42,13 @@ def _cmd_urdf(args: argparse.Namespace) -> int:
 
 
 def _cmd_episodes(args: argparse.Namespace) -> int:
-    from .recording.inspect import episodes_main  # noqa: PLC0415
+    from .recording.inspect import episodes_main
 
     return episodes_main(args.args)
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
-    from .nodes import node_class  # noqa: PLC0415
+    from .nodes import node_class
 
     sys.stdout.write(node_class(args.node).SCHEMA.to_yaml())
     return 0
@@ -66,7 +67,6 @@ def _parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
 
 def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Any]]]:
     """The nodes and parameter overrides of ``run``: a mode's (``--mode``) or the named nodes, then ``-p``."""
-    from . import bringup  # noqa: PLC0415
 
     overrides: dict[str, dict[str, Any]] = {}
     nodes = list(args.nodes)
@@ -87,8 +87,8 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .nodes.process import freeze_startup_objects  # noqa: PLC0415
-    from .runner import Composition  # noqa: PLC0415
+    from .nodes.process import freeze_startup_objects
+    from .runner import Composition
 
     _stop_on_signals()
     nodes, overrides = _run_plan(args)
@@ -108,7 +108,7 @@ def _stop_on_signals() -> None:
     """SIGINT (Ctrl-C, launch, the demo) and SIGTERM (kill, docker stop) end a run as KeyboardInterrupt in the
     main thread, so nodes shut down cleanly; also when the process was started with SIGINT ignored (a
     background job of a script), which would otherwise make it deaf to the SIGINT that stops it."""
-    import signal  # noqa: PLC0415
+    import signal
 
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
@@ -118,7 +118,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     _stop_on_signals()  # the groups are stopped however the demo is
     # The demo is self-contained: keep DDS on this machine unless told otherwise.
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    from .demo import run_demo, run_interactive  # noqa: PLC0415
+    from .demo import run_demo, run_interactive
 
     if args.interactive:
         print(run_interactive(out_dir=args.out, port=args.port, duration=args.duration))
@@ -129,13 +129,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_call(args: argparse.Namespace) -> int:
-    from .nodes.operator import call_main  # noqa: PLC0415
+    from .nodes.operator import call_main
 
     return call_main(args.args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rynn-teleop", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="rynn-teleop", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("urdf", help="print the robot's URDF")
@@ -151,18 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run nodes in one process (no launch_ros needed)")
     p.add_argument("nodes", nargs="*", help="node names (see the README's node table); default with --mode: all")
-    p.add_argument("--mode", choices=("digital", "real"), help="the bringup's node set and backends "
+    p.add_argument("--mode", choices=bringup.MODES, help="the bringup's node set and backends "
                    "(digital: sim drivers, world model, generated feed; real: vendor backends)")
-    p.add_argument("--camera", choices=("generated", "real"), help="initial feed (default: by mode)")
+    p.add_argument("--camera", choices=bringup.CAMERAS, help="initial feed (default: by mode)")
     p.add_argument("--record", action="store_true", help="with --mode: also start the recorder")
     p.add_argument("--console", action="store_true", help="with --mode: also start the operator console "
                    "(web page, default http://127.0.0.1:8080/)")
     p.add_argument("--foxglove", action="store_true", help="with --mode: also serve the topics to the Foxglove app "
                    "(ws://127.0.0.1:8765; no foxglove_bridge needed)")
-    p.add_argument("--tracker-source", choices=("synthetic", "replay", "openvr"), help="tracker input (default: YAML)")
-    p.add_argument("--glove-source", choices=("synthetic", "replay", "skeleton", "manus"),
-                   help="hand input (default: YAML)")
-    p.add_argument("--world-model-backend", choices=("render", "diffusion"), help="default: YAML")
+    for name, what in (("tracker_source", "tracker input"), ("glove_source", "hand input"),
+                       ("world_model_backend", "world model backend")):
+        p.add_argument("--" + name.replace("_", "-"), choices=bringup.argument(name).choices,
+                       help=f"{what} (default: the YAML's)")
     p.add_argument("--duration", type=float, default=None, help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--config-dir", default=None, help="folder with <node>.yaml files (default: the package's config/)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NODE.KEY=VALUE", help="override a parameter")
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except RynnTeleopError as exc:
         print(f"rynn-teleop: error: {exc}", file=sys.stderr)
-        return 2
+        return REFUSED_EXIT_CODE
     except KeyboardInterrupt:
         return 130
 

@@ -11,11 +11,9 @@ generated head camera; the feed switch shows the generated stream, is
 toggled to the physical one (the synthetic camera, ``head_camera``) at 40 %
 of the run and back at 60 %; the recorder records the episode.
 
-The nodes run as the composed runner (``rynn-teleop run``) in a few
-processes, grouped as a launch file would place them (:data:`DEMO_GROUPS`):
-measured on the 2-core CI machine, all eleven nodes in one interpreter
-delivered 165 Hz of the 200 Hz arm commands and 1.8 of the 30 generated
-frames per second (one GIL), while the groups deliver their nominal rates.
+The nodes run as the composed runner (``rynn-teleop run``), one process per
+group of the bringup table (:data:`DEMO_GROUPS`), so no node's rate depends
+on the others' share of one interpreter lock.
 The episode starts once the arms are engaged and every recorded topic flows,
 and lasts ``duration`` seconds.
 
@@ -39,30 +37,25 @@ import time
 from pathlib import Path
 
 from diagnostic_msgs.msg import DiagnosticArray
-
 from rclpy.node import Node
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from . import bringup
+from .errors import RynnTeleopError
 from .host_stalls import REALTIME_POLICY, HostProbes, Stall, overlaps, rows, within
 from .nodes.camera_switch import LATCHED
-from .errors import RynnTeleopError
+from .nodes.process import use_transport_profile
 from .nodes.recorder import DEFAULT_TOPICS
 from .recording.inspect import episode_info, plot_joints, video_preview
-from .nodes.process import use_transport_profile
 from .runner import Composition
 
-DEMO_NODES = bringup.mode_nodes(record=True)
-DEMO_GROUPS: tuple[tuple[str, ...], ...] = (  # one process each (the composed runner), like a launch file's containers
-    ("tracker",),
-    ("arm_ik",),
-    ("hand_retarget",),
-    ("arm_driver", "hand_driver", "robot_description"),
-    ("head_camera", "camera_switch"),
-    ("world_model",),
-    ("recorder",),
-)  # robot_markers (RViz only) is left out: on 2 cores its 300 Hz /joint_states input costs the others their rates
+#: the bringup's nodes the demo leaves out: robot_markers only feeds RViz, and its 300 Hz /joint_states input
+#: costs a 2-core machine the other nodes' rates
+LEFT_OUT = ("robot_markers",)
+DEMO_NODES = tuple(n for n in bringup.mode_nodes(record=True) if n not in LEFT_OUT)
+#: one composed-runner process per group of the bringup table (``bringup.NodeSpec.group``)
+DEMO_GROUPS: tuple[tuple[str, ...], ...] = bringup.process_groups(DEMO_NODES)
 _PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 PROBE_SERVICES = ("/recorder/start_episode", "/recorder/stop_episode", "/camera_switch/use_physical",
                   "/camera_switch/use_generated")
@@ -115,7 +108,7 @@ OPERATOR_GROUP = ("tracker",)
 CALIBRATING_NODE = "arm_ik"
 
 
-def spawn_groups(groups: tuple[tuple[str, ...], ...], overrides: dict, out: Path, probe: "_Probe",
+def spawn_groups(groups: tuple[tuple[str, ...], ...], overrides: dict, out: Path, probe: _Probe,
                  procs: list[subprocess.Popen], timeout: float = 60.0) -> None:
     """Start one process per group (logs ``out/<group>.log``), appending each to ``procs`` as it starts (so
     that a caller's ``finally`` stops what started) and leaving ``procs`` in ``groups`` order: every group but
@@ -229,7 +222,7 @@ def run_interactive(out_dir: str | Path | None = None, port: int = 8080, duratio
     use_transport_profile()
     overrides = demo_overrides(out)
     overrides[bringup.CONSOLE] = {"port": int(port)}
-    groups = (*DEMO_GROUPS, (bringup.CONSOLE,))
+    groups = bringup.process_groups((*DEMO_NODES, bringup.CONSOLE))
     procs: list[subprocess.Popen] = []
     try:
         with Composition([]) as comp:
@@ -353,5 +346,6 @@ def host_stall_line(report: dict) -> str:
         line = (f"host stalls: {cpu_part} and {len(report['stalls']) - len(cpu_rows)} memory stall(s) during the "
                 f"episode (longest {report['longest_ms']} ms; {probe})")
     if report["gaps"]:
-        line += f"; {sum(report['gaps_overlapping_stalls'].values())} of the episode's {report['gaps']} gap(s) overlap one"
+        overlapping = sum(report["gaps_overlapping_stalls"].values())
+        line += f"; {overlapping} of the episode's {report['gaps']} gap(s) overlap one"
     return line

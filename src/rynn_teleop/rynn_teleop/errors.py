@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+#: the exit code of a process that refuses to start (a bad parameter, missing hardware): launch files do not
+#: restart it, since a restart would only repeat the refusal
+REFUSED_EXIT_CODE = 2
+
 
 class RynnTeleopError(Exception):
     """Base class of every error raised deliberately by rynn_teleop."""

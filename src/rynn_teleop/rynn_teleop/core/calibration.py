@@ -29,6 +29,7 @@ import yaml
 from ..errors import ConfigurationError
 from .layout import SIDES
 from .transforms import Similarity, fit_similarity, is_rigid, make_transform
+from .yamlfile import read_yaml
 
 FORMAT_VERSION = 1
 
@@ -128,13 +129,7 @@ class Calibration:
     @classmethod
     def load(cls, path: str | Path) -> Calibration:
         path = Path(path).expanduser()
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigurationError(f"cannot read calibration file {path}: {exc}") from exc
-        if not isinstance(data, Mapping):
-            raise ConfigurationError(f"{path}: invalid calibration: not a mapping")
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(read_yaml(path, "calibration file", mapping=True), str(path))
 
 
 def calibrate(

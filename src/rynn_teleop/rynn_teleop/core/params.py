@@ -20,13 +20,15 @@ import difflib
 import math
 import numbers
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import yaml
 
-from rynn_teleop.errors import ConfigurationError, ParameterError
+from ..errors import ConfigurationError, ParameterError
+from .yamlfile import read_yaml
 
 FLOAT_LIST = list[float]
 INT_LIST = list[int]
@@ -251,15 +253,7 @@ class ParamSchema:
         mappings) apply, merged in file order; nested mappings under
         ``ros__parameters`` flatten to dotted keys. Returns the complete dict.
         """
-        try:
-            with open(path, encoding="utf-8") as stream:
-                data = yaml.safe_load(stream)
-        except FileNotFoundError:
-            raise ConfigurationError(f"parameter file not found: {os.fspath(path)}") from None
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigurationError(
-                f"cannot read parameter file {os.fspath(path)}: {exc}"
-            ) from exc
+        data = read_yaml(path, "parameter file")
         if data is None:
             data = {}
         if not isinstance(data, Mapping):

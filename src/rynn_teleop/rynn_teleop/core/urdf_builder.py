@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from ..errors import ConfigurationError
 from ..paths import urdf_file
 from .layout import N_ARM, N_FINGER_JOINTS, N_FINGERS, SIDES
+from .yamlfile import read_yaml
 
 DEFAULT_URDF_NAME = "rynn_m6_wuji.urdf"
 
@@ -114,15 +114,7 @@ def _segment_origin(p: np.ndarray) -> Origin:
 
 # --------------------------------------------------------------------------- config
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read robot description file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigurationError(f"{path}: expected a mapping at the top level")
-    return data
-
+    return read_yaml(path, "robot description file", mapping=True)
 
 def _merge(base: dict[str, Any], overlay: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     out = copy.deepcopy(base)

@@ -33,9 +33,16 @@ from rclpy.subscription import Subscription
 from ..core.params import ParamSchema
 from ..core.scheduling import Deadlines, name_this_thread
 from ..core.stats import RateMeter
-from ..errors import RynnTeleopError
+from ..core.yamlfile import read_yaml
+from ..errors import REFUSED_EXIT_CODE, RynnTeleopError
 from .parameters import declare_schema
-from .process import freeze_startup_objects, process_priority_class, use_process_priority, use_transport_profile
+from .process import (
+    freeze_startup_objects,
+    params_files,
+    process_priority_class,
+    use_process_priority,
+    use_transport_profile,
+)
 from .rmw import NeverExecuted, SubscriptionWaitSet, take_waiting
 
 
@@ -448,18 +455,21 @@ def _polled_callback(msg: Any) -> None:
 def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int:
     """Console-script entry: init rclpy, spin one node until Ctrl-C; exit code.
 
-    A :class:`RynnTeleopError` at start (bad parameter, missing hardware) is
-    printed as one line on stderr and returns 2: the node refuses to start.
+    A :class:`RynnTeleopError` at start (bad parameter, an unreadable ``--params-file``, missing hardware) is
+    printed as one line on stderr and returns :data:`~..errors.REFUSED_EXIT_CODE`: the node refuses to start.
     """
     use_transport_profile()
+    args = list(args if args is not None else sys.argv)
     node = None
     code = 0
     try:
         priority_class = process_priority_class([node_cls])
+        for path in params_files(args):  # rclpy would stop on a malformed one with a traceback
+            read_yaml(path, "parameter file")
     except RynnTeleopError as exc:
         print(f"[{node_cls.SCHEMA.node_name}] refusing to start: {exc}", file=sys.stderr)
-        return 2
-    rclpy.init(args=args if args is not None else sys.argv)
+        return REFUSED_EXIT_CODE
+    rclpy.init(args=args)
     try:
         node = node_cls()
         node.get_logger().info(f"scheduling: {use_process_priority(priority_class)}")
@@ -467,7 +477,7 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
         rclpy.spin(node)
     except RynnTeleopError as exc:
         print(f"[{node_cls.SCHEMA.node_name}] refusing to start: {exc}", file=sys.stderr)
-        code = 2
+        code = REFUSED_EXIT_CODE
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
     except Exception:

@@ -126,3 +126,21 @@ def freeze_startup_objects() -> int:
     gc.collect()
     gc.freeze()
     return gc.get_freeze_count()
+
+
+def params_files(args: Iterable[str]) -> list[str]:
+    """The ``--params-file PATH`` (or ``--params-file=PATH``) paths inside the ``--ros-args`` sections of ``args``
+    (a section ends at ``--``)."""
+    out: list[str] = []
+    args = list(args)
+    in_ros = False
+    for i, arg in enumerate(args):
+        if arg == "--ros-args":
+            in_ros = True
+        elif arg == "--":
+            in_ros = False
+        elif in_ros and arg == "--params-file" and i + 1 < len(args):
+            out.append(args[i + 1])
+        elif in_ros and arg.startswith("--params-file="):
+            out.append(arg.split("=", 1)[1])
+    return out

@@ -50,8 +50,8 @@ from ..errors import ConfigurationError, ParameterError
 from ..recording.cdr import first_name_after_header, header_stamp_ns
 from ..world_model.generator import as_rgb
 from ..world_model.stream import ActionStream, FrameQueue
-from .base import TeleopNode, run_single
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
+from .base import TeleopNode, run_single
 from .conversions import camera_info_message, image_array, image_message
 
 GROUPS = {f"{side}_{part}": names(side) for side in ("left", "right")
@@ -212,7 +212,7 @@ class WorldModelNode(TeleopNode):
         period = 1.0 / self.rate_hz
         next_tick = time.monotonic()
         started = False
-        while not self._stop.wait(max(0.0, next_tick - time.monotonic())):
+        while not self._stop.wait(max(0.0, next_tick - time.monotonic())) and self.context.ok():
             next_tick += period
             if time.monotonic() > next_tick:  # a tick late already: skip ahead, count it
                 self.overruns += 1
@@ -220,6 +220,8 @@ class WorldModelNode(TeleopNode):
             try:
                 started = self._tick(started)
             except Exception as exc:  # noqa: BLE001 - report, keep the node (and its diagnostics) alive
+                if not self.context.ok():  # shut down under this tick (Ctrl-C before destroy_node): not an error
+                    return
                 self.generation_errors += 1
                 self.get_logger().error(f"generation failed: {exc!r}", throttle_duration_sec=5.0)
 
@@ -327,7 +329,7 @@ def _intrinsics(p, width: int, height: int):
 
 
 def _conditioner(robot, intrinsics, p):
-    from ..world_model.conditioning import Conditioner, SkeletonStyle  # noqa: PLC0415
+    from ..world_model.conditioning import Conditioner, SkeletonStyle
 
     try:
         style = SkeletonStyle(colormap=p["condition.colormap"], near=p["condition.near_m"], far=p["condition.far_m"],
@@ -343,10 +345,10 @@ _STYLE_KEYS = {"near": "near_m", "far": "far_m", "radius": "radius_px", "referen
 
 def _generator(robot, intrinsics, p):
     if p["backend"] == "render":
-        from ..world_model.render import RenderGenerator  # noqa: PLC0415
+        from ..world_model.render import RenderGenerator
 
         return RenderGenerator(robot, intrinsics)
-    from ..world_model.diffusion.backend import DiffusionGenerator  # noqa: PLC0415 - imports torch
+    from ..world_model.diffusion.backend import DiffusionGenerator  # imports torch
 
     return DiffusionGenerator(
         preset=p["diffusion.preset"], checkpoint=p["diffusion.checkpoint"], device=p["diffusion.device"],
@@ -360,7 +362,7 @@ def _load_reference(p, width: int, height: int) -> np.ndarray | None:
     if source == "topic":
         return None
     if source == "file":
-        import cv2  # noqa: PLC0415
+        import cv2
 
         path = p["reference.path"].strip()
         image = cv2.imread(path, cv2.IMREAD_COLOR) if path and Path(path).is_file() else None
@@ -368,7 +370,7 @@ def _load_reference(p, width: int, height: int) -> np.ndarray | None:
             raise ParameterError("reference.path", f"reference.path: {path!r} is not a readable image file "
                                  "(reference.source file needs one)")
         return as_rgb(image[:, :, ::-1], width, height)
-    from ..sources.camera import make_camera_source  # noqa: PLC0415
+    from ..sources.camera import make_camera_source
 
     scene = make_camera_source("synthetic", width=width, height=height, fps=30.0, seed=p["reference.seed"],
                                depth=False)

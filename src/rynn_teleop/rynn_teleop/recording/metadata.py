@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from ..core.yamlfile import read_yaml
 from .errors import RecordingError
 
 SIDECAR = "episode.yaml"
@@ -51,13 +52,7 @@ def read_sidecar(bag_dir: str | Path) -> dict[str, Any] | None:
     path = Path(bag_dir) / SIDECAR
     if not path.is_file():
         return None
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as exc:
-        raise RecordingError(f"cannot read {path}: {exc}") from exc
-    if not isinstance(doc, dict):
-        raise RecordingError(f"{path} is not an episode description")
-    return doc
+    return read_yaml(path, "episode description", error=RecordingError, mapping=True)
 
 
 def write_sidecar(bag_dir: str | Path, doc: Mapping[str, Any]) -> None:
@@ -105,10 +100,10 @@ def read_metadata(bag_dir: str | Path) -> dict[str, Any] | None:
     path = Path(bag_dir) / METADATA
     if not path.is_file():
         return None
+    doc = read_yaml(path, "rosbag2 metadata", error=RecordingError, mapping=True)
     try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
         return dict(doc["rosbag2_bagfile_information"])
-    except (OSError, yaml.YAMLError, KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise RecordingError(f"{path} is not rosbag2 metadata: {exc}") from exc
 
 
