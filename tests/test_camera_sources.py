@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import math
 import subprocess
@@ -29,7 +28,6 @@ from rynn_teleop.core.camera import (
 )
 from rynn_teleop.core.image import decode_image
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError
-from rynn_teleop.sources import camera as camera_pkg
 from rynn_teleop.sources.camera import (
     CAMERA_KINDS,
     CAMERA_SOURCES,
@@ -38,27 +36,8 @@ from rynn_teleop.sources.camera import (
     SyntheticScene,
     make_camera_source,
 )
-from rynn_teleop.sources.camera import realsense as rs_module
 from rynn_teleop.sources.camera.realsense import RealSenseCamera, intrinsics_from_realsense
 from rynn_teleop.sources.camera.scene import TabletopScene, sphere_span
-
-PACKAGE = Path(camera_pkg.__file__).parents[2]
-CAMERA_MODULES = [*Path(camera_pkg.__file__).parent.glob("*.py"), Path(rs_module.__file__), PACKAGE / "core/camera.py"]
-
-
-def test_camera_modules_do_not_import_ros():
-    for path in CAMERA_MODULES:
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                assert top != "rclpy" and not top.endswith("_msgs"), f"{path.name} imports {name}"
-
 
 # --------------------------------------------------------------------------------------------- core
 

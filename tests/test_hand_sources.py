@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import enum
 import math
 from pathlib import Path
@@ -33,7 +32,6 @@ from rynn_teleop.sources.hands import (
 from rynn_teleop.sources.hands import synthetic as synth
 from rynn_teleop.sources.hands.manus import SDK_CHAIN_TYPES, chain_label
 
-HANDS_DIR = Path(synth.__file__).parent
 MIRROR = np.array([1.0, -1.0, 1.0])
 THUMB_TIP, INDEX_TIP = 4, 8
 
@@ -52,20 +50,6 @@ def read_all(src: HandSource, times) -> list[HandSample]:
     for now in times:
         out += src.read(float(now))
     return out
-
-
-def test_hand_modules_do_not_import_ros():
-    for path in HANDS_DIR.glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                names = [node.module or ""]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                assert top != "rclpy" and not top.endswith("_msgs"), f"{path.name} imports {name}"
 
 
 # --------------------------------------------------------------------------------------------- synthetic

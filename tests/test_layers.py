@@ -3,7 +3,7 @@
 errors, paths <- core <- sources / hardware / world_model / recording / console / host_stalls <- nodes <-
 runner, bringup <- demo <- cli (:data:`RANKS`). A package may import its own modules,
 and any layer below its own; never a sibling of its layer or one above. Middleware and model libraries stay
-at their edges: rclpy only in nodes and above, torch only in world_model.
+at their edges: rclpy and ROS message packages only in nodes and above, torch only in world_model.
 """
 
 from __future__ import annotations
@@ -68,6 +68,8 @@ def _violations() -> list[str]:
         for line, name in _imports(path):
             where = f"{path.relative_to(PACKAGE)}:{line} imports {name}"
             top = name.split(".")[0]
+            if top.endswith("_msgs") and own not in EDGES["rclpy"]:  # ROS message packages: with rclpy
+                found.append(f"{where} (only {', '.join(sorted(EDGES['rclpy']))} may)")
             if top in EDGES and own not in EDGES[top]:
                 found.append(f"{where} (only {', '.join(sorted(EDGES[top]))} may)")
             if top != "rynn_teleop":
@@ -89,6 +91,7 @@ def test_every_import_points_down() -> None:
     ("from ..sources.camera import replay\n", "imports rynn_teleop.sources.camera"),
     ("def f():\n    from ..runner import Composition\n", "imports rynn_teleop.runner"),
     ("import rclpy\n", "imports rclpy"),
+    ("from sensor_msgs.msg import Image\n", "imports sensor_msgs.msg"),
 ])
 def test_an_upward_import_is_found(tmp_path, monkeypatch, source, expected) -> None:
     """The check itself: an upward, sideways, local or edge import placed in ``recording`` is reported."""
