@@ -23,6 +23,7 @@ import pinocchio as pin
 from scipy.linalg.lapack import dgesvd
 
 from ..errors import ConfigurationError
+from .layout import SIDES
 from .robot_model import GROUPS, RobotModel
 
 
@@ -82,7 +83,7 @@ class ArmIK:
             settings: tuning, see :class:`IKSettings` (default: its defaults).
         """
         settings = IKSettings() if settings is None else settings
-        if side not in ("left", "right"):
+        if side not in SIDES:
             raise ConfigurationError(f"side must be 'left' or 'right', got {side!r}")
         self.side = side
         self.settings = settings

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .layout import SIDES
 from .transforms import make_transform
 
 
@@ -27,7 +28,7 @@ class ClutchOffset(NamedTuple):
 class Clutch:
     """Per-side operator-to-robot offsets, captured at engagement."""
 
-    def __init__(self, sides: tuple[str, ...] = ("left", "right")) -> None:
+    def __init__(self, sides: tuple[str, ...] = SIDES) -> None:
         self.sides = sides
         self.engaged = False
         self._offsets: dict[str, ClutchOffset] = {}

@@ -25,7 +25,7 @@ from scipy.linalg.lapack import dposv
 
 from ..errors import ConfigurationError
 from . import hand_skeleton as hs
-from .layout import N_HAND
+from .layout import N_HAND, SIDES
 from .motion import ExponentialSmoother
 from .robot_model import GROUPS, RobotModel, hand_joint_names
 
@@ -80,7 +80,7 @@ class HandRetargeter:
             ConfigurationError: an unknown side or a hand model without the expected layout.
         """
         settings = RetargetSettings() if settings is None else settings
-        if side not in ("left", "right"):
+        if side not in SIDES:
             raise ConfigurationError(f"side must be 'left' or 'right', got {side!r}")
         self.side = side
         self.settings = settings

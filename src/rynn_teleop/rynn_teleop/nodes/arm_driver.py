@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.arm_teleop import DEFAULT_HOME
+from ..core.layout import SIDES
 from ..core.params import FLOAT_LIST, Param, ParamSchema
 from ..core.robot_model import GROUPS, arm_joint_names
 from ..hardware.sim import SimBackend
@@ -35,7 +36,7 @@ class ArmDriverNode(JointDriverNode):
                   "marvin backend: the SDK's SDK_PYTHON folder (fx_robot.py, libMarvinSDK.so)"),
             Param("marvin.ip", str, "192.168.1.190", "marvin backend: controller address"),
             Param("marvin.arm_a_side", str, "left", "marvin backend: which side the controller's arm 'A' is",
-                  choices=("left", "right")),
+                  choices=SIDES),
             Param("marvin.vel_ratio", float, 30.0, "marvin backend: controller velocity ratio", "%",
                   min=1.0, max=100.0),
             Param("marvin.acc_ratio", float, 30.0, "marvin backend: controller acceleration ratio", "%",

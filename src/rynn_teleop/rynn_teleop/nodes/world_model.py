@@ -43,6 +43,7 @@ from rclpy.time import Time
 from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from ..core.camera import default_intrinsics, parse_profile
+from ..core.layout import SIDES
 from ..core.params import Param, ParamSchema
 from ..core.robot_model import arm_joint_names, hand_joint_names
 from ..core.scheduling import name_this_thread
@@ -54,7 +55,7 @@ from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import camera_info_message, image_array, image_message
 
-GROUPS = {f"{side}_{part}": names(side) for side in ("left", "right")
+GROUPS = {f"{side}_{part}": names(side) for side in SIDES
           for part, names in (("arm", arm_joint_names), ("hand", hand_joint_names))}
 
 
