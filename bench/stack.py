@@ -228,7 +228,6 @@ def main() -> None:
     from rosbags.typesys import Stores, get_typestore
 
     from rynn_teleop import demo, host_stalls
-    from rynn_teleop.core.params import ParamSchema  # noqa: F401
     from rynn_teleop.core.stats import RateMeter
     from rynn_teleop.nodes import node_class
     from rynn_teleop.nodes.process import use_transport_profile
