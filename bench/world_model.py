@@ -8,7 +8,7 @@ limited to one thread) over a moving teleoperation-like trajectory, with the
 skeleton conditioning image timed separately; the named baseline measured in
 the same run is "repeat the first frame" (a copy of the reference: the floor
 any backend pays), and the ratio to the issue's goal (60 FPS) is printed.
-Diffusion: the streaming engine (``tiny`` preset on CPU) from a reset: time to
+Diffusion: the streaming engine on diffusers' Wan2.2 classes (``tiny`` preset on CPU) from a reset: time to
 first frame, steady-state FPS, the per-stage split (condition encoding, 4
 denoising passes, commit pass, VAE decoding) and FPS as the stream grows (flat:
 the key/value cache has a fixed size). Speed does not depend on trained
@@ -102,10 +102,12 @@ def bench_render(frames: int) -> dict:
     }
 
 
-def bench_diffusion(preset: str, device: str, dtype: str, frames: int) -> dict:
+def bench_diffusion(preset: str, device: str, dtype: str, frames: int, attention: str | None,
+                    compile_blocks: bool) -> dict:
     from rynn_teleop.world_model.diffusion.bench_support import measure_stream
 
-    return measure_stream(preset, device=device, dtype=dtype, frames=frames, random_weights=True)
+    return measure_stream(preset, device=device, dtype=dtype, frames=frames, random_weights=True,
+                          attention_backend=attention, compile_blocks=compile_blocks)
 
 
 def main() -> None:
@@ -115,7 +117,15 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="torch device for the diffusion engine")
     parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (GPU default)")
     parser.add_argument("--diffusion-frames", type=int, default=None, help="generated frames to time")
+    parser.add_argument("--attention", default=None, help="diffusers attention backend of the DiT (default SDPA; "
+                        "e.g. flash, _flash_3 where installed)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the DiT's repeated blocks")
+    parser.add_argument("--fp8", action="store_true", help="FP8 weights and activations of the DiT's linear layers "
+                        "(torchao, Hopper-class GPUs)")
     args = parser.parse_args()
+    if args.fp8:
+        raise SystemExit("--fp8: torchao float8 training/inference is not wired in yet (needs torchao and a "
+                         "Hopper-class GPU); run without it")
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -136,7 +146,7 @@ def main() -> None:
               f"x{r['baseline_repeat_first_frame_fps'] / r['render_fps']:.1f} of it)")
         out.update(r)
     frames = args.diffusion_frames or (49 if args.preset == "tiny" else 161)
-    d = bench_diffusion(args.preset, args.device, dtype, frames)
+    d = bench_diffusion(args.preset, args.device, dtype, frames, args.attention, args.compile)
     label = f"{args.preset} diffusion on {args.device} ({dtype}, seeded random weights: speed only)"
     print(f"{label}: {d['fps']:.1f} FPS at {d['width']}x{d['height']}, first frame {d['first_frame_ms']:.1f} ms, "
           f"peak memory {d['peak_memory_mb']:.0f} MB")

@@ -9,37 +9,65 @@ import torch
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.diffusion.backend import DiffusionGenerator
 from rynn_teleop.world_model.diffusion.bench_support import measure_stream
-from rynn_teleop.world_model.diffusion.checkpoint import (
-    CheckpointMissingError,
-    save_checkpoint,
-)
-from rynn_teleop.world_model.diffusion.model import untrained_model
+from rynn_teleop.world_model.diffusion.model import save_model, untrained_model
 from rynn_teleop.world_model.diffusion.presets import TINY
+from rynn_teleop.world_model.diffusion.weights import BaseModelError, FineTunedWeightsError, PromptEmbeddingError
 from rynn_teleop.world_model.generator import Generator
 
 ACTION = np.zeros(54)
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> str:
-    """Seeded untrained weights, only to exercise the loading path."""
+def weights(tmp_path_factory) -> dict[str, str]:
+    """Seeded random weights written as a tiny base release, a weights folder and a prompt file: the loading
+    path of the real release."""
     torch.set_num_threads(2)
-    path = str(tmp_path_factory.mktemp("ckpt") / "tiny.safetensors")
-    save_checkpoint(untrained_model(TINY, seed=0), path, TINY)
-    return path
+    root = tmp_path_factory.mktemp("release")
+    paths = {"base_dir": str(root / "base"), "weights_dir": str(root / "weights"),
+             "prompt_file": str(root / "prompt.safetensors")}
+    save_model(untrained_model(TINY, seed=0), **paths)
+    return paths
+
+
+def make(weights: dict[str, str], **kwargs) -> DiffusionGenerator:
+    return DiffusionGenerator("tiny", **weights, **kwargs)
 
 
 def frame(seed: int, size: tuple[int, int] = (120, 160)) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (*size, 3), dtype=np.uint8)
 
 
-def test_no_checkpoint_no_generator():
-    with pytest.raises(CheckpointMissingError, match="'render' backend needs no checkpoint"):
-        DiffusionGenerator("tiny", None)
+def test_no_weights_no_generator(weights, tmp_path):
+    with pytest.raises(ConfigurationError, match="base_dir is required"):
+        DiffusionGenerator("tiny", None, None, weights["prompt_file"])
+    with pytest.raises(ConfigurationError, match="prompt_file is required"):
+        DiffusionGenerator("tiny", weights["base_dir"], None, "")
+    with pytest.raises(BaseModelError, match=str(tmp_path)):
+        DiffusionGenerator("tiny", str(tmp_path), None, weights["prompt_file"])
+    with pytest.raises(FineTunedWeightsError):
+        DiffusionGenerator("tiny", weights["base_dir"], str(tmp_path), weights["prompt_file"])
+    with pytest.raises(PromptEmbeddingError):
+        DiffusionGenerator("tiny", weights["base_dir"], None, str(tmp_path / "none.safetensors"))
+    with pytest.raises(BaseModelError, match="expected"):  # a tiny release is not the paper model
+        DiffusionGenerator("paper", weights["base_dir"], None, weights["prompt_file"])
 
 
-def test_blocks_are_buffered_and_returned_oldest_first(checkpoint):
-    gen = DiffusionGenerator("tiny", checkpoint, width=160, height=120)
+def test_the_loaded_model_generates_what_the_saved_one_does(weights):
+    from rynn_teleop.world_model.diffusion.engine import StreamEngine
+
+    reference = StreamEngine(untrained_model(TINY, seed=0), seed=5)
+    loaded = make(weights, seed=5)
+    start = frame(0, (TINY.height, TINY.width))
+    reference.reset(start)
+    loaded.reset(start)
+    conditions = [frame(10 + i, (TINY.height, TINY.width)) for i in range(4)]
+    expected = reference.generate_block(conditions)
+    got = [f for c in conditions for f in loaded.step(ACTION, c)]
+    assert len(got) == 4 and all(np.array_equal(a, b) for a, b in zip(expected, got))
+
+
+def test_blocks_are_buffered_and_returned_oldest_first(weights):
+    gen = make(weights, width=160, height=120)
     assert isinstance(gen, Generator)
     gen.reset(frame(0))
     returned = []
@@ -55,19 +83,19 @@ def test_blocks_are_buffered_and_returned_oldest_first(checkpoint):
     gen.close()
 
 
-def test_chunk_frames_sets_the_reanchoring_period(checkpoint):
-    gen = DiffusionGenerator("tiny", checkpoint, chunk_frames=9)
+def test_chunk_frames_sets_the_reanchoring_period(weights):
+    gen = make(weights, chunk_frames=9)
     assert gen.uses_real_frames and gen.engine.preset.chunk_frames == 9
     gen.reset(frame(0))
     for i in range(12):
         gen.step(ACTION, frame(10 + i))
     assert gen.engine.frames_since_anchor == 4  # re-anchored before the third block
     with pytest.raises(ConfigurationError, match="whole blocks"):
-        DiffusionGenerator("tiny", checkpoint, chunk_frames=10)
+        make(weights, chunk_frames=10)
 
 
-def test_reanchor_keeps_pending_actions(checkpoint):
-    gen = DiffusionGenerator("tiny", checkpoint)
+def test_reanchor_keeps_pending_actions(weights):
+    gen = make(weights)
     gen.reset(frame(0))
     gen.step(ACTION, frame(1))
     gen.observe(frame(2))
@@ -77,8 +105,8 @@ def test_reanchor_keeps_pending_actions(checkpoint):
     assert gen.width == TINY.width and gen.height == TINY.height
 
 
-def test_condition_and_reset_are_required(checkpoint):
-    gen = DiffusionGenerator("tiny", checkpoint)
+def test_condition_and_reset_are_required(weights):
+    gen = make(weights)
     with pytest.raises(RuntimeError, match="reset"):
         gen.step(ACTION, frame(1))
     gen.reset(frame(0))
@@ -86,11 +114,11 @@ def test_condition_and_reset_are_required(checkpoint):
         gen.step(ACTION)
 
 
-def test_measure_stream_needs_a_checkpoint_or_an_explicit_random_request(checkpoint):
-    with pytest.raises(CheckpointMissingError):
+def test_measure_stream_needs_weights_or_an_explicit_random_request(weights):
+    with pytest.raises(ValueError, match="random_weights"):
         measure_stream("tiny", frames=8)
-    with pytest.raises(ValueError, match="not both"):
-        measure_stream("tiny", frames=8, checkpoint=checkpoint, random_weights=True)
+    with pytest.raises(ValueError, match="random_weights"):
+        measure_stream("tiny", frames=8, random_weights=True, **weights)
     result = measure_stream("tiny", frames=33, random_weights=True, segments=2)
     assert result["weights"] == "random" and result["frames"] == 32
     assert (result["width"], result["height"]) == (TINY.width, TINY.height)
@@ -98,4 +126,4 @@ def test_measure_stream_needs_a_checkpoint_or_an_explicit_random_request(checkpo
     assert sum(result["stage_split"].values()) == pytest.approx(1.0)
     assert {"encode_condition", "denoise", "commit", "decode"} <= set(result["stage_split"])
     assert result["stream_length_frames"] == [17, 33] and len(result["fps_by_stream_length"]) == 2
-    assert measure_stream("tiny", frames=9, checkpoint=checkpoint)["weights"] == "checkpoint"
+    assert measure_stream("tiny", frames=9, **weights)["weights"] == "loaded"

@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from rynn_teleop.world_model.diffusion.engine import STAGES, StreamEngine
-from rynn_teleop.world_model.diffusion.model import WorldModel, untrained_model
+from rynn_teleop.world_model.diffusion.model import WanWorldModel as WorldModel
+from rynn_teleop.world_model.diffusion.model import untrained_model
 from rynn_teleop.world_model.diffusion.presets import TINY
 from rynn_teleop.world_model.diffusion.sampler import FlowSampler
-from rynn_teleop.world_model.diffusion.vae import rgb_to_tensor
+from rynn_teleop.world_model.diffusion.vae import rgb_to_pixels as rgb_to_tensor
 
 # re-anchor every 9 frames: the anchor + 2 blocks of 4
 SHORT = dataclasses.replace(TINY, chunk_frames=9)
@@ -24,7 +25,7 @@ def make_model(preset=TINY) -> WorldModel:
     torch.set_num_threads(2)
     model = untrained_model(preset, seed=0)
     with torch.no_grad():
-        model.dit.control_embed.weight.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(1))
+        model.dit.control.conv.weight.normal_(0.0, 0.2, generator=torch.Generator().manual_seed(1))
     return model
 
 
@@ -183,7 +184,10 @@ def test_generated_latents_equal_the_whole_sequence_model(model):
 
             def velocity(x, timestep, context=context, condition=condition, n=n):
                 timesteps = torch.cat([torch.zeros(1, n), torch.full((1, x.shape[2]), timestep)], 1)
-                return model.dit(torch.cat([context, x], 2), condition, timesteps)[:, :, n:]
+                frames = [1] + [TINY.block_frames] * ((n - 1) // TINY.block_frames + 1)
+                return model.dit.forward_full(torch.cat([context, x], 2), condition, timesteps, frames,
+                                              window_frames=TINY.window_frames,
+                                              sink_frames=TINY.sink_frames)[:, :, n:]
 
             reference = sampler.sample(velocity, conditions[i].shape, noise, "cpu", torch.float32)
             torch.testing.assert_close(generated[i], reference, rtol=1e-5, atol=1e-5, msg=f"block {i + 1}")

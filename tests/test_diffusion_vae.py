@@ -1,101 +1,243 @@
-"""Causal 3D VAE on the tiny preset: frame-count rules, causality, block-wise = whole-clip streaming."""
+"""StreamingVAE on a tiny diffusers AutoencoderKLWan: streaming == one-shot == diffusers, stream isolation, rules."""
 
 from __future__ import annotations
+
+import inspect
+from types import MappingProxyType
 
 import numpy as np
 import pytest
 import torch
+from diffusers import AutoencoderKLWan
 
-from rynn_teleop.world_model.diffusion.presets import TINY
 from rynn_teleop.world_model.diffusion.vae import (
-    CausalVAE,
-    StreamState,
-    rgb_to_tensor,
-    tensor_to_rgb,
+    PAPER_VAE_CONFIG,
+    StreamingVAE,
+    VAEStream,
+    pixels_to_rgb,
+    rgb_to_pixels,
+    tiny_vae_config,
 )
 
-H, W, Z = TINY.height, TINY.width, TINY.latent_channels
-h, w = TINY.latent_grid
+H, W = 32, 48  # not square, so that row/column mix-ups fail the tests
+Z = 48
+TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
 @pytest.fixture(scope="module")
-def vae() -> CausalVAE:
-    torch.set_num_threads(2)
+def svae() -> StreamingVAE:
     torch.manual_seed(0)
-    return CausalVAE(TINY).eval().requires_grad_(False)
+    return StreamingVAE(AutoencoderKLWan(**tiny_vae_config()).eval().requires_grad_(False))
 
 
-def video(frames: int, seed: int = 0) -> torch.Tensor:
-    return torch.rand(1, 3, frames, H, W, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+def video(frames: int, seed: int = 0, batch: int = 1) -> torch.Tensor:
+    return torch.rand(batch, 3, frames, H, W, generator=torch.Generator().manual_seed(seed)) * 2 - 1
+
+
+def latents(frames: int, seed: int = 0) -> torch.Tensor:
+    return torch.randn(1, Z, frames, H // 16, W // 16, generator=torch.Generator().manual_seed(seed))
+
+
+def config_stats(vae: AutoencoderKLWan) -> tuple[torch.Tensor, torch.Tensor]:
+    mean = torch.tensor(vae.config.latents_mean).view(1, Z, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std).view(1, Z, 1, 1, 1)
+    return mean, std
 
 
 @pytest.mark.parametrize("k", [0, 1, 3])
-def test_one_plus_4k_frames_give_one_plus_k_latent_frames(vae, k):
-    latents = vae.encode(video(1 + 4 * k))
-    assert latents.shape == (1, Z, 1 + k, h, w)
-    assert vae.decode(latents).shape == (1, 3, 1 + 4 * k, H, W)
+def test_encode_equals_diffusers_normalised_posterior_mean(svae, k):
+    clip = video(1 + 4 * k)
+    ours = svae.encode(clip)
+    assert ours.shape == (1, Z, 1 + k, H // 16, W // 16)
+    mean, std = config_stats(svae.vae)
+    with torch.no_grad():
+        reference = (svae.vae.encode(clip).latent_dist.mean - mean) / std
+    torch.testing.assert_close(ours, reference, **TOL)
 
 
-@pytest.mark.parametrize("frames", [2, 3, 4, 8])
-def test_other_frame_counts_are_refused(vae, frames):
+@pytest.mark.parametrize("n", [1, 2, 4])
+def test_decode_equals_diffusers_after_denormalising(svae, n):
+    z = latents(n)
+    ours = svae.decode(z)
+    assert ours.shape == (1, 3, 1 + 4 * (n - 1), H, W)
+    assert ours.min() >= -1.0 and ours.max() <= 1.0
+    mean, std = config_stats(svae.vae)
+    with torch.no_grad():
+        reference = svae.vae.decode(z * std + mean).sample
+    torch.testing.assert_close(ours, reference, **TOL)
+
+
+def test_streaming_encode_equals_one_shot(svae):
+    clip = video(1 + 4 * 4)
+    whole = svae.encode(clip)
+    stream = svae.new_stream()
+    parts = [svae.encode(clip[:, :, :5], stream), svae.encode(clip[:, :, 5:9], stream),
+             svae.encode(clip[:, :, 9:], stream)]  # 1 + 4, then 4, then 8 frames
+    assert [p.shape[2] for p in parts] == [2, 1, 2]
+    assert stream.frames == 17 and stream.role == "encode"
+    torch.testing.assert_close(torch.cat(parts, dim=2), whole, **TOL)
+
+
+def test_streaming_encode_can_start_with_one_frame(svae):
+    clip = video(1 + 4 * 2, seed=3)
+    stream = svae.new_stream()
+    parts = [svae.encode(clip[:, :, :1], stream)] + [svae.encode(clip[:, :, t:t + 4], stream) for t in (1, 5)]
+    torch.testing.assert_close(torch.cat(parts, dim=2), svae.encode(clip), **TOL)
+
+
+def test_streaming_decode_equals_one_shot(svae):
+    z = latents(5)
+    whole = svae.decode(z)
+    stream = svae.new_stream()
+    frames = [svae.decode(z[:, :, i:i + 1], stream) for i in range(5)]
+    assert [f.shape[2] for f in frames] == [1, 4, 4, 4, 4]
+    torch.testing.assert_close(torch.cat(frames, dim=2), whole, **TOL)
+    uneven = svae.new_stream()
+    chunks = [svae.decode(z[:, :, a:b], uneven) for a, b in ((0, 2), (2, 3), (3, 5))]
+    torch.testing.assert_close(torch.cat(chunks, dim=2), whole, **TOL)
+
+
+def test_two_streams_do_not_share_state(svae):
+    clip_a, clip_b = video(9, seed=1), video(9, seed=2)
+    alone_a, alone_b = svae.encode(clip_a), svae.encode(clip_b)
+    sa, sb = svae.new_stream(), svae.new_stream()
+    out_a, out_b = [], []
+    for a, b in ((0, 1), (1, 5), (5, 9)):
+        out_a.append(svae.encode(clip_a[:, :, a:b], sa))
+        out_b.append(svae.encode(clip_b[:, :, a:b], sb))
+    torch.testing.assert_close(torch.cat(out_a, dim=2), alone_a, **TOL)
+    torch.testing.assert_close(torch.cat(out_b, dim=2), alone_b, **TOL)
+
+    z_a, z_b = latents(3, seed=1), latents(3, seed=2)
+    da, db = svae.new_stream(), svae.new_stream()
+    dec_a, dec_b = [], []
+    for i in range(3):
+        dec_a.append(svae.decode(z_a[:, :, i:i + 1], da))
+        dec_b.append(svae.decode(z_b[:, :, i:i + 1], db))
+    torch.testing.assert_close(torch.cat(dec_a, dim=2), svae.decode(z_a), **TOL)
+    torch.testing.assert_close(torch.cat(dec_b, dim=2), svae.decode(z_b), **TOL)
+
+
+def test_batches_stream_like_single_videos(svae):
+    clip = video(5, seed=4, batch=2)
+    both = svae.encode(clip)
+    torch.testing.assert_close(both[1:], svae.encode(clip[1:]), **TOL)
+
+
+@pytest.mark.parametrize("frames", [0, 2, 3, 4, 8])
+def test_a_new_stream_needs_1_plus_4k_frames(svae, frames):
+    stream = svae.new_stream()
     with pytest.raises(ValueError, match=r"1 \+ 4k frames to start a stream"):
-        vae.encode(video(frames))
+        svae.encode(video(frames), stream)
+    assert stream.role is None and not stream.started  # a refused call leaves the stream untouched
+    with pytest.raises(ValueError, match=r"1 \+ 4k frames to start a stream"):
+        svae.encode(video(frames))
 
 
-def test_continuing_a_stream_takes_4k_frames(vae):
-    state = StreamState()
-    vae.encode(video(1), state)
+@pytest.mark.parametrize("frames", [1, 3, 5])
+def test_a_continuing_stream_needs_4k_frames(svae, frames):
+    stream = svae.new_stream()
+    svae.encode(video(1), stream)
     with pytest.raises(ValueError, match=r"4k frames \(k >= 1\) to continue"):
-        vae.encode(video(5), state)
-    assert vae.encode(video(8), state).shape[2] == 2
+        svae.encode(video(frames), stream)
+    assert svae.encode(video(8), stream).shape[2] == 2
 
 
-def test_wrong_image_size_is_refused(vae):
-    with pytest.raises(ValueError, match="do not match"):
-        vae.encode(torch.zeros(1, 3, 1, W, H))
+@pytest.mark.parametrize("rows, cols", [(24, 48), (32, 40), (8, 8)])
+def test_image_sides_must_be_multiples_of_16(svae, rows, cols):
+    with pytest.raises(ValueError, match="multiples of 16"):
+        svae.encode(torch.zeros(1, 3, 1, rows, cols))
+    with pytest.raises(ValueError, match="multiples of 16"):
+        rgb_to_pixels([np.zeros((rows, cols, 3), np.uint8)])
+    with pytest.raises(ValueError, match="multiples of 16"):
+        pixels_to_rgb(torch.zeros(1, 3, 1, rows, cols))
 
 
-def test_block_wise_encode_equals_whole_clip(vae):
-    clip = video(1 + 4 * 3)
-    whole = vae.encode(clip)
-    state = StreamState()
-    parts = [vae.encode(clip[:, :, :1], state)]
-    parts += [vae.encode(clip[:, :, 1 + 4 * i: 5 + 4 * i], state) for i in range(3)]
-    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-5)  # float32: summation order differs
-    # uneven blocks (1 + 8 frames, then 4) give the same as well
-    state = StreamState()
-    parts = [vae.encode(clip[:, :, :9], state), vae.encode(clip[:, :, 9:], state)]
-    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-5)  # float32: summation order differs
+def test_shape_errors(svae):
+    with pytest.raises(ValueError, match=r"\(B, 3, T, H, W\)"):
+        svae.encode(torch.zeros(1, 4, 1, H, W))
+    with pytest.raises(ValueError, match=r"\(B, 48, n >= 1, h, w\)"):
+        svae.decode(torch.zeros(1, 16, 1, 2, 3))
+    with pytest.raises(ValueError, match=r"\(B, 48, n >= 1, h, w\)"):
+        svae.decode(torch.zeros(1, Z, 0, 2, 3))
+    with pytest.raises(ValueError, match=r"\(H, W, 3\)"):
+        rgb_to_pixels([np.zeros((H, W, 3), np.float32)])
+    with pytest.raises(ValueError, match=r"\(1, 3, T, H, W\)"):
+        pixels_to_rgb(torch.zeros(2, 3, 1, H, W))
 
 
-def test_block_wise_decode_equals_whole_clip(vae):
-    latents = torch.randn(1, Z, 4, h, w, generator=torch.Generator().manual_seed(1))
-    whole = vae.decode(latents)
-    state = StreamState()
-    parts = [vae.decode(latents[:, :, i: i + 1], state) for i in range(4)]
-    assert [p.shape[2] for p in parts] == [1, 4, 4, 4]
-    torch.testing.assert_close(torch.cat(parts, dim=2), whole, rtol=1e-5, atol=1e-5)  # float32: summation order differs
+def test_a_stream_keeps_its_role_and_sizes(svae):
+    stream = svae.new_stream()
+    svae.encode(video(1), stream)
+    with pytest.raises(ValueError, match="'encode' stream"):
+        svae.decode(latents(1), stream)
+    with pytest.raises(ValueError, match=r"keeps its \(batch, rows, columns\)"):
+        svae.encode(video(4, batch=2), stream)
+    stream.reset()
+    assert stream.role is None and stream.frames == 0
+    assert svae.decode(latents(1), stream).shape == (1, 3, 1, H, W)
+    other = StreamingVAE(AutoencoderKLWan(**{**tiny_vae_config(), "num_res_blocks": 2}))
+    with pytest.raises(ValueError, match="another VAE"):
+        other.decode(latents(1), stream)
 
 
-def test_encoder_and_decoder_are_causal(vae):
-    clip = video(1 + 4 * 3)
-    changed = clip.clone()
-    changed[:, :, 5:] = -clip[:, :, 5:]  # frames of latent frames 2 and 3
-    a, b = vae.encode(clip), vae.encode(changed)
-    assert torch.equal(a[:, :, :2], b[:, :, :2])
-    assert not torch.equal(a[:, :, 2:], b[:, :, 2:])
-    latents = torch.randn(1, Z, 4, h, w, generator=torch.Generator().manual_seed(2))
-    later = latents.clone()
-    later[:, :, 3] += 1.0
-    assert torch.equal(vae.decode(latents)[:, :, :9], vae.decode(later)[:, :, :9])
+def test_normalise_denormalise_round_trip(svae):
+    mu = torch.randn(2, Z, 3, 2, 3, generator=torch.Generator().manual_seed(5))
+    mean, std = config_stats(svae.vae)
+    torch.testing.assert_close(svae.normalise(mu), (mu - mean) / std)
+    torch.testing.assert_close(svae.denormalise(svae.normalise(mu)), mu)
+    torch.testing.assert_close(svae.normalise(svae.denormalise(mu)), mu)
 
 
-def test_rgb_round_trip():
+def test_rgb_pixel_round_trip():
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 256, (H, W, 3), dtype=np.uint8) for _ in range(3)]
-    tensor = rgb_to_tensor(frames)
-    assert tensor.shape == (1, 3, 3, H, W) and tensor.min() >= -1 and tensor.max() <= 1
-    assert all(np.array_equal(a, b) for a, b in zip(tensor_to_rgb(tensor), frames))
-    assert tensor_to_rgb(torch.full((1, 3, 1, 2, 2), 5.0))[0].tolist() == [[[255] * 3] * 2] * 2  # clamped
-    with pytest.raises(ValueError, match="uint8"):
-        rgb_to_tensor([np.zeros((H, W, 3), dtype=np.float32)])
+    pixels = rgb_to_pixels(frames)
+    assert pixels.shape == (1, 3, 3, H, W) and pixels.dtype == torch.float32
+    assert pixels.min() >= -1.0 and pixels.max() <= 1.0
+    assert pixels[0, :, 1, 2, 5].tolist() == pytest.approx((frames[1][2, 5] / 127.5 - 1.0).tolist())
+    back = pixels_to_rgb(pixels)
+    assert len(back) == 3 and all(b.dtype == np.uint8 and b.shape == (H, W, 3) for b in back)
+    assert all(np.array_equal(a, b) for a, b in zip(frames, back, strict=True))
+    assert np.array_equal(pixels_to_rgb(torch.full((1, 3, 1, H, W), 3.0))[0], np.full((H, W, 3), 255, np.uint8))
+
+
+def test_tiny_config_is_seeded_wan22_structure():
+    cfg = tiny_vae_config()
+    assert cfg == tiny_vae_config() and cfg != tiny_vae_config(seed=1)
+    assert len(cfg["latents_mean"]) == len(cfg["latents_std"]) == Z and min(cfg["latents_std"]) > 0
+    for key in ("z_dim", "patch_size", "is_residual", "in_channels", "out_channels", "dim_mult",
+                "temperal_downsample", "scale_factor_spatial", "scale_factor_temporal"):
+        assert cfg[key] == PAPER_VAE_CONFIG[key], key
+
+
+def test_paper_config_builds_the_wan22_vae():
+    accepted = set(inspect.signature(AutoencoderKLWan.__init__).parameters) - {"self"}
+    assert set(PAPER_VAE_CONFIG) - accepted == {"_class_name", "clip_output"}
+    assert len(PAPER_VAE_CONFIG["latents_mean"]) == len(PAPER_VAE_CONFIG["latents_std"]) == Z
+    with torch.device("meta"):  # shapes only: no memory for the ~0.7 B parameters
+        paper = StreamingVAE.from_config(PAPER_VAE_CONFIG)
+    assert paper.latent_channels == Z and paper.patch_size == 2
+    assert paper.vae.encoder.conv_in.in_channels == 12 and paper.vae.decoder.conv_out.out_channels == 12
+    assert paper.vae.encoder.conv_in.out_channels == 160 and paper.vae.decoder.conv_in.out_channels == 1024
+
+
+def test_a_wan21_layout_vae_is_refused():
+    wan21 = AutoencoderKLWan(base_dim=4, z_dim=4, latents_mean=[0.0] * 4, latents_std=[1.0] * 4)
+    with pytest.raises(ValueError, match="Wan2.2-layout VAE"):
+        StreamingVAE(wan21)
+
+
+def test_from_pretrained_loads_a_saved_vae(svae, tmp_path):
+    svae.vae.save_pretrained(tmp_path / "vae")
+    loaded = StreamingVAE.from_pretrained(str(tmp_path), subfolder="vae")
+    clip = video(5, seed=6)
+    torch.testing.assert_close(loaded.encode(clip), svae.encode(clip), rtol=0, atol=0)
+    assert isinstance(svae.new_stream(), VAEStream)
+
+
+def test_from_config_takes_read_only_json_like_configs():
+    frozen = MappingProxyType({key: tuple(v) if isinstance(v, list) else v for key, v in tiny_vae_config().items()})
+    torch.manual_seed(0)
+    built = StreamingVAE.from_config(frozen)
+    assert list(built.vae.config.dim_mult) == [1, 2, 4, 4] and built.latent_channels == Z

@@ -230,21 +230,20 @@ def test_bad_profile_and_device_name_their_key(ros_domain_id):
                     domain_id=ros_domain_id)
 
 
-def test_diffusion_without_a_checkpoint_refuses_to_start(ros_domain_id):
-    with pytest.raises(ConfigurationError, match="checkpoint"):
+def test_diffusion_without_a_base_model_refuses_to_start(ros_domain_id):
+    with pytest.raises(ConfigurationError, match="base_dir is required"):
         Composition(["world_model"], overrides={"world_model": {"backend": "diffusion"}}, domain_id=ros_domain_id)
 
 
 def test_diffusion_backend_frames_arrive_block_wise_with_their_own_command_stamps(ros_domain_id, tmp_path):
-    from rynn_teleop.world_model.diffusion.checkpoint import save_checkpoint
-    from rynn_teleop.world_model.diffusion.model import untrained_model
+    from rynn_teleop.world_model.diffusion.model import save_model, untrained_model
     from rynn_teleop.world_model.diffusion.presets import get_preset
 
-    preset = get_preset("tiny")
-    path = tmp_path / "tiny.safetensors"
-    save_checkpoint(untrained_model(preset, seed=0), path, preset)  # tests the plumbing, not a trained model
+    paths = {"base_dir": str(tmp_path / "base"), "weights_dir": str(tmp_path / "weights"),
+             "prompt_file": str(tmp_path / "prompt.safetensors")}
+    save_model(untrained_model(get_preset("tiny"), seed=0), **paths)  # tests the plumbing, not a trained model
     comp = Composition(["world_model"], overrides={"world_model": {
-        **SMALL, "backend": "diffusion", "diffusion.checkpoint": str(path), "profile": "96x64x30"}},
+        **SMALL, "backend": "diffusion", **{f"diffusion.{k}": v for k, v in paths.items()}, "profile": "96x64x30"}},
         domain_id=ros_domain_id)
     try:
         op = Operator(comp)

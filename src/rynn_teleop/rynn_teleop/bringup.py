@@ -66,7 +66,8 @@ ARGUMENTS: tuple[Argument, ...] = (
              "hand_retarget: synthetic (no hardware), replay, skeleton (PoseArray hand trackers) or manus "
              "(Manus gloves)"),
     Argument("world_model_backend", "render", ("render", "diffusion"), "world model: render (robot drawn over the "
-             "reference frame) or diffusion (needs world_model.diffusion.checkpoint in config/world_model.yaml)"),
+             "reference frame) or diffusion (needs diffusion.base_dir and diffusion.prompt_file in "
+             "config/world_model.yaml)"),
     Argument("rviz", "false", SWITCH, "start RViz (config/rynn_teleop.rviz: robot, camera feed, tracker poses)"),
     Argument("robot_state_publisher", "true", SWITCH, "use robot_state_publisher (tf + /robot_description; needs "
              "a ROS install); false: this package's robot_description node"),

@@ -6,6 +6,7 @@
     rynn-teleop run --mode digital|real [--camera generated|real] [--record] [--tracker-source S] ...
     rynn-teleop demo [--duration S] [--out DIR]
     rynn-teleop episodes list|info|check|recover PATH   recorded episodes (counts, rates, gaps, plot, preview)
+    rynn-teleop world-model encode-prompt BASE_DIR "PROMPT" OUT   the world model's fixed prompt, encoded once
 """
 
 from __future__ import annotations
@@ -128,6 +129,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_encode_prompt(args: argparse.Namespace) -> int:
+    from .world_model.diffusion.weights import encode_prompt  # imports torch and transformers
+
+    embeds = encode_prompt(args.base_dir, args.prompt, args.out, max_length=args.max_length)
+    print(f"{args.out}: prompt embeddings {tuple(embeds.shape)}")
+    return 0
+
+
 def _cmd_call(args: argparse.Namespace) -> int:
     from .nodes.operator import call_main
 
@@ -178,6 +187,16 @@ def build_parser() -> argparse.ArgumentParser:
                        "reset|feed ...|episode ...|status (see `rynn-teleop call --help`)")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_call)
+
+    p = sub.add_parser("world-model", help="the learned world model's offline tools")
+    tools = p.add_subparsers(dest="tool", required=True)
+    t = tools.add_parser("encode-prompt", help="encode the world model's fixed prompt with the base release's UMT5 "
+                         "text encoder (BASE_DIR/text_encoder, BASE_DIR/tokenizer) into a file the node loads")
+    t.add_argument("base_dir", help="a local Wan2.2-TI2V-5B-Diffusers folder (or one in its layout)")
+    t.add_argument("prompt", help="the prompt text, e.g. 'a robot arm moves objects on a table'")
+    t.add_argument("out", help="output file (.safetensors): world_model's diffusion.prompt_file")
+    t.add_argument("--max-length", type=int, default=512, help="tokens (the release's UMT5 length: 512)")
+    t.set_defaults(func=_cmd_encode_prompt)
 
     p = sub.add_parser("demo", help="the most complete end-to-end run that needs no hardware")
     p.add_argument("--duration", type=float, default=None,

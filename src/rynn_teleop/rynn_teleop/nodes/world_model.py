@@ -101,7 +101,12 @@ class WorldModelNode(TeleopNode):
             Param("condition.reference_m", float, 0.6, "skeleton image: depth at which a joint has radius_px", "m",
                   min=0.01, max=20.0),
             Param("diffusion.preset", str, "tiny", "diffusion: model size", choices=("tiny", "paper")),
-            Param("diffusion.checkpoint", str, "", "diffusion: safetensors checkpoint matching the preset (required)"),
+            Param("diffusion.base_dir", str, "", "diffusion: the base model folder in the layout of the public "
+                  "Wan2.2-TI2V-5B-Diffusers release (vae/, transformer/), configs matching the preset (required)"),
+            Param("diffusion.weights_dir", str, "", "diffusion: the trainer's weights folder (control branch, "
+                  "fine-tuned DiT, manifest.json); empty: the base model, which ignores the actions"),
+            Param("diffusion.prompt_file", str, "", "diffusion: the fixed prompt's embedding, written by "
+                  "rynn-teleop world-model encode-prompt (required)"),
             Param("diffusion.device", str, "cpu", "diffusion: torch device (cpu, cuda, cuda:1...)"),
             Param("diffusion.dtype", str, "float32", "diffusion: compute dtype",
                   choices=("float32", "bfloat16", "float16")),
@@ -352,7 +357,8 @@ def _generator(robot, intrinsics, p):
     from ..world_model.diffusion.backend import DiffusionGenerator  # imports torch
 
     return DiffusionGenerator(
-        preset=p["diffusion.preset"], checkpoint=p["diffusion.checkpoint"], device=p["diffusion.device"],
+        preset=p["diffusion.preset"], base_dir=p["diffusion.base_dir"], weights_dir=p["diffusion.weights_dir"],
+        prompt_file=p["diffusion.prompt_file"], device=p["diffusion.device"],
         dtype=p["diffusion.dtype"], seed=p["diffusion.seed"], chunk_frames=p["diffusion.chunk_frames"],
         width=intrinsics.width, height=intrinsics.height,
     )

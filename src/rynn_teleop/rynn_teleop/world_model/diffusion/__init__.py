@@ -1,21 +1,19 @@
-"""The learned world model in PyTorch (the ``diffusion`` backend).
+"""The learned world model (the ``diffusion`` backend) on diffusers' Wan2.2 classes.
 
-Modules, each mirroring one piece of the paper's system (see
-``docs/world-model.md``):
+Modules:
 
 * ``presets``: model sizes ``tiny`` and ``paper`` (torch-free);
-* ``vae``: the causal 3D VAE (1 + 4k frames <-> 1 + k latent frames, streaming);
-* ``transformer``: the block-causal DiT with the zero-initialised control branch;
+* ``vae``: :class:`StreamingVAE`, diffusers' ``AutoencoderKLWan`` with per-stream causal caches;
+* ``dit``: :class:`StreamingWanDiT`, diffusers' ``WanTransformer3DModel`` with the zero-initialised control
+  branch and block-causal attention processors over the key/value cache;
 * ``cache``: the fixed-size sink + sliding-window key/value cache;
 * ``sampler``: the 4-step shifted flow-matching sampler;
-* ``engine``: streaming generation (denoise, commit pass, re-anchoring, stage timing);
-* ``model``, ``checkpoint``: the whole model and its safetensors weights;
-* ``backend``: :class:`DiffusionGenerator`, the world-model backend;
-* ``bench_support``: :func:`measure_stream` for ``bench/world_model.py``.
+* ``weights``: the base release, the trainer's weights folder and the prompt embedding (load, save, check);
+* ``model``: :class:`WanWorldModel`, the parts of one stream; ``engine``: streaming generation;
+* ``backend``: :class:`DiffusionGenerator`, the world-model backend; ``bench_support``: :func:`measure_stream`.
 
-This package is the only place that imports torch. The names below are
-loaded on first use, so ``import rynn_teleop.world_model.diffusion.presets``
-does not import torch.
+This package is the only place that imports torch. The names below are loaded on first use, so
+``import rynn_teleop.world_model.diffusion.presets`` does not import torch.
 """
 
 from __future__ import annotations
@@ -24,20 +22,17 @@ from importlib import import_module
 from typing import Any
 
 _EXPORTS = {
-    "PRESETS": "presets", "Preset": "presets", "get_preset": "presets",
+    "PRESETS": "presets", "WanPreset": "presets", "get_preset": "presets",
     "DiffusionGenerator": "backend",
     "StreamEngine": "engine",
-    "WorldModel": "model", "untrained_model": "model",
-    "load_model": "checkpoint", "load_checkpoint": "checkpoint", "save_checkpoint": "checkpoint",
-    "CheckpointMissingError": "checkpoint", "CheckpointMismatchError": "checkpoint",
+    "WanWorldModel": "model", "load_model": "model", "untrained_model": "model",
+    "StreamingVAE": "vae", "StreamingWanDiT": "dit", "ControlBranch": "dit",
+    "load_base": "weights", "load_weights": "weights", "save_weights": "weights", "encode_prompt": "weights",
+    "load_prompt": "weights",
     "measure_stream": "bench_support",
 }
 
-__all__ = [
-    "PRESETS", "CheckpointMismatchError", "CheckpointMissingError", "DiffusionGenerator", "Preset",
-    "StreamEngine", "WorldModel", "get_preset", "load_checkpoint", "load_model",
-    "measure_stream", "save_checkpoint", "untrained_model",
-]
+__all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:

@@ -17,11 +17,11 @@ import os
 import numpy as np
 import torch
 
+from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.generator import Generator, as_rgb
 
-from .checkpoint import load_model
 from .engine import StreamEngine
-from .model import resolve_dtype
+from .model import load_model, resolve_dtype
 from .presets import get_preset
 
 
@@ -30,8 +30,11 @@ class DiffusionGenerator(Generator):
 
     Args:
         preset: preset name ("tiny", "paper").
-        checkpoint: a safetensors file written by
-            :func:`~.checkpoint.save_checkpoint` for this preset (required).
+        base_dir: the base release folder (the layout of ``Wan2.2-TI2V-5B-Diffusers``: ``vae/``,
+            ``transformer/``) whose configs are the preset's (required).
+        weights_dir: the trainer's folder (control branch and fine-tuned DiT, ``manifest.json``); None or "":
+            the base model with a zero control branch (the actions have no effect).
+        prompt_file: the fixed prompt's embedding (``rynn-teleop world-model encode-prompt``) (required).
         device: torch device ("cpu", "cuda", ...).
         dtype: "float32", "bfloat16" or "float16".
         seed: sampler noise seed.
@@ -40,22 +43,26 @@ class DiffusionGenerator(Generator):
         width, height: output frame size [px]; default the preset's.
 
     Raises:
-        ConfigurationError: unknown preset or a ``chunk_frames`` that is not
-            1 + whole blocks; no checkpoint (None or ""), or one that does not
-            match the preset (``CheckpointMissingError``/``CheckpointMismatchError``).
+        ConfigurationError: unknown preset or a ``chunk_frames`` that is not 1 + whole blocks; a missing
+            base folder or prompt file, or one that does not fit the preset (the message names the folder or
+            file and the first differences).
     """
 
     uses_real_frames = True  # observe() frames re-anchor the stream
 
-    def __init__(self, preset: str, checkpoint: str | os.PathLike | None, device: str = "cpu",
-                 dtype: str | torch.dtype = "float32", seed: int = 0, chunk_frames: int | None = None,
-                 width: int | None = None, height: int | None = None) -> None:
+    def __init__(self, preset: str, base_dir: str | os.PathLike | None, weights_dir: str | os.PathLike | None,
+                 prompt_file: str | os.PathLike | None, device: str = "cpu", dtype: str | torch.dtype = "float32",
+                 seed: int = 0, chunk_frames: int | None = None, width: int | None = None,
+                 height: int | None = None) -> None:
         super().__init__()
         config = get_preset(preset)
         if chunk_frames is not None:
             config = dataclasses.replace(config, chunk_frames=chunk_frames)  # validated by the preset
         resolved = resolve_dtype(dtype)
-        model = load_model(config, checkpoint, device, resolved)
+        for name, value in (("base_dir", base_dir), ("prompt_file", prompt_file)):
+            if not value:
+                raise ConfigurationError(f"diffusion backend: {name} is required (see the README, World model)")
+        model = load_model(config, base_dir, weights_dir, prompt_file, device, resolved)
         self.engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=self.timer)
         self.preset = config
         self.width = width if width is not None else config.width

@@ -2,7 +2,7 @@
 
 Speed does not depend on the weights' values, so the ``paper`` preset can be
 timed with random weights on a GPU, but only when the caller asks for it
-(``random_weights=True``); otherwise a checkpoint is required, as everywhere.
+(``random_weights=True``); otherwise the weights are loaded, as everywhere.
 The inputs are synthetic: a gradient reference frame and condition frames
 with a moving disc (what is drawn does not change the work done).
 """
@@ -20,28 +20,32 @@ import torch
 
 from rynn_teleop.world_model.generator import StageTimer
 
-from .checkpoint import load_model
 from .engine import StreamEngine
-from .model import resolve_dtype, untrained_model
-from .presets import Preset, get_preset
+from .model import load_model, resolve_dtype, untrained_model
+from .presets import WanPreset, get_preset
 
 WARMUP_BLOCKS = 2  # blocks run (then discarded) before timing: kernel selection, allocator warm-up
 
 
-def measure_stream(preset: str | Preset, device: str = "cpu", dtype: str | torch.dtype = "float32",
-                   frames: int = 49, checkpoint: str | os.PathLike | None = None,
-                   random_weights: bool = False, seed: int = 0, segments: int = 4) -> dict[str, Any]:
+def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | torch.dtype = "float32",
+                   frames: int = 49, base_dir: str | os.PathLike | None = None,
+                   weights_dir: str | os.PathLike | None = None, prompt_file: str | os.PathLike | None = None,
+                   random_weights: bool = False, seed: int = 0, segments: int = 4,
+                   attention_backend: str | None = None, compile_blocks: bool = False) -> dict[str, Any]:
     """Time one stream of ``frames`` frames (the reference frame and whole blocks), after a short warm-up.
 
     Args:
         preset: preset or its name.
         frames: stream length, reference included; rounded up to 1 + whole blocks (49 -> 1 + 12 * 4).
-        checkpoint: the weights (required unless ``random_weights``).
-        random_weights: time seeded untrained weights (speed only; never frames to look at).
+        base_dir, weights_dir, prompt_file: the weights (:func:`~.model.load_model`; base_dir and prompt_file
+            required unless ``random_weights``).
+        random_weights: time seeded random weights of the real architecture (speed only; never frames to look at).
         segments: stretches the stream is cut into for ``fps_by_stream_length``.
+        attention_backend: a diffusers attention backend for the DiT ("native", "flash", ...; None: SDPA).
+        compile_blocks: ``torch.compile`` the DiT's repeated blocks (diffusers' ``compile_repeated_blocks``).
 
     Returns:
-        ``preset``, ``device``, ``dtype``, ``weights`` ("checkpoint" or "random"), ``width``,
+        ``preset``, ``device``, ``dtype``, ``weights`` ("loaded" or "random"), ``width``,
         ``height`` [px], ``frames`` (generated frames timed), ``fps`` (generated frames per
         second after the first block [1/s]), ``first_frame_ms`` (reset(reference) until the first
         block's frames are back [ms]), ``stage_ms`` (mean time per stage call [ms]),
@@ -52,15 +56,19 @@ def measure_stream(preset: str | Preset, device: str = "cpu", dtype: str | torch
         each stretch [frames]).
 
     Raises:
-        CheckpointMissingError, CheckpointMismatchError: no usable checkpoint and not ``random_weights``.
-        ValueError: both a checkpoint and ``random_weights``.
+        ConfigurationError: weights that cannot be loaded (see :func:`~.model.load_model`).
+        ValueError: both weights and ``random_weights``, or neither.
     """
     config = get_preset(preset) if isinstance(preset, str) else preset
     resolved = resolve_dtype(dtype)
-    if random_weights and checkpoint is not None:
-        raise ValueError("give either a checkpoint or random_weights=True, not both")
+    if random_weights == bool(base_dir):
+        raise ValueError("give either base_dir (with prompt_file, optionally weights_dir) or random_weights=True")
     model = (untrained_model(config, seed, device, resolved) if random_weights
-             else load_model(config, checkpoint, device, resolved))
+             else load_model(config, base_dir, weights_dir, prompt_file, device, resolved))
+    if attention_backend:
+        model.dit.transformer.set_attention_backend(attention_backend)
+    if compile_blocks:
+        model.dit.transformer.compile_repeated_blocks(fullgraph=False)
     per_block = config.frames_per_block
     blocks = max(segments, 2, -(-(frames - 1) // per_block))
     timer = StageTimer(window=blocks + WARMUP_BLOCKS + 8)
@@ -85,7 +93,8 @@ def measure_stream(preset: str | Preset, device: str = "cpu", dtype: str | torch
     stretches = [(lo, hi) for lo, hi in itertools.pairwise(bounds) if hi > lo]
     return {
         "preset": config.name, "device": str(engine.device), "dtype": str(resolved).removeprefix("torch."),
-        "weights": "random" if random_weights else "checkpoint", "width": config.width, "height": config.height,
+        "weights": "random" if random_weights else "loaded", "attention_backend": attention_backend or "sdpa",
+        "compiled": compile_blocks, "width": config.width, "height": config.height,
         "frames": blocks * per_block,
         "fps": (blocks - 1) * per_block / (ends[-1] - ends[0]),
         "first_frame_ms": 1e3 * (ends[0] - start),
@@ -102,7 +111,7 @@ def _peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
-def _inputs(config: Preset, count: int = 8) -> tuple[np.ndarray, list[list[np.ndarray]]]:
+def _inputs(config: WanPreset, count: int = 8) -> tuple[np.ndarray, list[list[np.ndarray]]]:
     """A gradient reference frame and ``count`` blocks of condition frames with a moving disc."""
     h, w = config.height, config.width
     rows, cols = np.mgrid[0:h, 0:w]

@@ -1,33 +1,20 @@
 """The streaming engine: block-wise generation with a fixed cache, a commit pass and re-anchoring.
 
-One stream, as in the paper:
+One stream, as in the paper, on diffusers' Wan2.2 model (:class:`~.model.WanWorldModel`):
 
-1. :meth:`StreamEngine.reset` encodes the reference frame alone (1 frame ->
-   1 latent frame, the anchor) and commits it at noise level 0: it becomes
-   the cache's sink. The reference frame is frame 0 of the stream, so the
-   stream follows the causal VAE's 1 + 4k rule with 4k frames per block.
-2. :meth:`StreamEngine.generate_block` takes the 4 * ``block_frames``
-   condition (skeleton) frames of the next block and
+1. :meth:`StreamEngine.reset` encodes the reference frame alone (1 frame -> 1 latent frame, the anchor) and
+   commits it at timestep 0 at latent position 0: it becomes the cache's sink. The stream follows the causal
+   VAE's 1 + 4k rule with 4 * ``block_frames`` frames per block.
+2. :meth:`StreamEngine.generate_block` takes the block's condition (skeleton) frames and runs the stages
+   ``encode_condition`` (streaming VAE encoder), ``denoise`` (the 4-step flow sampler, each step one read
+   pass of the DiT against the cache), ``commit`` (one pass on the clean block at timestep 0 writes its
+   keys/values into the cache) and ``decode`` (streaming VAE decoder, which keeps its causal cache).
+3. Every ``chunk_frames`` frames (81: the anchor plus 80 generated ones) it re-anchors (stage ``reanchor``):
+   cache, VAE streams and positions restart from the newest real frame given to :meth:`observe` since the
+   last anchoring, else from its own last generated frame as returned (uint8).
 
-   * ``encode_condition``: encodes them with the streaming VAE encoder;
-   * ``denoise``: runs the 4-step flow sampler, each step one DiT pass of the
-     block against the cache (reads only);
-   * ``commit``: one DiT pass on the clean block at noise level 0 writes its
-     keys/values into the cache (sink first, then the sliding window);
-   * ``decode``: decodes the block with the streaming VAE decoder to
-     4 * ``block_frames`` RGB frames.
-3. Every ``chunk_frames`` frames (81: the anchor plus 80 generated frames)
-   it re-anchors (stage ``reanchor``): the cache, VAE streams and frame
-   positions restart from the newest real frame handed to :meth:`observe`
-   since the last anchoring, else from its own last generated frame (as
-   returned, in uint8: the same as re-anchoring on that image). :meth:`reset`
-   is timed under the same stage.
-
-The condition of the anchor frame is the newest condition frame seen (a
-black image at :meth:`reset` when none is given). Shapes are static (every
-block has the same size, the cache is allocated once), and the per-stage
-wall times go to a :class:`~rynn_teleop.world_model.generator.StageTimer`
-(on CUDA each stage ends with a synchronisation so that the split is true).
+Shapes are static (the cache is allocated once); per-stage wall times go to a
+:class:`~rynn_teleop.world_model.generator.StageTimer` (on CUDA each stage ends with a synchronisation).
 """
 
 from __future__ import annotations
@@ -40,15 +27,9 @@ import torch
 
 from rynn_teleop.world_model.generator import StageTimer
 
-from .model import WorldModel, resolve_dtype
+from .model import WanWorldModel, resolve_dtype
 from .sampler import FlowSampler
-from .vae import (
-    StreamState,
-    pixels_to_rgb,
-    pixels_to_tensor,
-    rgb_to_tensor,
-    tensor_to_pixels,
-)
+from .vae import pixels_to_rgb, rgb_to_pixels
 
 STAGES = ("encode_condition", "denoise", "commit", "decode", "reanchor")
 
@@ -57,26 +38,28 @@ class StreamEngine:
     """Streaming generation with one model (see the module docstring).
 
     Args:
-        model: the world model (loaded from a checkpoint by the caller); moved
-            to ``device``/``dtype`` and put in eval mode.
+        model: the world model with its prompt; moved to ``device``/``dtype``, eval mode.
         device: "cpu", "cuda", "cuda:1", ...
         dtype: torch dtype or its name ("float32", "bfloat16", "float16").
         seed: seed of the sampler's noise (same seed and inputs -> same frames).
         timer: where the stage times go (a new one if None).
     """
 
-    def __init__(self, model: WorldModel, device: torch.device | str = "cpu",
+    def __init__(self, model: WanWorldModel, device: torch.device | str = "cpu",
                  dtype: torch.dtype | str = torch.float32, seed: int = 0, timer: StageTimer | None = None) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
-        self.model = model.to(device=self.device, dtype=self.dtype).eval()
+        self.model = model.to(self.device, self.dtype)
         self.preset = model.preset
         self.timer = timer if timer is not None else StageTimer()
         self.sampler = FlowSampler(self.preset.timesteps, self.preset.shift)
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.cache = model.dit.make_cache()
-        self._condition_stream = StreamState()
-        self._decoder_stream = StreamState()
+        self.model.dit.set_prompt(self.model.prompt_embeds)
+        self.cache = self.model.dit.new_cache(self.preset.window_frames, self.preset.block_frames,
+                                              self.preset.tokens_per_frame, sink_frames=self.preset.sink_frames)
+        self._condition_stream = self.model.vae.new_stream()
+        self._decoder_stream = self.model.vae.new_stream()
+        self._position = 0  # absolute latent-frame position of the next committed frame (RoPE)
         self._frames_since_anchor = 0  # generated video frames since the anchor (the anchor not counted)
         self._last_frame: torch.Tensor | None = None  # (1, 3, 1, H, W), the newest frame as returned (uint8 values)
         self._last_condition: torch.Tensor | None = None  # (1, 3, 1, H, W), the newest condition frame
@@ -85,7 +68,7 @@ class StreamEngine:
     # ---- public API ---------------------------------------------------------
     @property
     def frames_per_block(self) -> int:
-        """Condition frames per block = video frames generated per block."""
+        """Condition frames per block = video frames generated per block (4 per latent frame)."""
         return self.preset.frames_per_block
 
     @property
@@ -129,8 +112,7 @@ class StreamEngine:
         """The next block's frames from its condition frames.
 
         Args:
-            condition_frames: ``frames_per_block`` RGB uint8 (H, W, 3) images
-                at the preset's size, oldest first.
+            condition_frames: ``frames_per_block`` RGB uint8 (H, W, 3) images at the preset's size, oldest first.
 
         Returns:
             ``frames_per_block`` generated RGB uint8 (H, W, 3) frames, oldest first.
@@ -149,16 +131,15 @@ class StreamEngine:
                 with self._stage("reanchor"):
                     self._reanchor(None)
             with self._stage("encode_condition"):
-                condition_pixels = rgb_to_tensor(condition_frames, self.device, self.dtype)
+                condition_pixels = rgb_to_pixels(condition_frames, self.device, self.dtype)
                 condition = self.model.vae.encode(condition_pixels, self._condition_stream)
             with self._stage("denoise"):
                 latents = self._denoise(condition)
             with self._stage("commit"):
                 self._commit(latents, condition)
             with self._stage("decode"):
-                pixels = tensor_to_pixels(self.model.vae.decode(latents, self._decoder_stream))
-                last_frame = pixels_to_tensor(pixels[:, :, -1:], self.dtype)  # as returned, in uint8
-                frames = pixels_to_rgb(pixels)
+                frames = pixels_to_rgb(self.model.vae.decode(latents, self._decoder_stream))
+                last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
         # only once the block succeeded: a failed block leaves the re-anchoring inputs as they were
         self._last_frame, self._last_condition = last_frame, condition_pixels[:, :, -1:]
         self._frames_since_anchor += self.frames_per_block
@@ -168,19 +149,21 @@ class StreamEngine:
     def _denoise(self, condition: torch.Tensor) -> torch.Tensor:
         def velocity(x: torch.Tensor, timestep: float) -> torch.Tensor:
             timesteps = torch.full(x.shape[:1] + x.shape[2:3], timestep, device=self.device)
-            return self.model.dit.forward_block(x, condition, timesteps, self.cache, commit=False)
+            return self.model.dit.forward_block(x, condition, timesteps, self.cache, self._position, commit=False)
 
         return self.sampler.sample(velocity, condition.shape, self.generator, self.device, self.dtype)
 
     def _commit(self, latents: torch.Tensor, condition: torch.Tensor) -> None:
         timesteps = torch.zeros(latents.shape[:1] + latents.shape[2:3], device=self.device)
-        self.model.dit.forward_block(latents, condition, timesteps, self.cache, commit=True)
+        self.model.dit.forward_block(latents, condition, timesteps, self.cache, self._position, commit=True)
+        self._position += latents.shape[2]
 
     def _anchor(self, frame: torch.Tensor, condition: torch.Tensor) -> None:
         """Restart cache, VAE streams and positions from ``frame`` (1, 3, 1, H, W) and its condition."""
-        self.cache.reset()
-        self._condition_stream.clear()
-        self._decoder_stream.clear()
+        self.model.dit.reset(self.cache)
+        self._condition_stream.reset()
+        self._decoder_stream.reset()
+        self._position = 0
         latent = self.model.vae.encode(frame)
         condition_latent = self.model.vae.encode(condition, self._condition_stream)
         self._commit(latent, condition_latent)
@@ -197,7 +180,7 @@ class StreamEngine:
     # ---- helpers ------------------------------------------------------------
     def _image(self, frame: np.ndarray) -> torch.Tensor:
         self._check_image(frame)
-        return rgb_to_tensor([frame], self.device, self.dtype)
+        return rgb_to_pixels([frame], self.device, self.dtype)
 
     def _black(self) -> torch.Tensor:
         return torch.full((1, 3, 1, self.preset.height, self.preset.width), -1.0, device=self.device,

@@ -1,40 +1,21 @@
-"""The whole learned world model: the causal VAE and the block-causal DiT of one preset."""
+"""The whole learned world model: diffusers' Wan2.2 VAE and DiT, our control branch and the fixed prompt."""
 
 from __future__ import annotations
 
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
 import torch
-from torch import nn
+from diffusers import AutoencoderKLWan, WanTransformer3DModel
 
-from .presets import Preset
-from .transformer import DiT
-from .vae import CausalVAE
+from .dit import ControlBranch, StreamingWanDiT
+from .presets import WanPreset
+from .vae import StreamingVAE
+from .weights import load_base, load_prompt, load_weights, save_prompt, save_weights
 
-
-class WorldModel(nn.Module):
-    """VAE (``vae``) and DiT with its control branch (``dit``); weights come from a checkpoint
-    (:func:`~.checkpoint.load_checkpoint`). Construction alone gives untrained weights."""
-
-    def __init__(self, preset: Preset) -> None:
-        super().__init__()
-        self.preset = preset
-        self.vae = CausalVAE(preset)
-        self.dit = DiT(preset)
-
-
-def untrained_model(preset: Preset, seed: int, device: torch.device | str = "cpu",
-                    dtype: torch.dtype = torch.float32) -> WorldModel:
-    """A seeded, untrained model in eval mode: for tests (checkpoint round trips) and speed runs only.
-
-    Random weights produce noise, not a world model; the generator backend
-    never uses this (it loads a checkpoint).
-    """
-    devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        with torch.device(device):  # initialise in place: the paper model is 16 GB in float32
-            model = WorldModel(preset)
-    return model.to(dtype).eval().requires_grad_(False)
-
+_LOG = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -51,3 +32,81 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
         return DTYPES[dtype]
     except KeyError:
         raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPES)}") from None
+
+
+@dataclass
+class WanWorldModel:
+    """What one stream needs: the streaming VAE, the streaming DiT (transformer + control branch) and the
+    prompt embedding (1, prompt_len, text_dim), all of one preset."""
+
+    preset: WanPreset
+    vae: StreamingVAE
+    dit: StreamingWanDiT
+    prompt_embeds: torch.Tensor
+
+    def to(self, device: torch.device | str, dtype: torch.dtype) -> WanWorldModel:
+        """Move every part to ``device``/``dtype`` (in place; eval mode, no gradients); returns self."""
+        for module in (self.vae.vae, self.dit):
+            module.to(device)
+            if next(module.parameters()).dtype != dtype:  # diffusers warns on every dtype cast
+                module.to(dtype=dtype)
+            module.eval().requires_grad_(False)
+        self.prompt_embeds = self.prompt_embeds.to(device=device, dtype=dtype)
+        return self
+
+
+def control_branch(preset: WanPreset) -> ControlBranch:
+    """A zero-initialised control branch for ``preset``'s DiT (the model then equals the base model)."""
+    return ControlBranch(preset.latent_channels, preset.inner_dim, tuple(preset.patch))
+
+
+def load_model(preset: WanPreset, base_dir: str | os.PathLike, weights_dir: str | os.PathLike | None,
+               prompt_file: str | os.PathLike, device: torch.device | str = "cpu",
+               dtype: torch.dtype = torch.float32) -> WanWorldModel:
+    """The world model from the base release ``base_dir``, the trainer's ``weights_dir`` and a prompt file.
+
+    Without ``weights_dir`` (None or "") the control branch stays zero: the model is the base model, which
+    ignores the actions (logged as a warning).
+
+    Raises:
+        ConfigurationError (``BaseModelError``, ``FineTunedWeightsError``, ``PromptEmbeddingError``): a folder
+            or file that is missing or does not fit the preset; the message names it and the first differences.
+    """
+    base = load_base(base_dir, preset, device, dtype)
+    control = control_branch(preset).to(device=device, dtype=dtype)
+    if weights_dir:
+        load_weights(weights_dir, base.transformer, control, preset)
+    else:
+        _LOG.warning("world model: no fine-tuned weights (weights_dir): the base model ignores the actions")
+    prompt = load_prompt(prompt_file, preset, device, dtype)
+    return WanWorldModel(preset, StreamingVAE(base.vae), StreamingWanDiT(base.transformer, control), prompt)
+
+
+def untrained_model(preset: WanPreset, seed: int, device: torch.device | str = "cpu",
+                    dtype: torch.dtype = torch.float32) -> WanWorldModel:
+    """Seeded random weights of the real architecture, a random prompt and a non-zero control branch (so the
+    actions change the frames): for tests and speed runs only; a node never uses it (it loads weights)."""
+    devices = [torch.device(device)] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        with torch.device(device):  # initialise in place: the paper model is 20 GB in float32
+            vae = AutoencoderKLWan(**preset.vae_kwargs)
+            transformer = WanTransformer3DModel(**preset.transformer_kwargs)
+            control = control_branch(preset)
+            torch.nn.init.normal_(control.conv.weight, std=0.02)
+            prompt = torch.randn(preset.prompt_shape)
+    model = WanWorldModel(preset, StreamingVAE(vae), StreamingWanDiT(transformer, control), prompt)
+    return model.to(device, dtype)
+
+
+def save_model(model: WanWorldModel, base_dir: str | os.PathLike, weights_dir: str | os.PathLike,
+               prompt_file: str | os.PathLike, *, base_model_id: str = "untrained", training_step: int = 0) -> None:
+    """Write ``model`` as :func:`load_model` reads it: its VAE and DiT in the base release's layout
+    (``base_dir/vae``, ``base_dir/transformer``), its control branch as a weights folder (kind "control") and
+    its prompt embedding. For tests, benchmarks and tools; the trainer writes weights folders the same way."""
+    base = Path(base_dir)
+    model.vae.vae.save_pretrained(base / "vae")
+    model.dit.transformer.save_pretrained(base / "transformer")
+    save_weights(weights_dir, transformer=model.dit.transformer, control=model.dit.control, kind="control",
+                 preset=model.preset, base_model_id=base_model_id, training_step=training_step)
+    save_prompt(model.prompt_embeds, prompt_file, prompt="(random)", tokens=model.prompt_embeds.shape[1])

@@ -1,92 +1,206 @@
-"""Model sizes of the diffusion world model (torch-free).
+"""Model sizes of the diffusion world model on diffusers' Wan2.2 classes (torch-free).
 
-A :class:`Preset` fixes every dimension of the VAE, the DiT, the key/value
-cache and the sampler. ``paper`` mirrors Wan2.2 TI2V-5B as used by
-RynnWorld-Teleop (832x480, 48 latent channels, 16x16 spatial and 4x
-temporal compression, VAE encoder 160/320/640/640 with 2 residual blocks per
-level and the wider decoder 256/512/1024/1024 with 3, DiT dim 3072 / 30 layers / 24 heads / FFN 14336, patch
-(1, 2, 2)); ``tiny`` has the same structure at a size that runs the tests on
+A :class:`WanPreset` holds the constructor arguments of diffusers' ``AutoencoderKLWan`` and
+``WanTransformer3DModel`` (every argument, so a ``config.json`` can be compared field by field), the
+streaming dimensions (block, sink and window of the key/value cache, chunk between re-anchorings), the
+sampler's steps and the prompt embedding's shape. ``paper`` is Wan2.2 TI2V-5B as released in
+``Wan2.2-TI2V-5B-Diffusers`` at 832x480; ``tiny`` has the same structure at a size that runs the tests on
 a CPU in seconds.
 
-Token arithmetic of ``paper``: 480x832 px / 16 = 30x52 latents per latent
-frame, the (1, 2, 2) patch makes that 15x26 = 390 tokens; 81 frames = 1 + 4*20
-frames = 21 latent frames.
+Token arithmetic of ``paper``: 480x832 px / 16 = 30x52 latents per latent frame, the (1, 2, 2) patch makes
+that 15x26 = 390 tokens; 81 frames = 1 + 4*20 frames = 21 latent frames.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
 
 from rynn_teleop.errors import ConfigurationError
 
+#: every constructor argument of diffusers' ``AutoencoderKLWan`` (diffusers 0.42)
+VAE_CONFIG_KEYS = frozenset({
+    "base_dim", "decoder_base_dim", "z_dim", "dim_mult", "num_res_blocks", "attn_scales", "temperal_downsample",
+    "dropout", "latents_mean", "latents_std", "is_residual", "in_channels", "out_channels", "patch_size",
+    "scale_factor_temporal", "scale_factor_spatial",
+})
+#: every constructor argument of diffusers' ``WanTransformer3DModel`` (diffusers 0.42)
+TRANSFORMER_CONFIG_KEYS = frozenset({
+    "patch_size", "num_attention_heads", "attention_head_dim", "in_channels", "out_channels", "text_dim",
+    "freq_dim", "ffn_dim", "num_layers", "cross_attn_norm", "qk_norm", "eps", "image_dim", "added_kv_proj_dim",
+    "rope_max_seq_len", "pos_embed_seq_len",
+})
+
+
+class WanPresetError(ConfigurationError):
+    """A :class:`WanPreset` is inconsistent.
+
+    Attributes:
+        field: the name of the preset field the message is about.
+    """
+
+    def __init__(self, preset: str, field_name: str, message: str) -> None:
+        super().__init__(f"preset {preset!r}: {field_name}: {message}")
+        self.field = field_name
+
+
+def latent_frames(frames: int, temporal_compression: int = 4) -> int:
+    """Latent frames of a clip that starts a stream: 1 + 4k frames -> 1 + k.
+
+    Raises:
+        ValueError: ``frames`` is not 1 + 4k.
+    """
+    if frames < 1 or (frames - 1) % temporal_compression:
+        raise ValueError(
+            f"a stream starts with 1 + {temporal_compression}k frames (the first frame alone, then "
+            f"{temporal_compression} frames per latent frame); got {frames}"
+        )
+    return 1 + (frames - 1) // temporal_compression
+
+
+def _frozen(value: Any) -> Any:
+    """``value`` with lists as tuples and dicts as read-only mappings (JSON-like values only)."""
+    if isinstance(value, Mapping):
+        return MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+def json_like(value: Any) -> Any:
+    """``value`` with tuples as lists and mappings as dicts: the form ``config.json`` files hold."""
+    if isinstance(value, Mapping):
+        return {k: json_like(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_like(v) for v in value]
+    return value
+
 
 @dataclass(frozen=True)
-class Preset:
+class WanPreset:
     """Every dimension of one model size (see the module docstring).
 
-    Frame counts: video frames [frames] unless named ``latent``; a latent
-    frame covers 4 video frames (the first latent frame of a stream: 1).
+    Frame counts: video frames [frames] unless named ``latent``; a latent frame covers
+    ``temporal_compression`` (4) video frames, the first latent frame of a stream 1.
+    ``vae_config`` and ``transformer_config`` are stored read-only (lists as tuples); use
+    :attr:`vae_kwargs` / :attr:`transformer_kwargs` to build the diffusers models.
+
+    Raises:
+        WanPresetError: on construction, naming the first inconsistent field.
     """
 
     name: str
     width: int  # image width [px]
     height: int  # image height [px]
-    latent_channels: int  # VAE latent channels (Wan2.2: 48)
-    vae_dims: tuple[int, ...]  # VAE channels per resolution level (encoder order)
-    vae_res_blocks: int  # residual blocks per VAE encoder level
-    vae_decoder_dims: tuple[int, ...]  # VAE decoder channels per level, in encoder order (Wan2.2: wider)
-    vae_decoder_res_blocks: int  # residual blocks per VAE decoder level (Wan2.2: encoder's + 1)
-    dim: int  # DiT hidden size
-    layers: int  # DiT blocks
-    heads: int  # attention heads
-    ffn: int  # FFN hidden size
+    latent_channels: int  # VAE latent channels (Wan2.2: 48) = the DiT's in/out channels
+    vae_config: Mapping[str, Any] = field(hash=False)  # AutoencoderKLWan arguments, all of them
+    transformer_config: Mapping[str, Any] = field(hash=False)  # WanTransformer3DModel arguments, all of them
     block_frames: int  # latent frames generated per block
     sink_frames: int  # latent frames kept for ever in the cache (the anchor first)
     window_frames: int  # latent frames in the sliding window of the cache
     shift: float  # flow schedule shift (sigma = shift*t / (1 + (shift-1)*t))
-    temporal_compression: int = 4  # video frames per latent frame
-    spatial_compression: int = 16  # pixels per latent, each axis
-    patch: tuple[int, int, int] = (1, 2, 2)  # DiT patch (latent frames, rows, columns)
-    chunk_frames: int = 81  # video frames between re-anchorings, anchor included
+    prompt_len: int  # prompt embedding length [tokens] (UMT5 in Wan: 512)
+    text_dim: int  # prompt embedding width (UMT5-XXL: 4096)
+    chunk_frames: int = 81  # video frames between re-anchorings, anchor included (1 + 4k)
     timesteps: tuple[int, ...] = (1000, 750, 500, 250)  # sampler steps, of 1000
-    control_scale_init: float = 0.1  # initial learnable scale of the control branch
-    freq_dim: int = 256  # sinusoidal timestep embedding size
 
     def __post_init__(self) -> None:
-        checks = {
-            "temporal_compression must be 4 (two causal temporal downsamplings)": self.temporal_compression == 4,
-            "spatial_compression must be 2 ** len(vae_dims) (pixel unshuffle 2, then one 2x step per level)":
-                self.spatial_compression == 2 ** len(self.vae_dims),
-            "vae_decoder_dims must have one entry per level of vae_dims":
-                len(self.vae_decoder_dims) == len(self.vae_dims),
-            "vae_res_blocks and vae_decoder_res_blocks must be at least 1":
-                self.vae_res_blocks >= 1 and self.vae_decoder_res_blocks >= 1,
-            "patch must be (1, p, p): one latent frame per token":
-                self.patch[0] == 1 and self.patch[1] == self.patch[2],
-            "width and height must be multiples of spatial_compression * patch":
-                self.width % self.pixels_per_token == 0 and self.height % self.pixels_per_token == 0,
-            "dim must be a multiple of heads": self.dim % self.heads == 0,
-            "head_dim (dim / heads) must be even and at least 6 (3D rotary embedding)":
-                self.head_dim % 2 == 0 and self.head_dim >= 6,
-            "chunk_frames - 1 must be a multiple of 4 * block_frames (whole blocks per chunk)":
-                self.chunk_frames > 1
-                and (self.chunk_frames - 1) % (self.temporal_compression * self.block_frames) == 0,
-            "window_frames must hold at least one block": self.window_frames >= self.block_frames,
-            "sink_frames must be at least 1 (the anchor)": self.sink_frames >= 1,
-            "timesteps must decrease within (0, 1000]":
-                all(0 < t <= 1000 for t in self.timesteps)
-                and list(self.timesteps) == sorted(self.timesteps, reverse=True),
-            "shift must be positive": self.shift > 0,
-        }
-        failed = [rule for rule, ok in checks.items() if not ok]
-        if failed:
-            raise ConfigurationError(f"preset {self.name!r} is inconsistent: " + "; ".join(failed))
+        object.__setattr__(self, "vae_config", _frozen(self.vae_config))
+        object.__setattr__(self, "transformer_config", _frozen(self.transformer_config))
+        object.__setattr__(self, "timesteps", tuple(self.timesteps))
+        for field_name, message in self._problems():
+            raise WanPresetError(self.name, field_name, message)
+
+    def _problems(self):
+        """(field, message) of each inconsistency, in the order they are checked."""
+        vae, dit = self.vae_config, self.transformer_config
+        for name, config, keys in (("vae_config", vae, VAE_CONFIG_KEYS),
+                                   ("transformer_config", dit, TRANSFORMER_CONFIG_KEYS)):
+            missing, unknown = sorted(keys - set(config)), sorted(set(config) - keys)
+            if missing or unknown:
+                yield name, f"must hold every constructor argument; missing {missing}, unknown {unknown}"
+                return
+        if vae["z_dim"] != self.latent_channels:
+            yield "latent_channels", f"{self.latent_channels} differs from vae_config z_dim {vae['z_dim']}"
+        if (dit["in_channels"], dit["out_channels"]) != (self.latent_channels, self.latent_channels):
+            yield "latent_channels", (f"{self.latent_channels} differs from transformer_config in/out channels "
+                                      f"{dit['in_channels']}/{dit['out_channels']}")
+        if not len(vae["latents_mean"]) == len(vae["latents_std"]) == vae["z_dim"]:
+            yield "vae_config", "latents_mean and latents_std need one value per latent channel (z_dim)"
+        if vae["scale_factor_temporal"] != 4 or list(vae["temperal_downsample"]).count(True) != 2:
+            yield "vae_config", "temporal compression must be 4 (two causal temporal downsamplings)"
+        vae_patch = vae["patch_size"] or 1
+        if vae["scale_factor_spatial"] != vae_patch * 2 ** (len(vae["dim_mult"]) - 1):
+            yield "vae_config", "scale_factor_spatial must be patch_size * 2 ** (len(dim_mult) - 1)"
+        patch = tuple(dit["patch_size"])
+        if len(patch) != 3 or patch[0] != 1 or patch[1] != patch[2]:
+            yield "transformer_config", f"patch_size must be (1, p, p), one latent frame per token; got {patch}"
+            return
+        head_dim = dit["attention_head_dim"]
+        if head_dim < 6 or head_dim % 2:
+            yield "transformer_config", f"attention_head_dim must be even and at least 6 (3D rotary); got {head_dim}"
+        if dit["text_dim"] != self.text_dim:
+            yield "text_dim", f"{self.text_dim} differs from transformer_config text_dim {dit['text_dim']}"
+        for name in ("width", "height"):
+            size = getattr(self, name)
+            if size <= 0 or size % self.pixels_per_token:
+                yield name, (f"must be a positive multiple of {self.pixels_per_token} px (VAE "
+                             f"{self.spatial_compression} x patch {patch[1]}); got {size}")
+        if self.block_frames < 1:
+            yield "block_frames", f"must be at least 1; got {self.block_frames}"
+        if self.sink_frames < 1:
+            yield "sink_frames", f"must be at least 1 (the anchor); got {self.sink_frames}"
+        if self.window_frames < self.block_frames:
+            yield "window_frames", f"must hold at least one block ({self.block_frames}); got {self.window_frames}"
+        step = self.temporal_compression * max(self.block_frames, 1)
+        if self.chunk_frames <= 1 or (self.chunk_frames - 1) % step:
+            yield "chunk_frames", (f"must be 1 + {step}k with k >= 1 (the anchor, then whole blocks of "
+                                   f"{step} frames); got {self.chunk_frames}")
+        steps = list(self.timesteps)
+        if not steps or steps[0] != 1000 or steps != sorted(set(steps), reverse=True) or steps[-1] <= 0:
+            yield "timesteps", f"must start at 1000 and strictly decrease above 0; got {self.timesteps}"
+        if self.shift <= 0:
+            yield "shift", f"must be positive; got {self.shift}"
+        if self.prompt_len < 1:
+            yield "prompt_len", f"must be at least 1; got {self.prompt_len}"
+
+    @property
+    def vae_kwargs(self) -> dict[str, Any]:
+        """``AutoencoderKLWan(**vae_kwargs)`` builds this preset's VAE (a fresh dict, lists as lists)."""
+        return json_like(self.vae_config)
+
+    @property
+    def transformer_kwargs(self) -> dict[str, Any]:
+        """``WanTransformer3DModel(**transformer_kwargs)`` builds this preset's DiT (a fresh dict)."""
+        return json_like(self.transformer_config)
+
+    @property
+    def temporal_compression(self) -> int:
+        """Video frames per latent frame (after the first)."""
+        return int(self.vae_config["scale_factor_temporal"])
+
+    @property
+    def spatial_compression(self) -> int:
+        """Pixels per latent, each axis."""
+        return int(self.vae_config["scale_factor_spatial"])
+
+    @property
+    def patch(self) -> tuple[int, int, int]:
+        """DiT patch (latent frames, rows, columns)."""
+        return tuple(self.transformer_config["patch_size"])
 
     @property
     def pixels_per_token(self) -> int:
         """Pixels per token side [px] (VAE compression times patch)."""
         return self.spatial_compression * self.patch[1]
+
+    @property
+    def inner_dim(self) -> int:
+        """DiT hidden size (heads x head dim)."""
+        return int(self.transformer_config["num_attention_heads"] * self.transformer_config["attention_head_dim"])
 
     @property
     def latent_grid(self) -> tuple[int, int]:
@@ -105,10 +219,6 @@ class Preset:
         return math.prod(self.token_grid)
 
     @property
-    def head_dim(self) -> int:
-        return self.dim // self.heads
-
-    @property
     def frames_per_block(self) -> int:
         """Video frames generated per block [frames]."""
         return self.temporal_compression * self.block_frames
@@ -124,70 +234,125 @@ class Preset:
         return self.sink_frames + self.window_frames
 
     @property
-    def shape_fields(self) -> dict[str, object]:
-        """The fields that decide the weights' shapes (compared against a checkpoint)."""
-        names = ("width", "height", "latent_channels", "vae_dims", "vae_res_blocks", "vae_decoder_dims",
-                 "vae_decoder_res_blocks", "dim", "layers", "heads", "ffn", "temporal_compression",
-                 "spatial_compression", "patch", "freq_dim")
-        return {n: list(v) if isinstance(v := getattr(self, n), tuple) else v for n in names}
+    def prompt_shape(self) -> tuple[int, int, int]:
+        """Shape of the prompt embedding the DiT takes: (1, prompt_len, text_dim)."""
+        return 1, self.prompt_len, self.text_dim
 
 
-def latent_frames(frames: int, temporal_compression: int = 4) -> int:
-    """Latent frames of a clip that starts a stream: 1 + 4k frames -> 1 + k.
+#: Wan2.2 TI2V-5B's VAE, as ``vae/config.json`` of ``Wan2.2-TI2V-5B-Diffusers``: encoder 160/320/640/640 with 2
+#: residual blocks per level, the wider decoder 256/512/1024/1024, 2x2 pixel patch (12 channels), 16x16 and 4x
+#: compression to 48 channels
+PAPER_VAE_CONFIG: Mapping[str, Any] = _frozen({
+    "base_dim": 160,
+    "decoder_base_dim": 256,
+    "z_dim": 48,
+    "dim_mult": [1, 2, 4, 4],
+    "num_res_blocks": 2,
+    "attn_scales": [],
+    "temperal_downsample": [False, True, True],
+    "dropout": 0.0,
+    "latents_mean": [
+        -0.2289, -0.0052, -0.1323, -0.2339, -0.2799, 0.0174, 0.1838, 0.1557,
+        -0.1382, 0.0542, 0.2813, 0.0891, 0.1570, -0.0098, 0.0375, -0.1825,
+        -0.2246, -0.1207, -0.0698, 0.5109, 0.2665, -0.2108, -0.2158, 0.2502,
+        -0.2055, -0.0322, 0.1109, 0.1567, -0.0729, 0.0899, -0.2799, -0.1230,
+        -0.0313, -0.1649, 0.0117, 0.0723, -0.2839, -0.2083, -0.0520, 0.3748,
+        0.0152, 0.1957, 0.1433, -0.2944, 0.3573, -0.0548, -0.1681, -0.0667,
+    ],
+    "latents_std": [
+        0.4765, 1.0364, 0.4514, 1.1677, 0.5313, 0.4990, 0.4818, 0.5013,
+        0.8158, 1.0344, 0.5894, 1.0901, 0.6885, 0.6165, 0.8454, 0.4978,
+        0.5759, 0.3523, 0.7135, 0.6804, 0.5833, 1.4146, 0.8986, 0.5659,
+        0.7069, 0.5338, 0.4889, 0.4917, 0.4069, 0.4999, 0.6866, 0.4093,
+        0.5709, 0.6065, 0.6415, 0.4944, 0.5726, 1.2042, 0.5458, 1.6887,
+        0.3971, 1.0600, 0.3943, 0.5537, 0.5444, 0.4089, 0.7468, 0.7744,
+    ],
+    "is_residual": True,
+    "in_channels": 12,
+    "out_channels": 12,
+    "patch_size": 2,
+    "scale_factor_temporal": 4,
+    "scale_factor_spatial": 16,
+})
 
-    Raises:
-        ValueError: ``frames`` is not 1 + 4k.
-    """
-    if frames < 1 or (frames - 1) % temporal_compression:
-        raise ValueError(
-            f"a stream starts with 1 + {temporal_compression}k frames (the first frame alone, then "
-            f"{temporal_compression} frames per latent frame); got {frames}"
-        )
-    return 1 + (frames - 1) // temporal_compression
+#: Wan2.2 TI2V-5B's DiT, as ``transformer/config.json`` of ``Wan2.2-TI2V-5B-Diffusers``: dim 3072 = 24 heads x
+#: 128, 30 layers, FFN 14336, patch (1, 2, 2), UMT5-XXL text (4096)
+PAPER_TRANSFORMER_CONFIG: Mapping[str, Any] = _frozen({
+    "patch_size": [1, 2, 2],
+    "num_attention_heads": 24,
+    "attention_head_dim": 128,
+    "in_channels": 48,
+    "out_channels": 48,
+    "text_dim": 4096,
+    "freq_dim": 256,
+    "ffn_dim": 14336,
+    "num_layers": 30,
+    "cross_attn_norm": True,
+    "qk_norm": "rms_norm_across_heads",
+    "eps": 1e-06,
+    "image_dim": None,
+    "added_kv_proj_dim": None,
+    "rope_max_seq_len": 1024,
+    "pos_embed_seq_len": None,
+})
 
+#: the paper's VAE structure (residual, 2x2 pixel patch, 16x16 and 4x compression, 48 latent channels) at base
+#: dim 4 and one residual block per level; the latent statistics are arbitrary fixed values
+TINY_VAE_CONFIG: Mapping[str, Any] = _frozen({
+    **PAPER_VAE_CONFIG,
+    "base_dim": 4,
+    "decoder_base_dim": 8,  # wider than the encoder, as in Wan2.2
+    "num_res_blocks": 1,
+    "latents_mean": [round(0.02 * (i % 11) - 0.1, 4) for i in range(48)],
+    "latents_std": [round(0.5 + 0.05 * (i % 7), 4) for i in range(48)],
+})
 
-TINY = Preset(
+#: the paper's DiT structure (48 channels, patch (1, 2, 2)) with 2 layers of 2 heads x 12 (RoPE's t/h/w split 4/4/4)
+TINY_TRANSFORMER_CONFIG: Mapping[str, Any] = _frozen({
+    **PAPER_TRANSFORMER_CONFIG,
+    "num_attention_heads": 2,
+    "attention_head_dim": 12,
+    "num_layers": 2,
+    "ffn_dim": 32,
+    "freq_dim": 16,
+    "text_dim": 16,
+    "rope_max_seq_len": 64,
+})
+
+TINY = WanPreset(
     name="tiny",
     width=96,  # not square, so that row/column mix-ups fail the tests
     height=64,
-    latent_channels=8,
-    vae_dims=(8, 16, 32, 32),
-    vae_res_blocks=1,
-    vae_decoder_dims=(16, 16, 32, 32),  # wider than the encoder and one more block, as in Wan2.2
-    vae_decoder_res_blocks=2,
-    dim=64,
-    layers=2,
-    heads=4,
-    ffn=128,
+    latent_channels=48,
+    vae_config=TINY_VAE_CONFIG,
+    transformer_config=TINY_TRANSFORMER_CONFIG,
     block_frames=1,
     sink_frames=1,
     window_frames=2,
     shift=5.0,
+    prompt_len=16,
+    text_dim=16,
 )
 
-PAPER = Preset(
+PAPER = WanPreset(
     name="paper",
     width=832,
     height=480,
     latent_channels=48,
-    vae_dims=(160, 320, 640, 640),  # Wan2.2 VAE: dim 160, multipliers (1, 2, 4, 4)
-    vae_res_blocks=2,
-    vae_decoder_dims=(256, 512, 1024, 1024),  # Wan2.2 VAE decoder: dec_dim 256, multipliers (1, 2, 4, 4)
-    vae_decoder_res_blocks=3,  # Wan2.2: num_res_blocks + 1 per decoder level
-    dim=3072,
-    layers=30,
-    heads=24,
-    ffn=14336,
+    vae_config=PAPER_VAE_CONFIG,
+    transformer_config=PAPER_TRANSFORMER_CONFIG,
     block_frames=1,  # 4 video frames per block: 100 ms of latency at 40 frames/s
     sink_frames=1,  # the anchor frame
     window_frames=8,  # 32 video frames of recent context
     shift=5.0,  # Wan2.2 TI2V sample_shift
+    prompt_len=512,  # WanPipeline's max_sequence_length for UMT5
+    text_dim=4096,  # UMT5-XXL d_model
 )
 
-PRESETS: dict[str, Preset] = {p.name: p for p in (TINY, PAPER)}
+PRESETS: dict[str, WanPreset] = {p.name: p for p in (TINY, PAPER)}
 
 
-def get_preset(name: str) -> Preset:
+def get_preset(name: str) -> WanPreset:
     """The preset called ``name``.
 
     Raises:

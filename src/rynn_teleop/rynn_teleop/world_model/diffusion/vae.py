@@ -1,406 +1,306 @@
-"""Causal 3D VAE in the style of Wan2.2's video VAE.
+"""Streaming encode/decode on diffusers' Wan2.2 VAE (``AutoencoderKLWan``).
 
-Structure (mirrors Wan2.2, sizes from the :class:`~.presets.Preset`):
+:class:`StreamingVAE` runs the VAE's own encoder and decoder modules in the chunks that
+``AutoencoderKLWan.encode``/``decode`` use (encode: the first frame alone, then 4 frames per latent frame;
+decode: one latent frame per step), but keeps the causal-convolution caches in a :class:`VAEStream` owned by
+the caller, so a video can be encoded or decoded call by call and gives the one-shot result.
 
-* 2x2 pixel unshuffle (3 -> 12 channels), then one level per ``vae_dims``
-  entry; each level but the last ends in a 2x spatial downsampling, the last
-  two of those also downsample time 2x: 16x16 spatial, 4x temporal in all.
-* Residual blocks of causal 3D convolutions (kernel 3 in time, padded on the
-  past only) with channel-wise RMS norms (no statistics across frames), a
-  middle block with per-frame spatial self-attention, and a head giving the
-  posterior mean and log-variance (``encode`` returns the mean).
-* The decoder mirrors it at its own widths (``vae_decoder_dims``, wider in
-  Wan2.2) with ``vae_decoder_res_blocks`` blocks per level; its temporal upsampling turns each latent frame
-  after the first into 4 frames.
-* Per-channel latent normalisation buffers (``latent_mean``/``latent_std``,
-  set by training) map to the DiT's latent space.
-
-Frame counts: a stream starts with 1 + 4k frames (the first frame is encoded
-alone, then 4 frames per latent frame) and continues with 4k frames per call;
-1 + k latent frames decode to 1 + 4k frames. Every temporal operation is
-causal and keeps the frames it needs from the previous call in a
-:class:`StreamState`, so encoding or decoding block by block gives the
-whole-clip result.
-
-Images are (B, 3, T, H, W) tensors in [-1, 1]; :func:`rgb_to_tensor` and
-:func:`tensor_to_rgb` convert from/to RGB uint8 (H, W, 3) numpy frames.
+Shapes: pixels (B, 3, T, H, W) in [-1, 1] with H, W multiples of 16; latents (B, z, t, H/16, W/16) with
+z = the config's ``z_dim`` (48 for Wan2.2), normalised per channel with the config's ``latents_mean`` and
+``latents_std`` as diffusers' Wan pipelines do.
+A stream starts with 1 + 4k frames (-> 1 + k latent frames) and continues with 4k frames (-> k).
+:func:`rgb_to_pixels`/:func:`pixels_to_rgb` convert from/to RGB uint8 (H, W, 3) frames.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
+from diffusers import AutoencoderKLWan
+from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, patchify, unpatchify
 
-from .presets import Preset
+from .presets import PAPER, json_like
 
-CAUSAL_PAST = 2  # past frames a kernel-3 temporal convolution needs
+SPATIAL_COMPRESSION = 16  # [pixels per latent cell] along rows and columns (patch 2, then three 2x levels)
+TEMPORAL_COMPRESSION = 4  # [frames per latent frame] after the first frame
+LATENT_CHANNELS = 48  # z_dim of the Wan2.2 VAE
+
+Role = Literal["encode", "decode"]
+
+#: ``vae/config.json`` of the public ``Wan-AI/Wan2.2-TI2V-5B-Diffusers`` release (without ``_diffusers_version``).
+#: ``clip_output`` is in that file but is not an ``AutoencoderKLWan`` argument: diffusers warns and ignores it.
+PAPER_VAE_CONFIG: dict[str, Any] = {"_class_name": "AutoencoderKLWan", **json_like(PAPER.vae_config),
+                                     "clip_output": False}
 
 
-@dataclass
-class StreamState:
-    """What the causal layers remember between calls of one stream.
+def tiny_vae_config(seed: int = 0) -> dict[str, Any]:
+    """A small Wan2.2-structured VAE config for ``AutoencoderKLWan(**cfg)`` (tests, the ``tiny`` preset).
+
+    Same structure as :data:`PAPER_VAE_CONFIG` (patch 2, 48 latent channels, residual blocks, multipliers
+    (1, 2, 4, 4), a decoder twice as wide as the encoder, 16x16 spatial and 4x temporal compression) at
+    ``base_dim`` 4 and one residual block per encoder level; ``latents_mean``/``latents_std`` are 48 values
+    drawn from ``seed`` (std in [0.5, 1.5)).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    mean = (0.2 * torch.randn(LATENT_CHANNELS, generator=generator)).tolist()
+    std = (0.5 + torch.rand(LATENT_CHANNELS, generator=generator)).tolist()
+    return {
+        "base_dim": 4,
+        "decoder_base_dim": 8,
+        "z_dim": LATENT_CHANNELS,
+        "dim_mult": [1, 2, 4, 4],
+        "num_res_blocks": 1,
+        "attn_scales": [],
+        "temperal_downsample": [False, True, True],
+        "dropout": 0.0,
+        "latents_mean": [round(v, 4) for v in mean],
+        "latents_std": [round(v, 4) for v in std],
+        "is_residual": True,
+        "in_channels": 12,
+        "out_channels": 12,
+        "patch_size": 2,
+        "scale_factor_temporal": TEMPORAL_COMPRESSION,
+        "scale_factor_spatial": SPATIAL_COMPRESSION,
+    }
+
+
+@dataclass(eq=False)
+class VAEStream:
+    """The causal-convolution caches of ONE encoder or decoder stream, kept between calls.
+
+    Made by :meth:`StreamingVAE.new_stream`; the first ``encode`` or ``decode`` call binds it to that role.
 
     Attributes:
-        frames: frames consumed so far (video frames for the encoder, latent
-            frames for the decoder).
-        features: per layer, the trailing input frames its next call needs.
+        role: ``"encode"`` or ``"decode"`` once used, None before.
+        feat_cache: diffusers' cache list, one slot per ``WanCausalConv3d`` of the encoder or decoder.
+        frames: input frames consumed so far (pixel frames when encoding, latent frames when decoding).
+        signature: (batch, rows, columns) of the inputs, fixed by the first call.
     """
 
+    role: Role | None = None
+    feat_cache: list[Any] = field(default_factory=list)
     frames: int = 0
-    features: dict[nn.Module, torch.Tensor] = field(default_factory=dict)
+    signature: tuple[int, int, int] | None = None
 
-    def clear(self) -> None:
-        self.frames = 0
-        self.features.clear()
+    @property
+    def started(self) -> bool:
+        """True once the stream has consumed input; its next call continues it."""
+        return self.frames > 0
 
+    def reset(self) -> None:
+        """Forget everything: the next call starts a new stream (in either role)."""
+        self.role, self.feat_cache, self.frames, self.signature = None, [], 0, None
 
-class CausalConv3d(nn.Conv3d):
-    """3D convolution padded on the past only in time ("same" in space).
 
-    The first call of a stream pads with zeros; later calls prepend the last
-    ``kernel_t - 1`` input frames of the previous call.
-    """
+class StreamingVAE:
+    """Streaming Wan2.2 VAE over a diffusers ``AutoencoderKLWan`` (see the module docstring).
 
-    def __init__(self, cin: int, cout: int, kernel: tuple[int, int, int] = (3, 3, 3)) -> None:
-        super().__init__(cin, cout, kernel, padding=(0, kernel[1] // 2, kernel[2] // 2))
-        self.past = kernel[0] - 1
-
-    def forward(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:  # type: ignore[override]
-        if self.past:
-            previous = state.features.get(self)
-            if previous is None:
-                previous = x.new_zeros(*x.shape[:2], self.past, *x.shape[3:])
-            x = torch.cat([previous, x], dim=2)
-            state.features[self] = x[:, :, -self.past:].clone()
-        return super().forward(x)
-
-
-class RMSNorm(nn.Module):
-    """RMS norm over the channel axis (dim 1), per frame and pixel: causal in time."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.scale = channels**0.5
-        self.gamma = nn.Parameter(torch.ones(channels, 1, 1, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.normalize(x, dim=1) * self.scale * self.gamma
-
-
-class ResidualBlock(nn.Module):
-    """norm -> SiLU -> causal conv, twice, plus a (1x1x1 projected) shortcut."""
-
-    def __init__(self, cin: int, cout: int) -> None:
-        super().__init__()
-        self.norm1, self.conv1 = RMSNorm(cin), CausalConv3d(cin, cout)
-        self.norm2, self.conv2 = RMSNorm(cout), CausalConv3d(cout, cout)
-        self.shortcut = nn.Conv3d(cin, cout, 1) if cin != cout else nn.Identity()
-
-    def forward(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
-        h = self.conv1(F.silu(self.norm1(x)), state)
-        h = self.conv2(F.silu(self.norm2(h)), state)
-        return self.shortcut(x) + h
-
-
-class FrameAttention(nn.Module):
-    """Single-head self-attention over the pixels of each frame (never across frames)."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.norm = RMSNorm(channels)
-        self.qkv = nn.Conv3d(channels, 3 * channels, 1)
-        self.proj = nn.Conv3d(channels, channels, 1)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, c, t, h, w = x.shape
-        qkv = self.qkv(self.norm(x)).permute(0, 2, 3, 4, 1).reshape(b * t, h * w, 3, c)
-        out = F.scaled_dot_product_attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2])
-        return x + self.proj(out.reshape(b, t, h, w, c).permute(0, 4, 1, 2, 3))
-
-
-class MiddleBlock(nn.Module):
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.res1 = ResidualBlock(channels, channels)
-        self.attn = FrameAttention(channels)
-        self.res2 = ResidualBlock(channels, channels)
-
-    def forward(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
-        return self.res2(self.attn(self.res1(x, state)), state)
-
-
-class TemporalDownsample(nn.Module):
-    """Halves the frame count after the first frame: 1 + 2m frames -> 1 + m.
-
-    The first frame of a stream passes through alone; output j >= 1 is a
-    kernel-3, stride-2 convolution over input frames 2j-2, 2j-1, 2j (the last
-    frame of the previous call is remembered).
-    """
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.conv = nn.Conv3d(channels, channels, (3, 1, 1), stride=(2, 1, 1))
-
-    def forward(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
-        previous = state.features.get(self)
-        first = previous is None
-        if first:
-            previous, x = x[:, :, :1], x[:, :, 1:]
-        state.features[self] = x[:, :, -1:].clone() if x.shape[2] else previous.clone()
-        out = self.conv(torch.cat([previous, x], dim=2)) if x.shape[2] else x
-        return torch.cat([previous, out], dim=2) if first else out
-
-
-class TemporalUpsample(nn.Module):
-    """Doubles the frame count after the first frame: 1 + m frames -> 1 + 2m.
-
-    A causal convolution gives two frames' channels per input frame; the first
-    frame of a stream passes through alone.
-    """
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.conv = CausalConv3d(channels, 2 * channels, (3, 1, 1))
-
-    def forward(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
-        first = self.conv not in state.features  # the convolution remembers its past once started
-        b, c, t, h, w = x.shape
-        pairs = self.conv(x, state).view(b, 2, c, t, h, w).permute(0, 2, 3, 1, 4, 5).reshape(b, c, 2 * t, h, w)
-        return torch.cat([x[:, :, :1], pairs[:, :, 2:]], dim=2) if first else pairs
-
-
-class SpatialDownsample(nn.Module):
-    """2x spatial downsampling per frame (stride-2 3x3 convolution)."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.conv = nn.Conv3d(channels, channels, (1, 3, 3), stride=(1, 2, 2), padding=(0, 1, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(x)
-
-
-class SpatialUpsample(nn.Module):
-    """2x spatial upsampling per frame (nearest neighbour, then a 3x3 convolution)."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.conv = nn.Conv3d(channels, channels, (1, 3, 3), padding=(0, 1, 1))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.interpolate(x, scale_factor=(1, 2, 2), mode="nearest"))
-
-
-class EncoderLevel(nn.Module):
-    def __init__(self, cin: int, cout: int, blocks: int, downsample: bool, temporal: bool) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(ResidualBlock(cin if i == 0 else cout, cout) for i in range(blocks))
-        self.spatial = SpatialDownsample(cout) if downsample else None
-        self.temporal = TemporalDownsample(cout) if temporal else None
-
-    def forward(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x, state)
-        if self.spatial is not None:
-            x = self.spatial(x)
-        if self.temporal is not None:
-            x = self.temporal(x, state)
-        return x
-
-
-class DecoderLevel(nn.Module):
-    def __init__(self, cin: int, cout: int, blocks: int, upsample: bool, temporal: bool) -> None:
-        super().__init__()
-        self.blocks = nn.ModuleList(ResidualBlock(cin if i == 0 else cout, cout) for i in range(blocks))
-        self.temporal = TemporalUpsample(cout) if temporal else None
-        self.spatial = SpatialUpsample(cout) if upsample else None
-
-    def forward(self, x: torch.Tensor, state: StreamState) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x, state)
-        if self.temporal is not None:
-            x = self.temporal(x, state)
-        if self.spatial is not None:
-            x = self.spatial(x)
-        return x
-
-
-def _level_plan(dims: Sequence[int]) -> list[tuple[int, int, bool, bool]]:
-    """(in, out, spatial 2x, temporal 2x) per encoder level: 2x spatial on all but the last, time on the last two
-    of those."""
-    levels = len(dims)
-    return [
-        (dims[max(i - 1, 0)], dims[i], i < levels - 1, levels - 3 <= i < levels - 1)
-        for i in range(levels)
-    ]
-
-
-class Encoder(nn.Module):
-    """RGB video (B, 3, T, H, W) -> posterior mean and log-variance (B, 2z, T', H/16, W/16)."""
-
-    def __init__(self, preset: Preset) -> None:
-        super().__init__()
-        dims = preset.vae_dims
-        self.conv_in = CausalConv3d(12, dims[0])
-        self.levels = nn.ModuleList(
-            EncoderLevel(cin, cout, preset.vae_res_blocks, down, temporal)
-            for cin, cout, down, temporal in _level_plan(dims)
-        )
-        self.middle = MiddleBlock(dims[-1])
-        self.norm_out = RMSNorm(dims[-1])
-        self.conv_out = CausalConv3d(dims[-1], 2 * preset.latent_channels)
-
-    def forward(self, video: torch.Tensor, state: StreamState) -> torch.Tensor:
-        x = self.conv_in(_pixel_unshuffle(video), state)
-        for level in self.levels:
-            x = level(x, state)
-        x = self.middle(x, state)
-        return self.conv_out(F.silu(self.norm_out(x)), state)
-
-
-class Decoder(nn.Module):
-    """Latents (B, z, T', h, w) -> RGB video (B, 3, T, 16h, 16w)."""
-
-    def __init__(self, preset: Preset) -> None:
-        super().__init__()
-        dims = preset.vae_decoder_dims
-        self.conv_in = CausalConv3d(preset.latent_channels, dims[-1])
-        self.middle = MiddleBlock(dims[-1])
-        plan = _level_plan(dims)
-        # mirror of the encoder: level j's blocks at its resolution, then the upsampling that undoes level j-1's
-        self.levels = nn.ModuleList(
-            DecoderLevel(dims[j], dims[max(j - 1, 0)], preset.vae_decoder_res_blocks,
-                         *(plan[j - 1][2:] if j else (False, False)))
-            for j in reversed(range(len(dims)))
-        )
-        self.norm_out = RMSNorm(dims[0])
-        self.conv_out = CausalConv3d(dims[0], 12)
-
-    def forward(self, latents: torch.Tensor, state: StreamState) -> torch.Tensor:
-        x = self.middle(self.conv_in(latents, state), state)
-        for level in self.levels:
-            x = level(x, state)
-        return _pixel_shuffle(self.conv_out(F.silu(self.norm_out(x)), state))
-
-
-class CausalVAE(nn.Module):
-    """The causal video VAE (see the module docstring)."""
-
-    def __init__(self, preset: Preset) -> None:
-        super().__init__()
-        self.preset = preset
-        self.encoder = Encoder(preset)
-        self.decoder = Decoder(preset)
-        shape = (1, preset.latent_channels, 1, 1, 1)
-        self.register_buffer("latent_mean", torch.zeros(shape))
-        self.register_buffer("latent_std", torch.ones(shape))
-
-    def encode(self, video: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
-        """Normalised posterior mean of ``video``.
-
-        Args:
-            video: (B, 3, T, H, W) in [-1, 1]; T = 1 + 4k at the start of a
-                stream (``state`` None or fresh), 4k when continuing one.
-            state: the stream's state, updated in place; None encodes a whole clip.
-
-        Returns:
-            (B, z, 1 + k or k, H/16, W/16) latents.
-
-        Raises:
-            ValueError: the frame count breaks the rule above, or H, W differ from the preset's.
-        """
-        state = StreamState() if state is None else state
-        self._check_frames(video.shape[2], state)
-        self._check_size(video.shape[-2:], (self.preset.height, self.preset.width), "video")
-        posterior = self.encoder(video, state)
-        state.frames += video.shape[2]
-        mean = posterior[:, : self.preset.latent_channels]
-        return (mean - self.latent_mean) / self.latent_std
-
-    def decode(self, latents: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
-        """Video of normalised ``latents`` (B, z, T', h, w): 1 + k latent frames -> 1 + 4k frames
-        at the start of a stream, k -> 4k when continuing one. Values about [-1, 1] (not clamped).
-
-        Raises:
-            ValueError: no latent frames, or h, w differ from the preset's latent grid.
-        """
-        state = StreamState() if state is None else state
-        if latents.shape[2] < 1:
-            raise ValueError("the causal VAE decodes at least one latent frame per call")
-        self._check_size(latents.shape[-2:], self.preset.latent_grid, "latents")
-        video = self.decoder(latents * self.latent_std + self.latent_mean, state)
-        state.frames += latents.shape[2]
-        return video
-
-    def _check_frames(self, count: int, state: StreamState) -> None:
-        step = self.preset.temporal_compression
-        if state.frames == 0:
-            ok, rule = count >= 1 and (count - 1) % step == 0, f"1 + {step}k frames to start a stream"
-        else:
-            ok, rule = count >= step and count % step == 0, f"{step}k frames (k >= 1) to continue one"
-        if not ok:
-            raise ValueError(
-                f"the causal VAE encodes {rule} (the first frame alone, then {step} frames per latent frame); "
-                f"got {count}"
-            )
-
-    @staticmethod
-    def _check_size(got: Sequence[int], expected: tuple[int, int], what: str) -> None:
-        if tuple(got) != expected:
-            raise ValueError(f"{what} of (rows, columns) {tuple(got)} do not match the preset's {expected}")
-
-
-def _pixel_unshuffle(video: torch.Tensor) -> torch.Tensor:
-    """(B, 3, T, H, W) -> (B, 12, T, H/2, W/2), 2x2 pixel blocks into channels."""
-    b, c, t, h, w = video.shape
-    x = video.view(b, c, t, h // 2, 2, w // 2, 2).permute(0, 1, 4, 6, 2, 3, 5)
-    return x.reshape(b, 4 * c, t, h // 2, w // 2)
-
-
-def _pixel_shuffle(x: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`_pixel_unshuffle`."""
-    b, c4, t, h, w = x.shape
-    x = x.view(b, c4 // 4, 2, 2, t, h, w).permute(0, 1, 4, 5, 2, 6, 3)
-    return x.reshape(b, c4 // 4, t, 2 * h, 2 * w)
-
-
-def rgb_to_tensor(frames: Sequence[np.ndarray] | np.ndarray, device: torch.device | str = "cpu",
-                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """RGB uint8 frames, each (H, W, 3), as one (1, 3, T, H, W) video in [-1, 1].
+    The wrapper has no weights of its own; ``vae`` stays the caller's module (device, dtype, ``save_pretrained``).
+    Encoding and decoding run without autograd (the VAE is frozen here) and without diffusers' spatial tiling.
 
     Raises:
-        ValueError: a frame is not (H, W, 3) uint8, or the frames differ in size.
+        ValueError: ``vae`` does not compress 16x16 in space, 4x in time, or uses the Wan2.1 layout
+            (``patch_size`` None).
     """
+
+    def __init__(self, vae: AutoencoderKLWan) -> None:
+        config = vae.config
+        spatial = (config.patch_size or 1) * 2 ** (len(config.dim_mult) - 1)
+        temporal = 2 ** sum(bool(flag) for flag in config.temperal_downsample)
+        if config.patch_size is None or spatial != SPATIAL_COMPRESSION or temporal != TEMPORAL_COMPRESSION:
+            raise ValueError(
+                f"StreamingVAE needs a Wan2.2-layout VAE (patch_size set, {SPATIAL_COMPRESSION}x spatial, "
+                f"{TEMPORAL_COMPRESSION}x temporal compression); got patch_size={config.patch_size}, "
+                f"{spatial}x spatial, {temporal}x temporal"
+            )
+        self.vae = vae
+        self.latent_channels: int = config.z_dim
+        self.patch_size: int = config.patch_size
+        self._conv_counts: dict[Role, int] = {
+            "encode": sum(isinstance(m, WanCausalConv3d) for m in vae.encoder.modules()),
+            "decode": sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules()),
+        }
+        shape = (1, config.z_dim, 1, 1, 1)
+        self._mean = torch.tensor(config.latents_mean, dtype=torch.float32).view(shape)
+        self._std = torch.tensor(config.latents_std, dtype=torch.float32).view(shape)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> StreamingVAE:
+        """A randomly initialised VAE built by ``AutoencoderKLWan.from_config(config)``.
+
+        ``config`` is JSON-like; tuples (of read-only presets) are passed on as the lists diffusers expects.
+        """
+        return cls(AutoencoderKLWan.from_config(_as_json(config)))
+
+    @classmethod
+    def from_pretrained(cls, path: str, **kwargs: Any) -> StreamingVAE:
+        """``AutoencoderKLWan.from_pretrained(path, **kwargs)`` (e.g. ``subfolder="vae"``, ``torch_dtype``)."""
+        return cls(AutoencoderKLWan.from_pretrained(path, **kwargs))
+
+    @property
+    def device(self) -> torch.device:
+        """The VAE's device; inputs are moved there."""
+        return self.vae.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The VAE's parameter dtype; inputs are cast to it and outputs come in it."""
+        return self.vae.dtype
+
+    def new_stream(self) -> VAEStream:
+        """An empty stream; pass it to every ``encode`` (or every ``decode``) call of one video."""
+        return VAEStream()
+
+    # latent normalisation ---------------------------------------------------------------------------------
+
+    def normalise(self, mean: torch.Tensor) -> torch.Tensor:
+        """Posterior mean (B, z, t, h, w) -> normalised latents ``(mean - latents_mean) / latents_std``."""
+        return (mean - self._mean.to(mean.device, mean.dtype)) / self._std.to(mean.device, mean.dtype)
+
+    def denormalise(self, latents: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`normalise`: ``latents * latents_std + latents_mean``."""
+        return latents * self._std.to(latents.device, latents.dtype) + self._mean.to(latents.device, latents.dtype)
+
+    # streaming --------------------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def encode(self, pixels: torch.Tensor, stream: VAEStream | None = None) -> torch.Tensor:
+        """Normalised posterior mean of ``pixels`` (no sampling).
+
+        Args:
+            pixels: (B, 3, T, H, W) in [-1, 1], H and W multiples of 16; cast to the VAE's device and dtype.
+                T = 1 + 4k (k >= 0) on a new stream, T = 4k (k >= 1) on a continuing one.
+            stream: an encoder stream, updated in place; None encodes a one-shot clip.
+
+        Returns:
+            (B, z, 1 + k or k, H/16, W/16) latents in the VAE's dtype (z = ``z_dim``, 48 for Wan2.2).
+
+        Raises:
+            ValueError: the shape or frame count breaks the rules above, or ``stream`` belongs to the
+                decoder, to another batch or image size, or to another VAE.
+        """
+        if pixels.ndim != 5 or pixels.shape[1] != 3:
+            raise ValueError(f"encode takes pixels of shape (B, 3, T, H, W); got {tuple(pixels.shape)}")
+        batch, _, frames, rows, cols = pixels.shape
+        _check_image_size(rows, cols)
+        stream = VAEStream() if stream is None else stream
+        step = TEMPORAL_COMPRESSION
+        if not stream.started:
+            ok, rule = frames >= 1 and (frames - 1) % step == 0, f"1 + {step}k frames to start a stream"
+        else:
+            ok, rule = frames >= step and frames % step == 0, f"{step}k frames (k >= 1) to continue one"
+        if not ok:
+            raise ValueError(
+                f"the Wan VAE encodes {rule} (the first frame alone, then {step} frames per latent frame); "
+                f"got {frames}"
+            )
+        self._bind(stream, "encode", (batch, rows, cols))
+        x = patchify(pixels.to(self.device, self.dtype).contiguous(), patch_size=self.patch_size)
+        first = 0 if stream.started else 1  # a new stream encodes its first frame alone
+        pieces = [x[:, :, :first]] if first else []
+        pieces += [x[:, :, start:start + step] for start in range(first, frames, step)]
+        outs = [self.vae.encoder(piece, feat_cache=stream.feat_cache, feat_idx=[0]) for piece in pieces]
+        stream.frames += frames
+        moments = self.vae.quant_conv(torch.cat(outs, dim=2))
+        mean = moments[:, : self.latent_channels]
+        return self.normalise(mean)
+
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor, stream: VAEStream | None = None) -> torch.Tensor:
+        """Video of normalised ``latents``.
+
+        Args:
+            latents: (B, z, n, h, w), z = ``z_dim``, n >= 1; cast to the VAE's device and dtype.
+            stream: a decoder stream, updated in place; None decodes a one-shot clip.
+
+        Returns:
+            (B, 3, T, 16h, 16w) in [-1, 1] (clamped), T = 1 + 4(n - 1) on a new stream, 4n on a continuing one.
+
+        Raises:
+            ValueError: the shape breaks the rules above, or ``stream`` belongs to the encoder, to another
+                batch or latent size, or to another VAE.
+        """
+        if latents.ndim != 5 or latents.shape[1] != self.latent_channels or latents.shape[2] < 1:
+            raise ValueError(
+                f"decode takes latents of shape (B, {self.latent_channels}, n >= 1, h, w); got {tuple(latents.shape)}"
+            )
+        batch, _, count, rows, cols = latents.shape
+        stream = VAEStream() if stream is None else stream
+        self._bind(stream, "decode", (batch, rows, cols))
+        x = self.vae.post_quant_conv(self.denormalise(latents.to(self.device, self.dtype)))
+        outs = []
+        for i in range(count):
+            first = not stream.started and i == 0
+            outs.append(self.vae.decoder(x[:, :, i:i + 1], feat_cache=stream.feat_cache, feat_idx=[0],
+                                         first_chunk=first))
+        stream.frames += count
+        video = unpatchify(torch.cat(outs, dim=2), patch_size=self.patch_size)
+        return video.clamp(-1.0, 1.0)
+
+    def _bind(self, stream: VAEStream, role: Role, signature: tuple[int, int, int]) -> None:
+        """Give a fresh stream its role and caches; check a used one matches ``role`` and ``signature``."""
+        if stream.role is None:
+            stream.role, stream.signature = role, signature
+            stream.feat_cache = [None] * self._conv_counts[role]
+            return
+        if stream.role != role:
+            raise ValueError(f"this VAEStream is a {stream.role!r} stream; it cannot be used to {role}")
+        if len(stream.feat_cache) != self._conv_counts[role]:
+            raise ValueError("this VAEStream was made for another VAE (its cache has another number of slots)")
+        if stream.signature != signature:
+            raise ValueError(
+                f"a stream keeps its (batch, rows, columns) {stream.signature}; got {signature}"
+            )
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` with mappings as dicts and tuples as lists, recursively."""
+    if isinstance(value, Mapping):
+        return {key: _as_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_json(item) for item in value]
+    return value
+
+
+def _check_image_size(rows: int, cols: int) -> None:
+    if rows <= 0 or cols <= 0 or rows % SPATIAL_COMPRESSION or cols % SPATIAL_COMPRESSION:
+        raise ValueError(
+            f"image rows and columns must be positive multiples of {SPATIAL_COMPRESSION} "
+            f"(the VAE's spatial compression); got {rows} x {cols}"
+        )
+
+
+def rgb_to_pixels(frames: Sequence[np.ndarray] | np.ndarray, device: torch.device | str = "cpu",
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """RGB uint8 frames, each (H, W, 3), as one (1, 3, T, H, W) video in [-1, 1] (``v / 127.5 - 1``).
+
+    Raises:
+        ValueError: no frames, a frame is not (H, W, 3) uint8, the frames differ in size, or H, W are not
+            multiples of 16.
+    """
+    if len(frames) == 0:
+        raise ValueError("rgb_to_pixels needs at least one frame")
     stacked = frames if isinstance(frames, np.ndarray) else np.stack([np.asarray(f) for f in frames])
-    if stacked.ndim == 3:
-        stacked = stacked[None]
     if stacked.ndim != 4 or stacked.shape[-1] != 3 or stacked.dtype != np.uint8:
-        raise ValueError(f"expected RGB uint8 frames of shape (H, W, 3), got {stacked.dtype} {stacked.shape[1:]}")
+        raise ValueError(f"expected RGB uint8 frames of shape (H, W, 3); got {stacked.dtype} {stacked.shape[1:]}")
+    _check_image_size(stacked.shape[1], stacked.shape[2])
     pixels = torch.from_numpy(np.ascontiguousarray(stacked)).to(device).permute(3, 0, 1, 2).unsqueeze(0)
-    return pixels_to_tensor(pixels, dtype)
-
-
-def pixels_to_tensor(pixels: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """uint8 (1, 3, T, H, W) pixels -> video in [-1, 1]."""
     return (pixels.to(dtype) / 127.5 - 1.0).contiguous()
 
 
-def tensor_to_pixels(video: torch.Tensor) -> torch.Tensor:
-    """A video in [-1, 1] (clamped) -> uint8 pixels of the same shape, on the same device."""
-    return ((video.float().clamp(-1.0, 1.0) + 1.0) * 127.5).round().to(torch.uint8)
-
-
 def pixels_to_rgb(pixels: torch.Tensor) -> list[np.ndarray]:
-    """uint8 (1, 3, T, H, W) pixels -> T RGB uint8 (H, W, 3) numpy frames."""
-    array = pixels[0].permute(1, 2, 3, 0).cpu().numpy()
+    """A (1, 3, T, H, W) video in [-1, 1] (clamped) as T RGB uint8 (H, W, 3) frames (``round((v + 1) * 127.5)``).
+
+    Raises:
+        ValueError: the shape is not (1, 3, T, H, W) or H, W are not multiples of 16.
+    """
+    if pixels.ndim != 5 or pixels.shape[0] != 1 or pixels.shape[1] != 3:
+        raise ValueError(f"pixels_to_rgb takes a (1, 3, T, H, W) video; got {tuple(pixels.shape)}")
+    _check_image_size(pixels.shape[3], pixels.shape[4])
+    values = ((pixels.detach().float().clamp(-1.0, 1.0) + 1.0) * 127.5).round().to(torch.uint8)
+    array = values[0].permute(1, 2, 3, 0).cpu().numpy()
     return [np.ascontiguousarray(frame) for frame in array]
-
-
-def tensor_to_rgb(video: torch.Tensor) -> list[np.ndarray]:
-    """A (1, 3, T, H, W) video in [-1, 1] (clamped) as T RGB uint8 (H, W, 3) frames."""
-    return pixels_to_rgb(tensor_to_pixels(video))

@@ -23,46 +23,19 @@ from diffusers import ConfigMixin, ModelMixin, WanTransformer3DModel
 from diffusers.configuration_utils import register_to_config
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 
-from rynn_teleop.world_model.diffusion.cache import KVCache
+from .cache import KVCache
+from .presets import PAPER, TINY, json_like
 
 #: ``transformer/config.json`` of the public Wan2.2-TI2V-5B-Diffusers release: the TI2V-5B entry of
 #: huggingface/diffusers ``scripts/convert_wan_to_diffusers.py`` (``get_transformer_config``) plus the
 #: constructor defaults its ``save_pretrained`` writes (image_dim, pos_embed_seq_len, rope_max_seq_len).
-PAPER_TRANSFORMER_CONFIG: dict[str, Any] = {
-    "added_kv_proj_dim": None,
-    "attention_head_dim": 128,
-    "cross_attn_norm": True,
-    "eps": 1e-06,
-    "ffn_dim": 14336,
-    "freq_dim": 256,
-    "image_dim": None,
-    "in_channels": 48,
-    "num_attention_heads": 24,
-    "num_layers": 30,
-    "out_channels": 48,
-    "patch_size": [1, 2, 2],
-    "pos_embed_seq_len": None,
-    "qk_norm": "rms_norm_across_heads",
-    "rope_max_seq_len": 1024,
-    "text_dim": 4096,
-}
+PAPER_TRANSFORMER_CONFIG: dict[str, Any] = json_like(PAPER.transformer_config)
 
 
 def tiny_transformer_config() -> dict[str, Any]:
-    """A ``WanTransformer3DModel(**cfg)`` config for CPU tests: TI2V's channels and patch, 2 layers, 2 heads of 12.
-
-    A head dim of 12 splits into RoPE's (t, h, w) = (4, 4, 4) rotary dims (each even, as RoPE needs).
-    """
-    return {
-        **PAPER_TRANSFORMER_CONFIG,
-        "attention_head_dim": 12,
-        "num_attention_heads": 2,
-        "num_layers": 2,
-        "ffn_dim": 32,
-        "freq_dim": 16,
-        "text_dim": 16,
-        "rope_max_seq_len": 64,
-    }
+    """A ``WanTransformer3DModel(**cfg)`` config for CPU tests (the ``tiny`` preset's): TI2V's channels and patch,
+    2 layers, 2 heads of 12 (RoPE splits 12 into (t, h, w) = (4, 4, 4))."""
+    return json_like(TINY.transformer_config)
 
 
 # ---- control branch -------------------------------------------------------------------------

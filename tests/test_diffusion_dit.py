@@ -9,7 +9,7 @@ import torch
 from diffusers import WanTransformer3DModel
 
 from rynn_teleop.world_model.diffusion.cache import KVCache
-from rynn_teleop.world_model.diffusion.wan_dit import (
+from rynn_teleop.world_model.diffusion.dit import (
     PAPER_TRANSFORMER_CONFIG,
     ControlBranch,
     StreamingWanDiT,
