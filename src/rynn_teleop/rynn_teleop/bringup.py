@@ -153,9 +153,14 @@ def node(name: str) -> NodeSpec:
     raise KeyError(name)
 
 
+def _with_defaults(arguments: Mapping[str, str]) -> dict[str, str]:
+    """Every launch argument's value: ``arguments``, then the defaults for the rest."""
+    return {arg.name: arg.default for arg in ARGUMENTS} | dict(arguments)
+
+
 def started_nodes(arguments: Mapping[str, str]) -> tuple[str, ...]:
     """This package's nodes a launch with these argument values starts, in start order (defaults for the rest)."""
-    values = {arg.name: arg.default for arg in ARGUMENTS} | dict(arguments)
+    values = _with_defaults(arguments)
     return tuple(s.name for s in NODES if s.switch is None or values[s.switch] == s.started_when)
 
 
@@ -217,7 +222,7 @@ def mode_overrides(
 
 def launch_overrides(arguments: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """:func:`mode_overrides` of a launch with these argument values (defaults for the rest)."""
-    values = {arg.name: arg.default for arg in ARGUMENTS} | dict(arguments)
+    values = _with_defaults(arguments)
     return mode_overrides(values["mode"], camera=values["camera"], tracker_source=values["tracker_source"],
                           glove_source=values["glove_source"], world_model_backend=values["world_model_backend"])
 

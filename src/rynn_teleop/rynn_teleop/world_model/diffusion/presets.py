@@ -229,11 +229,6 @@ class WanPreset:
         return latent_frames(self.chunk_frames, self.temporal_compression)
 
     @property
-    def cache_frames(self) -> int:
-        """Latent frames the key/value cache holds (sink + window)."""
-        return self.sink_frames + self.window_frames
-
-    @property
     def prompt_shape(self) -> tuple[int, int, int]:
         """Shape of the prompt embedding the DiT takes: (1, prompt_len, text_dim)."""
         return 1, self.prompt_len, self.text_dim

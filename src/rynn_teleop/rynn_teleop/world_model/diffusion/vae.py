@@ -134,7 +134,7 @@ class StreamingVAE:
 
         ``config`` is JSON-like; tuples (of read-only presets) are passed on as the lists diffusers expects.
         """
-        return cls(AutoencoderKLWan.from_config(_as_json(config)))
+        return cls(AutoencoderKLWan.from_config(json_like(config)))
 
     @classmethod
     def from_pretrained(cls, path: str, **kwargs: Any) -> StreamingVAE:
@@ -255,15 +255,6 @@ class StreamingVAE:
             raise ValueError(
                 f"a stream keeps its (batch, rows, columns) {stream.signature}; got {signature}"
             )
-
-
-def _as_json(value: Any) -> Any:
-    """``value`` with mappings as dicts and tuples as lists, recursively."""
-    if isinstance(value, Mapping):
-        return {key: _as_json(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_as_json(item) for item in value]
-    return value
 
 
 def _check_image_size(rows: int, cols: int) -> None:
