@@ -103,11 +103,11 @@ def bench_render(frames: int) -> dict:
 
 
 def bench_diffusion(preset: str, device: str, dtype: str, frames: int, attention: str | None,
-                    compile_blocks: bool) -> dict:
+                    compile_blocks: bool, fp8: bool) -> dict:
     from rynn_teleop.world_model.diffusion.bench_support import measure_stream
 
     return measure_stream(preset, device=device, dtype=dtype, frames=frames, random_weights=True,
-                          attention_backend=attention, compile_blocks=compile_blocks)
+                          attention_backend=attention, compile_blocks=compile_blocks, fp8=fp8)
 
 
 def main() -> None:
@@ -121,16 +121,18 @@ def main() -> None:
                         "e.g. flash, _flash_3 where installed)")
     parser.add_argument("--compile", action="store_true", help="torch.compile the DiT's repeated blocks")
     parser.add_argument("--fp8", action="store_true", help="FP8 weights and activations of the DiT's linear layers "
-                        "(torchao, Hopper-class GPUs)")
+                        "(torchao from requirements/gpu.txt; GPUs of compute capability 8.9 or higher)")
     args = parser.parse_args()
-    if args.fp8:
-        raise SystemExit("--fp8: torchao float8 training/inference is not wired in yet (needs torchao and a "
-                         "Hopper-class GPU); run without it")
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise SystemExit(f"--device {args.device}: no CUDA device here (torch {torch.__version__}); "
                          "the paper preset is timed on a GPU machine")
+    if args.fp8:
+        from rynn_teleop.world_model.diffusion.fp8 import fp8_unavailable
+
+        if reason := fp8_unavailable(args.device):
+            raise SystemExit(f"--fp8: {reason}")
     torch.set_num_threads(1 if args.device == "cpu" else torch.get_num_threads())
     dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")
     out: dict = {}
@@ -146,8 +148,9 @@ def main() -> None:
               f"x{r['baseline_repeat_first_frame_fps'] / r['render_fps']:.1f} of it)")
         out.update(r)
     frames = args.diffusion_frames or (49 if args.preset == "tiny" else 161)
-    d = bench_diffusion(args.preset, args.device, dtype, frames, args.attention, args.compile)
-    label = f"{args.preset} diffusion on {args.device} ({dtype}, seeded random weights: speed only)"
+    d = bench_diffusion(args.preset, args.device, dtype, frames, args.attention, args.compile, args.fp8)
+    fp8 = ", FP8 linears" if args.fp8 else ""
+    label = f"{args.preset} diffusion on {args.device} ({dtype}{fp8}, seeded random weights: speed only)"
     print(f"{label}: {d['fps']:.1f} FPS at {d['width']}x{d['height']}, first frame {d['first_frame_ms']:.1f} ms, "
           f"peak memory {d['peak_memory_mb']:.0f} MB")
     print("  stage split: " + ", ".join(f"{k} {100 * v:.0f} %" for k, v in d["stage_split"].items()))

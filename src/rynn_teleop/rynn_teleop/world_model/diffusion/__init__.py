@@ -10,7 +10,8 @@ Modules:
 * ``sampler``: the 4-step shifted flow-matching sampler;
 * ``weights``: the base release, the trainer's weights folder and the prompt embedding (load, save, check);
 * ``model``: :class:`WanWorldModel`, the parts of one stream; ``engine``: streaming generation;
-* ``backend``: :class:`DiffusionGenerator`, the world-model backend; ``bench_support``: :func:`measure_stream`.
+* ``backend``: :class:`DiffusionGenerator`, the world-model backend; ``bench_support``: :func:`measure_stream`;
+* ``fp8``: FP8 linear layers of the DiT through torchao (GPU only).
 
 This package is the only place that imports torch. The names below are loaded on first use, so
 ``import rynn_teleop.world_model.diffusion.presets`` does not import torch.

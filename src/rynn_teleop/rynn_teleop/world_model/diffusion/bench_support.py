@@ -18,9 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.generator import StageTimer
 
 from .engine import StreamEngine
+from .fp8 import fp8_unavailable, quantize_fp8
 from .model import load_model, resolve_dtype, untrained_model
 from .presets import WanPreset, get_preset
 
@@ -31,7 +33,8 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
                    frames: int = 49, base_dir: str | os.PathLike | None = None,
                    weights_dir: str | os.PathLike | None = None, prompt_file: str | os.PathLike | None = None,
                    random_weights: bool = False, seed: int = 0, segments: int = 4,
-                   attention_backend: str | None = None, compile_blocks: bool = False) -> dict[str, Any]:
+                   attention_backend: str | None = None, compile_blocks: bool = False,
+                   fp8: bool = False) -> dict[str, Any]:
     """Time one stream of ``frames`` frames (the reference frame and whole blocks), after a short warm-up.
 
     Args:
@@ -43,6 +46,7 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
         segments: stretches the stream is cut into for ``fps_by_stream_length``.
         attention_backend: a diffusers attention backend for the DiT ("native", "flash", ...; None: SDPA).
         compile_blocks: ``torch.compile`` the DiT's repeated blocks (diffusers' ``compile_repeated_blocks``).
+        fp8: FP8 weights and activations in the DiT's block linear layers (:func:`~.fp8.quantize_fp8`).
 
     Returns:
         ``preset``, ``device``, ``dtype``, ``weights`` ("loaded" or "random"), ``width``,
@@ -56,17 +60,22 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
         each stretch [frames]).
 
     Raises:
-        ConfigurationError: weights that cannot be loaded (see :func:`~.model.load_model`).
+        ConfigurationError: weights that cannot be loaded (see :func:`~.model.load_model`); ``fp8`` where the
+            device or the install cannot run it.
         ValueError: both weights and ``random_weights``, or neither.
     """
     config = get_preset(preset) if isinstance(preset, str) else preset
     resolved = resolve_dtype(dtype)
     if random_weights == bool(base_dir):
         raise ValueError("give either base_dir (with prompt_file, optionally weights_dir) or random_weights=True")
+    if fp8 and (reason := fp8_unavailable(device)):
+        raise ConfigurationError(reason)
     model = (untrained_model(config, seed, device, resolved) if random_weights
              else load_model(config, base_dir, weights_dir, prompt_file, device, resolved))
     if attention_backend:
         model.dit.transformer.set_attention_backend(attention_backend)
+    if fp8:
+        quantize_fp8(model.dit.transformer)
     if compile_blocks:
         model.dit.transformer.compile_repeated_blocks(fullgraph=False)
     per_block = config.frames_per_block
@@ -94,7 +103,7 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
     return {
         "preset": config.name, "device": str(engine.device), "dtype": str(resolved).removeprefix("torch."),
         "weights": "random" if random_weights else "loaded", "attention_backend": attention_backend or "sdpa",
-        "compiled": compile_blocks, "width": config.width, "height": config.height,
+        "compiled": compile_blocks, "fp8": fp8, "width": config.width, "height": config.height,
         "frames": blocks * per_block,
         "fps": (blocks - 1) * per_block / (ends[-1] - ends[0]),
         "first_frame_ms": 1e3 * (ends[0] - start),
