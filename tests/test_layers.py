@@ -1,9 +1,11 @@
 """The package's layers: every import, at module level or inside a function, points down.
 
-errors, paths <- core <- sources / hardware / world_model / recording / console / host_stalls <- nodes <-
-runner, bringup <- demo <- cli (:data:`RANKS`). A package may import its own modules,
-and any layer below its own; never a sibling of its layer or one above. Middleware and model libraries stay
-at their edges: rclpy and ROS message packages only in nodes and above, torch only in world_model.
+errors, paths <- core <- sources / hardware / world_model / recording / console / host_stalls <- nodes,
+world_model.training <- runner, bringup <- demo <- cli (:data:`RANKS`). A package may import its own modules,
+and any layer below its own; never a sibling of its layer or one above. ``world_model.training`` (datasets
+from recorded episodes, training, evaluation) is a layer of its own above ``world_model`` and ``recording``,
+because it reads both; ``world_model`` never imports it. Middleware and model libraries stay at their
+edges: rclpy and ROS message packages only in nodes and above, torch only in world_model (training included).
 """
 
 from __future__ import annotations
@@ -20,13 +22,13 @@ RANKS = {
     "": 0, "errors": 0, "paths": 1,
     "core": 2,
     "sources": 3, "hardware": 3, "world_model": 3, "recording": 3, "console": 3, "host_stalls": 3,
-    "nodes": 4,
+    "nodes": 4, "world_model.training": 4,
     "runner": 5, "bringup": 5, "demo": 6, "cli": 7,
 }
 #: third-party top-level modules -> the packages that may import them
 EDGES = {
     "rclpy": {"nodes", "runner", "cli", "demo"},
-    "torch": {"world_model"},
+    "torch": {"world_model", "world_model.training"},
 }
 
 
@@ -57,6 +59,8 @@ def _imports(path: Path) -> list[tuple[int, str]]:
 
 
 def _layer(dotted: list[str]) -> str:
+    if dotted[:2] == ["world_model", "training"]:
+        return "world_model.training"
     return dotted[0] if dotted else ""
 
 
