@@ -147,7 +147,7 @@ def main() -> None:
               f"{r['baseline_repeat_first_frame_fps']:.0f} FPS (render costs "
               f"x{r['baseline_repeat_first_frame_fps'] / r['render_fps']:.1f} of it)")
         out.update(r)
-    frames = args.diffusion_frames or (49 if args.preset == "tiny" else 161)
+    frames = args.diffusion_frames or 161
     d = bench_diffusion(args.preset, args.device, dtype, frames, args.attention, args.compile, args.fp8)
     fp8 = ", FP8 linears" if args.fp8 else ""
     label = f"{args.preset} diffusion on {args.device} ({dtype}{fp8}, seeded random weights: speed only)"

@@ -7,16 +7,10 @@ import copy
 import pytest
 import torch
 from diffusers import WanTransformer3DModel
+from diffusion_configs import PAPER_TRANSFORMER_CONFIG, tiny_transformer_config
 
 from rynn_teleop.world_model.diffusion.cache import KVCache
-from rynn_teleop.world_model.diffusion.dit import (
-    PAPER_TRANSFORMER_CONFIG,
-    ControlBranch,
-    StreamingWanDiT,
-    block_causal_mask,
-    rotary_for_frames,
-    tiny_transformer_config,
-)
+from rynn_teleop.world_model.diffusion.dit import ControlBranch, StreamingWanDiT, block_causal_mask, rotary_for_frames
 
 C, H, W = 48, 4, 6  # latent channels and grid: 2 x 3 = 6 tokens per frame
 TOKENS = (H // 2) * (W // 2)

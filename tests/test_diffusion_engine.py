@@ -207,3 +207,61 @@ def test_a_failed_block_leaves_the_reanchoring_condition_alone(model):
     with pytest.raises(RuntimeError, match="out of memory"):
         engine.generate_block(block(1))
     assert torch.equal(engine._last_condition, before)
+
+
+@pytest.mark.parametrize("stage", ["commit", "decode"])
+def test_a_block_that_fails_part_way_is_followed_by_a_re_anchor(model, stage):
+    """A failure after the condition encoder (or the cache) moved on leaves them inconsistent: the next block
+    starts from a re-anchor on the last good frame, so the streams are those of a fresh anchor."""
+    engine = StreamEngine(model)
+    engine.reset(image(0), condition=image(5))
+    original = engine.model.dit.forward_block if stage == "commit" else engine.model.vae.decode
+
+    def fail(*args, **kwargs):
+        if stage == "decode" or kwargs.get("commit"):
+            raise RuntimeError("out of memory")
+        return original(*args, **kwargs)
+
+    target = engine.model.dit if stage == "commit" else engine.model.vae
+    setattr(target, "forward_block" if stage == "commit" else "decode", fail)
+    try:
+        with pytest.raises(RuntimeError, match="out of memory"):
+            engine.generate_block(block(1))
+        assert engine._condition_stream.frames == 1 + TINY.frames_per_block  # moved on with the failed block
+    finally:
+        delattr(target, "forward_block" if stage == "commit" else "decode")
+    frames = engine.generate_block(block(2))
+    assert len(frames) == TINY.frames_per_block
+    assert engine._condition_stream.frames == 1 + TINY.frames_per_block  # re-anchored, then one block
+    assert engine.cache.committed == 1 + TINY.block_frames
+
+
+def test_the_attention_backend_reaches_the_streaming_self_attention(model, monkeypatch):
+    from rynn_teleop.world_model.diffusion import cache as cache_module
+
+    seen = []
+    real = cache_module.dispatch_attention_fn
+
+    def spy(*args, backend=None, **kwargs):
+        seen.append(backend)
+        return real(*args, backend=backend, **kwargs)
+
+    monkeypatch.setattr(cache_module, "dispatch_attention_fn", spy)
+    expected = stream(model, [1, 2, 3, 4])
+    assert not seen  # no backend set: PyTorch's SDPA directly
+    model.dit.transformer.set_attention_backend("native")
+    try:
+        frames = stream(model, [1, 2, 3, 4])
+    finally:
+        for processor in model.dit.transformer.attn_processors.values():
+            processor._attention_backend = None
+    assert seen and all(str(b.value if hasattr(b, "value") else b) == "native" for b in seen)
+    assert all(np.array_equal(a, b) for x, y in zip(expected, frames) for a, b in zip(x, y))
+
+
+def test_a_chunk_beyond_the_rotary_table_is_refused():
+    from rynn_teleop.world_model.diffusion.presets import WanPresetError
+
+    longest = TINY.transformer_config["rope_max_seq_len"]
+    with pytest.raises(WanPresetError, match="rope_max_seq_len"):
+        dataclasses.replace(TINY, chunk_frames=1 + 4 * longest)

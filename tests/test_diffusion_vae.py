@@ -9,15 +9,9 @@ import numpy as np
 import pytest
 import torch
 from diffusers import AutoencoderKLWan
+from diffusion_configs import PAPER_VAE_CONFIG, tiny_vae_config
 
-from rynn_teleop.world_model.diffusion.vae import (
-    PAPER_VAE_CONFIG,
-    StreamingVAE,
-    VAEStream,
-    pixels_to_rgb,
-    rgb_to_pixels,
-    tiny_vae_config,
-)
+from rynn_teleop.world_model.diffusion.vae import StreamingVAE, VAEStream, pixels_to_rgb, rgb_to_pixels
 
 H, W = 32, 48  # not square, so that row/column mix-ups fail the tests
 Z = 48

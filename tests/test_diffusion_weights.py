@@ -152,12 +152,12 @@ def test_config_keys_diffusers_does_not_know_are_ignored(base_copy):
 
 
 def test_paper_configs_agree_with_the_model_modules():
+    from diffusion_configs import PAPER_TRANSFORMER_CONFIG, PAPER_VAE_CONFIG
+
     from rynn_teleop.world_model.diffusion.presets import TRANSFORMER_CONFIG_KEYS, VAE_CONFIG_KEYS
 
-    dit = pytest.importorskip("rynn_teleop.world_model.diffusion.dit")
-    vae = pytest.importorskip("rynn_teleop.world_model.diffusion.vae")
-    assert {k: dit.PAPER_TRANSFORMER_CONFIG[k] for k in TRANSFORMER_CONFIG_KEYS} == PAPER.transformer_kwargs
-    assert {k: vae.PAPER_VAE_CONFIG[k] for k in VAE_CONFIG_KEYS} == PAPER.vae_kwargs
+    assert {k: PAPER_TRANSFORMER_CONFIG[k] for k in TRANSFORMER_CONFIG_KEYS} == PAPER.transformer_kwargs
+    assert {k: PAPER_VAE_CONFIG[k] for k in VAE_CONFIG_KEYS} == PAPER.vae_kwargs
 
 
 def test_load_base_in_bfloat16(release):

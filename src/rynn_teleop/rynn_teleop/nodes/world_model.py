@@ -108,8 +108,10 @@ class WorldModelNode(TeleopNode):
             Param("diffusion.prompt_file", str, "", "diffusion: the fixed prompt's embedding, written by "
                   "rynn-teleop world-model encode-prompt (required)"),
             Param("diffusion.device", str, "cpu", "diffusion: torch device (cpu, cuda, cuda:1...)"),
-            Param("diffusion.dtype", str, "float32", "diffusion: compute dtype",
+            Param("diffusion.dtype", str, "float32", "diffusion: compute dtype of the DiT (bfloat16 on a GPU)",
                   choices=("float32", "bfloat16", "float16")),
+            Param("diffusion.vae_dtype", str, "float32", "diffusion: compute dtype of the VAE (float32, as "
+                  "diffusers' Wan2.2 pipelines run it)", choices=("float32", "bfloat16", "float16")),
             Param("diffusion.seed", int, 0, "diffusion: noise seed", min=0, max=2**31 - 1),
             Param("diffusion.chunk_frames", int, 81, "diffusion: frames per chunk; each chunk re-anchors on the "
                   "newest real frame (else its own last frame)", "frames", min=5, max=100000),
@@ -359,7 +361,8 @@ def _generator(robot, intrinsics, p):
     return DiffusionGenerator(
         preset=p["diffusion.preset"], base_dir=p["diffusion.base_dir"], weights_dir=p["diffusion.weights_dir"],
         prompt_file=p["diffusion.prompt_file"], device=p["diffusion.device"],
-        dtype=p["diffusion.dtype"], seed=p["diffusion.seed"], chunk_frames=p["diffusion.chunk_frames"],
+        dtype=p["diffusion.dtype"], vae_dtype=p["diffusion.vae_dtype"], seed=p["diffusion.seed"],
+        chunk_frames=p["diffusion.chunk_frames"],
         width=intrinsics.width, height=intrinsics.height,
     )
 

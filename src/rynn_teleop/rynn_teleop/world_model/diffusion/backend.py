@@ -36,7 +36,8 @@ class DiffusionGenerator(Generator):
             the base model with a zero control branch (the actions have no effect).
         prompt_file: the fixed prompt's embedding (``rynn-teleop world-model encode-prompt``) (required).
         device: torch device ("cpu", "cuda", ...).
-        dtype: "float32", "bfloat16" or "float16".
+        dtype: the DiT's dtype: "float32", "bfloat16" or "float16".
+        vae_dtype: the VAE's dtype (same choices).
         seed: sampler noise seed.
         chunk_frames: frames per chunk, anchor included (re-anchoring period); default the preset's
             (81). Must be 1 + a whole number of blocks.
@@ -52,8 +53,8 @@ class DiffusionGenerator(Generator):
 
     def __init__(self, preset: str, base_dir: str | os.PathLike | None, weights_dir: str | os.PathLike | None,
                  prompt_file: str | os.PathLike | None, device: str = "cpu", dtype: str | torch.dtype = "float32",
-                 seed: int = 0, chunk_frames: int | None = None, width: int | None = None,
-                 height: int | None = None) -> None:
+                 vae_dtype: str | torch.dtype = "float32", seed: int = 0, chunk_frames: int | None = None,
+                 width: int | None = None, height: int | None = None) -> None:
         super().__init__()
         config = get_preset(preset)
         if chunk_frames is not None:
@@ -63,7 +64,8 @@ class DiffusionGenerator(Generator):
             if not value:
                 raise ConfigurationError(f"diffusion backend: {name} is required (see the README, World model)")
         model = load_model(config, base_dir, weights_dir, prompt_file, device, resolved)
-        self.engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=self.timer)
+        self.engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=self.timer,
+                                   vae_dtype=vae_dtype)
         self.preset = config
         self.width = width if width is not None else config.width
         self.height = height if height is not None else config.height
@@ -92,8 +94,14 @@ class DiffusionGenerator(Generator):
         self._conditions.append(as_rgb(condition, self.preset.width, self.preset.height))
         if len(self._conditions) < self.engine.frames_per_block:
             return []
-        block, self._conditions = self._conditions, []
-        return [as_rgb(frame, self.width, self.height) for frame in self.engine.generate_block(block)]
+        n = self.engine.frames_per_block
+        block, self._conditions = self._conditions[:n], self._conditions[n:]
+        try:
+            frames = self.engine.generate_block(block)
+        except BaseException:
+            self._conditions = block + self._conditions  # kept: the next step retries (the engine re-anchors first)
+            raise
+        return [as_rgb(frame, self.width, self.height) for frame in frames]
 
     def observe(self, frame: np.ndarray) -> None:
         self.engine.observe(as_rgb(frame, self.preset.width, self.preset.height))

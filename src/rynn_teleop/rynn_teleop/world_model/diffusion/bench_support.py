@@ -30,7 +30,7 @@ WARMUP_BLOCKS = 2  # blocks run (then discarded) before timing: kernel selection
 
 
 def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | torch.dtype = "float32",
-                   frames: int = 49, base_dir: str | os.PathLike | None = None,
+                   frames: int = 161, base_dir: str | os.PathLike | None = None,
                    weights_dir: str | os.PathLike | None = None, prompt_file: str | os.PathLike | None = None,
                    random_weights: bool = False, seed: int = 0, segments: int = 4,
                    attention_backend: str | None = None, compile_blocks: bool = False,
@@ -39,7 +39,8 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
 
     Args:
         preset: preset or its name.
-        frames: stream length, reference included; rounded up to 1 + whole blocks (49 -> 1 + 12 * 4).
+        frames: stream length, reference included; rounded up to 1 + whole blocks (161 = two chunks of the
+            paper's 81 frames: the first blocks after an anchor, the steady state and one re-anchor).
         base_dir, weights_dir, prompt_file: the weights (:func:`~.model.load_model`; base_dir and prompt_file
             required unless ``random_weights``).
         random_weights: time seeded random weights of the real architecture (speed only; never frames to look at).

@@ -20,8 +20,11 @@ the order of frames in the ring does not matter to attention.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
+from diffusers.models.attention_dispatch import dispatch_attention_fn
 
 
 class KVCache:
@@ -103,11 +106,15 @@ class KVCache:
             self._block = frames
         self._targets = [self.slot_of(self.committed + i) for i in range(frames)] if commit else []
 
-    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+               backend: Any = None) -> torch.Tensor:
         """Attention of the block's queries over [sink | window | block] for one layer.
 
         Args:
             q, k, v: (batch, heads, block tokens, head_dim), rotary embedding applied.
+            backend: a diffusers attention backend (``set_attention_backend``), used where every key is valid
+                (steady state: the cache full and a whole block); None, and every masked pass (the first
+                blocks after an anchor, partial blocks), use PyTorch's SDPA.
 
         Returns:
             (batch, heads, block tokens, head_dim).
@@ -118,8 +125,14 @@ class KVCache:
         self.keys[layer, :, :, start: start + n] = k
         self.values[layer, :, :, start: start + n] = v
         # Steady state (cache full, whole block): every key is valid, so no mask (allows flash kernels).
-        mask = None if self.full and self._block == self.block_frames else self._mask
-        out = F.scaled_dot_product_attention(q, self.keys[layer], self.values[layer], attn_mask=mask)
+        if self.full and self._block == self.block_frames:
+            if backend is None:
+                out = F.scaled_dot_product_attention(q, self.keys[layer], self.values[layer])
+            else:  # diffusers' dispatcher takes (batch, tokens, heads, head_dim) views: no copies
+                out = dispatch_attention_fn(q.transpose(1, 2), self.keys[layer].transpose(1, 2),
+                                            self.values[layer].transpose(1, 2), backend=backend).transpose(1, 2)
+        else:
+            out = F.scaled_dot_product_attention(q, self.keys[layer], self.values[layer], attn_mask=self._mask)
         for i, slot in enumerate(self._targets):
             self.keys[layer, :, :, slot * t: (slot + 1) * t] = k[:, :, i * t: (i + 1) * t]
             self.values[layer, :, :, slot * t: (slot + 1) * t] = v[:, :, i * t: (i + 1) * t]

@@ -24,19 +24,6 @@ from diffusers.configuration_utils import register_to_config
 from diffusers.models.attention_dispatch import dispatch_attention_fn
 
 from .cache import KVCache
-from .presets import PAPER, TINY, json_like
-
-#: ``transformer/config.json`` of the public Wan2.2-TI2V-5B-Diffusers release: the TI2V-5B entry of
-#: huggingface/diffusers ``scripts/convert_wan_to_diffusers.py`` (``get_transformer_config``) plus the
-#: constructor defaults its ``save_pretrained`` writes (image_dim, pos_embed_seq_len, rope_max_seq_len).
-PAPER_TRANSFORMER_CONFIG: dict[str, Any] = json_like(PAPER.transformer_config)
-
-
-def tiny_transformer_config() -> dict[str, Any]:
-    """A ``WanTransformer3DModel(**cfg)`` config for CPU tests (the ``tiny`` preset's): TI2V's channels and patch,
-    2 layers, 2 heads of 12 (RoPE splits 12 into (t, h, w) = (4, 4, 4))."""
-    return json_like(TINY.transformer_config)
-
 
 # ---- control branch -------------------------------------------------------------------------
 
@@ -209,7 +196,8 @@ class BlockCausalSelfAttnProcessor:
             key = _apply_rotary(key, *rotary_emb)
 
         if step is not None and step.cache is not None:
-            out = step.cache.attend(self.layer, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2))
+            out = step.cache.attend(self.layer, query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                                    backend=self._attention_backend)
             out = out.transpose(1, 2)
         else:
             mask = attention_mask if step is None else step.mask

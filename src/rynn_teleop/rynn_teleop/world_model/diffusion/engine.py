@@ -40,16 +40,20 @@ class StreamEngine:
     Args:
         model: the world model with its prompt; moved to ``device``/``dtype``, eval mode.
         device: "cpu", "cuda", "cuda:1", ...
-        dtype: torch dtype or its name ("float32", "bfloat16", "float16").
+        dtype: the DiT's torch dtype or its name ("float32", "bfloat16", "float16").
+        vae_dtype: the VAE's dtype (float32 by default, as diffusers' Wan2.2 pipelines run it); the
+            sampler's latents and noise are float32 too.
         seed: seed of the sampler's noise (same seed and inputs -> same frames).
         timer: where the stage times go (a new one if None).
     """
 
     def __init__(self, model: WanWorldModel, device: torch.device | str = "cpu",
-                 dtype: torch.dtype | str = torch.float32, seed: int = 0, timer: StageTimer | None = None) -> None:
+                 dtype: torch.dtype | str = torch.float32, seed: int = 0, timer: StageTimer | None = None,
+                 vae_dtype: torch.dtype | str = torch.float32) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
-        self.model = model.to(self.device, self.dtype)
+        self.vae_dtype = resolve_dtype(vae_dtype)
+        self.model = model.to(self.device, self.dtype, self.vae_dtype)
         self.preset = model.preset
         self.timer = timer if timer is not None else StageTimer()
         self.sampler = FlowSampler(self.preset.timesteps, self.preset.shift)
@@ -64,6 +68,7 @@ class StreamEngine:
         self._last_frame: torch.Tensor | None = None  # (1, 3, 1, H, W), the newest frame as returned (uint8 values)
         self._last_condition: torch.Tensor | None = None  # (1, 3, 1, H, W), the newest condition frame
         self._observed: np.ndarray | None = None  # newest real frame since the last anchoring
+        self._broken = False  # a block failed part-way: cache and VAE streams are inconsistent until re-anchored
 
     # ---- public API ---------------------------------------------------------
     @property
@@ -126,13 +131,20 @@ class StreamEngine:
             raise ValueError(f"a block takes {self.frames_per_block} condition frames; got {len(condition_frames)}")
         for frame in condition_frames:
             self._check_image(frame)
+        try:
+            return self._generate_block(condition_frames)
+        except BaseException:
+            self._broken = True  # the cache or a VAE stream may hold part of the block: re-anchor before the next
+            raise
+
+    def _generate_block(self, condition_frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:
         with torch.no_grad():
-            if self._frames_since_anchor >= self.preset.chunk_frames - 1:
+            if self._broken or self._frames_since_anchor >= self.preset.chunk_frames - 1:
                 with self._stage("reanchor"):
                     self._reanchor(None)
             with self._stage("encode_condition"):
                 condition_pixels = rgb_to_pixels(condition_frames, self.device, self.dtype)
-                condition = self.model.vae.encode(condition_pixels, self._condition_stream)
+                condition = self.model.vae.encode(condition_pixels, self._condition_stream).to(self.dtype)
             with self._stage("denoise"):
                 latents = self._denoise(condition)
             with self._stage("commit"):
@@ -149,9 +161,13 @@ class StreamEngine:
     def _denoise(self, condition: torch.Tensor) -> torch.Tensor:
         def velocity(x: torch.Tensor, timestep: float) -> torch.Tensor:
             timesteps = torch.full(x.shape[:1] + x.shape[2:3], timestep, device=self.device)
-            return self.model.dit.forward_block(x, condition, timesteps, self.cache, self._position, commit=False)
+            v = self.model.dit.forward_block(x.to(self.dtype), condition, timesteps, self.cache, self._position,
+                                             commit=False)
+            return v.float()
 
-        return self.sampler.sample(velocity, condition.shape, self.generator, self.device, self.dtype)
+        # the sampler's latents and noise stay float32 (as diffusers' Wan pipelines keep them)
+        return self.sampler.sample(velocity, condition.shape, self.generator, self.device, torch.float32
+                                   ).to(self.dtype)
 
     def _commit(self, latents: torch.Tensor, condition: torch.Tensor) -> None:
         timesteps = torch.zeros(latents.shape[:1] + latents.shape[2:3], device=self.device)
@@ -164,12 +180,13 @@ class StreamEngine:
         self._condition_stream.reset()
         self._decoder_stream.reset()
         self._position = 0
-        latent = self.model.vae.encode(frame)
-        condition_latent = self.model.vae.encode(condition, self._condition_stream)
+        latent = self.model.vae.encode(frame).to(self.dtype)
+        condition_latent = self.model.vae.encode(condition, self._condition_stream).to(self.dtype)
         self._commit(latent, condition_latent)
         self.model.vae.decode(latent, self._decoder_stream)  # the decoder's causal past starts at the anchor
         self._last_frame, self._last_condition = frame, condition
         self._frames_since_anchor = 0
+        self._broken = False
 
     def _reanchor(self, frame: np.ndarray | None) -> None:
         chosen = frame if frame is not None else self._observed

@@ -44,13 +44,24 @@ class WanWorldModel:
     dit: StreamingWanDiT
     prompt_embeds: torch.Tensor
 
-    def to(self, device: torch.device | str, dtype: torch.dtype) -> WanWorldModel:
-        """Move every part to ``device``/``dtype`` (in place; eval mode, no gradients); returns self."""
-        for module in (self.vae.vae, self.dit):
+    def to(self, device: torch.device | str, dtype: torch.dtype, vae_dtype: torch.dtype | None = None
+           ) -> WanWorldModel:
+        """Move every part to ``device`` (in place; eval mode, no gradients); returns self.
+
+        The DiT, control branch and prompt go to ``dtype``, except the DiT modules diffusers keeps in float32
+        (``_keep_in_fp32_modules``: time embedding, norms, modulation tables), as ``from_pretrained`` leaves
+        them; the VAE goes to ``vae_dtype`` (default ``dtype``).
+        """
+        for module, wanted in ((self.vae.vae, vae_dtype or dtype), (self.dit, dtype)):
             module.to(device)
-            if next(module.parameters()).dtype != dtype:  # diffusers warns on every dtype cast
-                module.to(dtype=dtype)
+            if next(module.parameters()).dtype != wanted:  # diffusers warns on every dtype cast
+                module.to(dtype=wanted)
             module.eval().requires_grad_(False)
+        keep = getattr(self.dit.transformer, "_keep_in_fp32_modules", None) or []
+        if dtype != torch.float32 and keep:
+            for name, module in self.dit.transformer.named_modules():
+                if any(part in keep for part in name.split(".")):
+                    module.to(dtype=torch.float32)
         self.prompt_embeds = self.prompt_embeds.to(device=device, dtype=dtype)
         return self
 

@@ -166,6 +166,12 @@ class WanPreset:
             yield "shift", f"must be positive; got {self.shift}"
         if self.prompt_len < 1:
             yield "prompt_len", f"must be at least 1; got {self.prompt_len}"
+        sized = all(v > 0 and v % self.pixels_per_token == 0 for v in (self.width, self.height))
+        if sized and self.chunk_frames > 1:
+            rope, grid = dit["rope_max_seq_len"], self.token_grid
+            if self.chunk_latent_frames > rope or max(grid) > rope:
+                yield "chunk_frames", (f"a chunk of {self.chunk_latent_frames} latent frames on a {grid[0]}x{grid[1]} "
+                                       f"token grid exceeds the rotary table of rope_max_seq_len {rope} positions")
 
     @property
     def vae_kwargs(self) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from torch import nn
 
 from rynn_teleop.errors import ConfigurationError
 
-from .presets import WanPreset, json_like
+from .presets import TRANSFORMER_CONFIG_KEYS, WanPreset, json_like
 
 logger = logging.getLogger(__name__)
 
@@ -174,11 +174,13 @@ def _constructor_defaults(cls: type) -> dict[str, Any]:
 def transformer_config_hash(config: Mapping[str, Any]) -> str:
     """sha256 (hex) of a ``WanTransformer3DModel`` config as canonical JSON.
 
-    Every constructor argument (those ``config`` omits at their default; other keys ignored), sorted, tuples
-    as lists, no whitespace: equal for ``model.config`` and the ``config.json`` it was saved to or loaded from.
+    The fixed argument set :data:`~.presets.TRANSFORMER_CONFIG_KEYS` (those ``config`` omits at the
+    constructor's default; other keys ignored, so an argument a later diffusers adds does not change it),
+    sorted, tuples as lists, no whitespace: equal for ``model.config`` and the ``config.json`` it was saved to
+    or loaded from.
     """
     defaults = _constructor_defaults(WanTransformer3DModel)
-    canonical = {key: config.get(key, default) for key, default in defaults.items()}
+    canonical = {key: config.get(key, defaults.get(key)) for key in sorted(TRANSFORMER_CONFIG_KEYS)}
     text = json.dumps(json_like(canonical), sort_keys=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -490,13 +492,13 @@ def load_weights(weights_dir: str | os.PathLike, transformer: WanTransformer3DMo
     if differences:
         raise FineTunedWeightsError(folder, differences)
 
+    if manifest.kind == "lora":  # first: peft may still refuse it, and then nothing has changed
+        _load_lora(folder, transformer, set(lora_shapes))
     with torch.no_grad():
-        control.load_state_dict(load_file(str(control_file)), strict=True)
         if manifest.kind == "full":
             for file in part_files:
                 transformer.load_state_dict(load_file(str(file)), strict=False)
-    if manifest.kind == "lora":
-        _load_lora(folder, transformer, set(lora_shapes))
+        control.load_state_dict(load_file(str(control_file)), strict=True)
     return manifest
 
 
