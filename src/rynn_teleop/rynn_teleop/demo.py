@@ -313,6 +313,56 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     return episode  # printed last by the CLI
 
 
+def record_episodes(count: int, duration: float, out_dir: str | Path, *, gap: float = 1.0,
+                    task: str = "world-model data: bimanual pick-and-place") -> list[Path]:
+    """Record ``count`` episodes of ``duration`` [s] back to back (``gap`` [s] apart) with the demo's stack.
+
+    The training data of the world model: the digital mode's synthetic operator, the feed on the physical
+    (synthetic) head camera, which draws the simulated robot at the measured joints, the whole time (no
+    toggles), and the recorder's default topics (head camera colour, commands, joint states, ...). The
+    operator keeps moving between episodes, so each episode shows another stretch of the task.
+
+    Returns:
+        The episode directories, in recording order.
+
+    Raises:
+        RynnTeleopError: the stack did not come up, or an episode was not stopped cleanly.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    use_transport_profile()
+    overrides = demo_overrides(out)
+    overrides["recorder"]["task"] = task
+    overrides.setdefault("camera_switch", {})["active_source"] = "physical"
+    procs: list[subprocess.Popen] = []
+    episodes: list[Path] = []
+    try:
+        with Composition([]) as comp:
+            probe = _Probe(comp.context)
+            comp.add_node(probe)
+            spawn_groups(DEMO_GROUPS, overrides, out, probe, procs)
+            rated = sum(1 for r in DEMO_TOPICS.values() if r)
+            if not _wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
+                         and probe.diagnostics.get("recorder", {}).get("topics_flowing") == f"{rated}/{rated}", 60.0):
+                dead = ["+".join(g) for g, p in zip(DEMO_GROUPS, procs) if p.poll() is not None]
+                raise RynnTeleopError(f"record: the nodes did not come up within 60 s (exited: {dead}); logs in {out}")
+            for client in probe.service_clients.values():
+                client.wait_for_service(timeout_sec=10.0)
+            time.sleep(SETTLE_S)
+            for _ in range(count):
+                probe.trigger("/recorder/start_episode")
+                time.sleep(duration)
+                stopped = probe.trigger("/recorder/stop_episode", timeout=30.0)
+                episode = Path(stopped.split(" | ")[0])
+                if not (episode / "metadata.yaml").is_file():
+                    raise RynnTeleopError(f"record: the episode was not stopped cleanly: {stopped}")
+                episodes.append(episode)
+                time.sleep(gap)
+    finally:
+        stop_groups(procs)
+    return episodes
+
+
 def host_stall_report(policy: str | None, stalls: list[Stall], info) -> dict:
     """The machine's own stalls during the episode (``host_stalls.HostProbes``) and, per topic, how many of
     the episode's gaps overlap one. ``measured`` is False when the probes failed or could not run at

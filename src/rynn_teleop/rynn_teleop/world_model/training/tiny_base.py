@@ -1,0 +1,147 @@
+"""A stand-in "base release" for the ``tiny`` preset: a VAE fitted to the dataset's frames, a seeded DiT.
+
+The paper starts from Wan2.2 TI2V-5B, whose VAE is pretrained and frozen. No pretrained VAE of the ``tiny``
+size exists, and a random one cannot reconstruct a frame, so a tiny run first fits one:
+:func:`fit_tiny_base` trains ``AutoencoderKLWan`` of the tiny preset's config (unchanged, so the folder
+passes :func:`~rynn_teleop.world_model.diffusion.weights.load_base`'s checks) as a deterministic
+autoencoder on the dataset's training frames, and writes a folder in the release's layout (``vae/``,
+``transformer/`` with a seeded random DiT, as a stand-in for the pretrained one) plus a seeded random
+prompt embedding. Only the ``tiny`` preset: the ``paper`` preset uses the published release.
+
+Loss per step: L1 + MSE between a random 5-frame window (1 + 4: one latent frame of motion) of a training
+clip and its reconstruction through the posterior mean, plus ``stats_weight`` times how far the normalised
+latents (the config's fixed ``latents_mean``/``latents_std``) are from zero mean and unit variance per
+channel, so that the DiT's flow-matching noise has the latents' scale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from diffusers import AutoencoderKLWan, WanTransformer3DModel
+
+from rynn_teleop.errors import ConfigurationError
+
+from ..diffusion.presets import TINY
+from ..diffusion.vae import rgb_to_pixels
+from ..diffusion.weights import save_prompt
+from .clips import ClipDataset
+
+WINDOW = 5  # frames per training sample: the first frame, then one latent frame of 4
+
+
+def _windows(dataset: ClipDataset, rng: np.random.Generator, batch: int) -> torch.Tensor:
+    """(batch, 3, WINDOW, H, W) pixels in [-1, 1]: random windows of random training clips."""
+    out = []
+    for _ in range(batch):
+        clip = dataset[int(rng.integers(len(dataset)))]
+        start = int(rng.integers(clip.length - WINDOW + 1))
+        out.append(rgb_to_pixels(list(clip.frames[start:start + WINDOW])))
+    return torch.cat(out)
+
+
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = float(((a - b) ** 2).mean()) / 4.0  # [-1, 1] -> [0, 1]
+    return float("inf") if mse == 0 else 10.0 * np.log10(1.0 / mse)
+
+
+def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, prompt_file: str | os.PathLike, *,
+                  seconds: float = 120.0, max_steps: int | None = None, batch: int = 2, lr: float = 2e-3,
+                  stats_weight: float = 0.1, seed: int = 0,
+                  log: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """Fit the tiny VAE to ``dataset_dir``'s training frames and write a tiny base release.
+
+    Args:
+        dataset_dir: a ``tiny`` dataset (``rynn-teleop world-model dataset --preset tiny``).
+        base_dir: output folder (``vae/``, ``transformer/``); must not exist or be empty.
+        prompt_file: output prompt embedding (.safetensors).
+        seconds: training time budget [s] (wall clock); ``max_steps`` stops earlier if given.
+        batch: windows per step.
+        lr: AdamW learning rate.
+        stats_weight: weight of the latent-statistics term.
+        seed: seeds the VAE's initialisation, the windows, the DiT and the prompt.
+        log: progress lines (None: silent).
+
+    Returns:
+        ``steps``, ``seconds``, ``first_psnr`` and ``train_psnr`` (reconstruction PSNR [dB] of the first 3
+        and the last 20 steps' windows),
+        ``latent_mean``/``latent_std`` (of the normalised latents over those windows), ``base_dir``,
+        ``prompt_file``.
+
+    Raises:
+        DatasetError: no dataset or no training clips there.
+        ConfigurationError: a dataset of another preset, clips shorter than 5 frames, or a non-empty
+            ``base_dir``.
+    """
+    dataset = ClipDataset(dataset_dir, "train")
+    if dataset.info.preset != TINY.name:
+        raise ConfigurationError(f"{dataset_dir}: a {dataset.info.preset!r} dataset; a tiny base is fitted to a "
+                                 f"{TINY.name!r} dataset (the paper preset uses the published Wan2.2 release)")
+    base = Path(base_dir)
+    if base.exists() and any(base.iterdir()):
+        raise ConfigurationError(f"{base}: not empty; the tiny base is written into a new folder")
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    vae = AutoencoderKLWan(**TINY.vae_kwargs).train()
+    mean = torch.tensor(TINY.vae_kwargs["latents_mean"]).view(1, -1, 1, 1, 1)
+    std = torch.tensor(TINY.vae_kwargs["latents_std"]).view(1, -1, 1, 1, 1)
+    optimiser = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
+    start = time.monotonic()
+    step, recent, first = 0, [], []
+    while time.monotonic() - start < seconds and (max_steps is None or step < max_steps):
+        x = _windows(dataset, rng, batch)
+        posterior = vae.encode(x).latent_dist.mode()
+        reconstruction = vae.decode(posterior).sample
+        latents = (posterior - mean) / std
+        per_channel = latents.transpose(0, 1).flatten(1)
+        stats = per_channel.mean(1).pow(2).mean() + (per_channel.std(1) - 1.0).pow(2).mean()
+        loss = (reconstruction - x).abs().mean() + (reconstruction - x).pow(2).mean() + stats_weight * stats
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        optimiser.step()
+        step += 1
+        latents = latents.detach()
+        recent = [*recent[-19:], (_psnr(reconstruction.detach(), x), float(latents.mean()), float(latents.std()))]
+        if step <= 3:
+            first.append(recent[-1][0])
+        if log and step % 50 == 0:
+            log(f"tiny base: step {step}, {time.monotonic() - start:.0f} s, reconstruction "
+                f"{np.mean([r[0] for r in recent]):.1f} dB, latents mean {recent[-1][1]:+.2f} std {recent[-1][2]:.2f}")
+    vae.eval().requires_grad_(False)
+    vae.save_pretrained(base / "vae")
+    transformer = WanTransformer3DModel(**TINY.transformer_kwargs)
+    transformer.save_pretrained(base / "transformer")
+    generator = torch.Generator().manual_seed(seed)
+    save_prompt(torch.randn(TINY.prompt_shape, generator=generator), prompt_file, prompt="(tiny: random)",
+                tokens=TINY.prompt_len)
+    result = {"steps": step, "seconds": round(time.monotonic() - start, 1),
+              "first_psnr": float(np.mean(first)) if first else None,
+              "train_psnr": float(np.mean([r[0] for r in recent])) if recent else None,
+              "latent_mean": recent[-1][1] if recent else None, "latent_std": recent[-1][2] if recent else None,
+              "base_dir": str(base), "prompt_file": str(prompt_file)}
+    (base / "tiny_base.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``rynn-teleop world-model tiny-base DATASET --out BASE_DIR --prompt-file FILE [--seconds S]``."""
+    parser.add_argument("dataset", help="a tiny dataset folder (rynn-teleop world-model dataset --preset tiny)")
+    parser.add_argument("--out", required=True, help="the base folder to write (vae/, transformer/)")
+    parser.add_argument("--prompt-file", required=True, help="the prompt embedding to write (.safetensors)")
+    parser.add_argument("--seconds", type=float, default=120.0, help="VAE training time [s]")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Fit and write the tiny base; prints the result as JSON."""
+    result = fit_tiny_base(args.dataset, args.out, args.prompt_file, seconds=args.seconds, seed=args.seed)
+    print(json.dumps(result))
+    return 0

@@ -1,0 +1,55 @@
+"""The tiny stand-in base release: a VAE fitted to a dataset's frames, written in the release's layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from rynn_teleop.errors import ConfigurationError
+from rynn_teleop.world_model.diffusion.model import load_model
+from rynn_teleop.world_model.diffusion.presets import TINY
+from rynn_teleop.world_model.training.clips import Clip, DatasetInfo, write_clip
+from rynn_teleop.world_model.training.tiny_base import fit_tiny_base
+
+
+def square_clip(seed: int, frames: int = 9) -> Clip:
+    h, w = TINY.height, TINY.width
+    video = np.full((frames, h, w, 3), 40, np.uint8)
+    for t in range(frames):
+        x = (seed * 7 + 5 * t) % (w - 16)
+        video[t, 20:36, x:x + 16] = (220, 80, 30)
+    return Clip(video, video.copy(), np.zeros((frames, 54), np.float32), np.arange(frames, dtype=np.int64),
+                f"ep{seed}", 0)
+
+
+def make_dataset(root, preset: str = "tiny"):
+    info = DatasetInfo(preset=preset, width=TINY.width, height=TINY.height, fps=30.0, clip_frames=9,
+                       joint_names=[f"j{i}" for i in range(54)])
+    for i in range(2):
+        name = f"clips/train/{i:06d}.safetensors"
+        write_clip(root / name, square_clip(i))
+        info.episodes.append({"path": f"ep{i}", "name": f"ep{i}", "split": "train", "frames": 9, "clips": [name]})
+    info.write(root)
+    return root
+
+
+def test_the_fitted_base_loads_as_a_release_and_reconstructs_better_than_at_start(tmp_path):
+    torch.set_num_threads(2)
+    data = make_dataset(tmp_path / "data")
+    fitted = fit_tiny_base(data, tmp_path / "b2", tmp_path / "p2.safetensors", seconds=1e9, max_steps=25, batch=1,
+                           log=None)
+    assert fitted["steps"] == 25 and fitted["train_psnr"] > fitted["first_psnr"]
+    model = load_model(TINY, tmp_path / "b2", None, tmp_path / "p2.safetensors")
+    assert model.prompt_embeds.shape == TINY.prompt_shape
+
+
+def test_a_used_folder_or_a_dataset_of_another_preset_is_refused(tmp_path):
+    data = make_dataset(tmp_path / "data")
+    (tmp_path / "used").mkdir()
+    (tmp_path / "used" / "x").write_text("")
+    with pytest.raises(ConfigurationError, match="not empty"):
+        fit_tiny_base(data, tmp_path / "used", tmp_path / "p.safetensors", max_steps=1, log=None)
+    other = make_dataset(tmp_path / "paper", preset="paper")
+    with pytest.raises(ConfigurationError, match="'paper' dataset"):
+        fit_tiny_base(other, tmp_path / "b", tmp_path / "p.safetensors", max_steps=1, log=None)
