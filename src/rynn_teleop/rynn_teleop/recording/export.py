@@ -16,31 +16,37 @@ unless ``include_problems``.
 
 from __future__ import annotations
 
-import io
 import json
 import multiprocessing
 import os
 import shutil
-import struct
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from mcap.data_stream import ReadDataStream
-from mcap.reader import make_reader
-from mcap.records import Chunk
-from mcap.stream_reader import get_chunk_data_stream
 
-from ..core.image import decode_image
 from ..core.robot_model import CANONICAL_JOINT_NAMES
-from .cdr import has_header, header_stamp_ns
-from .errors import RecordingError
+from .frames import (
+    COMMAND_TOPICS,
+    FEED_TOPICS,
+    IMAGE,
+    MEASURED_TOPIC,
+    Bag,
+    EpisodeDataError,
+    JointStateReader,
+    JointTrack,
+    episode_problems,
+    missing_command_topic,
+    read_images,
+    scan_episode,
+)
 from .lerobot import (
     DEFAULT_FEATURES,
     DEPTH_ENCODER,
@@ -76,16 +82,8 @@ from .lerobot import (
     write_tasks,
 )
 from .metadata import episode_doc, read_metadata
-from .recover import mcap_file
-from .stats import episode_stats
 from .writer import default_typestore
 
-FEED_TOPICS: dict[str, str] = {
-    "physical": "/head_camera/physical/color/image_raw",
-    "generated": "/head_camera/generated/color/image_raw",
-    "consumer": "/head_camera/color/image_raw",
-}
-"""Camera key -> the recorded ``sensor_msgs/Image`` topic of that feed."""
 DEPTH_TOPICS: dict[str, str] = {
     "physical": "/head_camera/physical/aligned_depth_to_color/image_raw",
     "consumer": "/head_camera/aligned_depth_to_color/image_raw",
@@ -95,11 +93,6 @@ DEPTH_TOPICS: dict[str, str] = {
 while the physical source is active."""
 DEPTH_MAX_M = 2.0
 """Default depth at the largest depth code [m]: a head camera looking at a table 0.5-1.5 m away."""
-MEASURED_TOPIC = "/joint_states"
-COMMAND_TOPICS = ("/arms/command", "/hands/command")
-SOURCE_TOPIC = "/head_camera/active_source"
-JOINT_STATE = "sensor_msgs/msg/JointState"
-IMAGE = "sensor_msgs/msg/Image"
 ROBOT_TYPE = "rynn_m6_wuji"
 """``robot_type`` written to ``info.json``."""
 RATE_TOLERANCE = 0.10
@@ -109,25 +102,13 @@ EXTRA_PREFIX = "rynn_teleop/"
 """Prefix of this stack's columns in the episodes metadata file."""
 
 
-class ExportError(RecordingError):
+class ExportError(EpisodeDataError):
     """An export cannot be done as asked.
 
     Attributes:
         episode: the episode directory it is about (None: the export as a whole).
         topic: the topic it is about, or None.
     """
-
-    def __init__(self, message: str, *, episode: Path | None = None, topic: str | None = None) -> None:
-        super().__init__(message)
-        self.episode = episode
-        self.topic = topic
-
-    def __reduce__(self) -> tuple[Any, ...]:  # keeps episode and topic across the process pool
-        return (_rebuild_export_error, (self.args[0], self.episode, self.topic))
-
-
-def _rebuild_export_error(message: str, episode: Path | None, topic: str | None) -> ExportError:
-    return ExportError(message, episode=episode, topic=topic)
 
 
 @dataclass(frozen=True)
@@ -238,197 +219,29 @@ class _Skipped:
     problems: tuple[str, ...]
 
 
-_JOINT_INDEX = {n: i for i, n in enumerate(CANONICAL_JOINT_NAMES)}
-N_JOINTS = len(CANONICAL_JOINT_NAMES)
-
-
-class _JointTrack:
-    """JointState messages of some topics: canonical indices and positions by header stamp."""
-
-    def __init__(self, topics: Sequence[str]) -> None:
-        self.topics = tuple(topics)
-        self.stamps: list[int] = []
-        self.indices: list[np.ndarray] = []
-        self.values: list[np.ndarray] = []
-        self.seen = np.zeros(N_JOINTS, bool)
-        self._cache: dict[tuple[str, ...], np.ndarray] = {}
-
-    def add(self, stamp: int, names: Sequence[str], positions: np.ndarray, episode: Path, topic: str) -> None:
-        key = tuple(names)
-        idx = self._cache.get(key)
-        if idx is None:
-            idx = self._cache[key] = np.array([_JOINT_INDEX.get(n, -1) for n in key], dtype=np.int64)
-        if len(positions) != len(idx):
-            raise ExportError(f"{episode}: a JointState on {topic} has {len(idx)} names but {len(positions)} positions",
-                              episode=episode, topic=topic)
-        keep = idx >= 0
-        self.stamps.append(stamp)
-        self.indices.append(idx[keep])
-        self.values.append(np.asarray(positions, np.float64)[keep])
-        self.seen[idx[keep]] = True
-
-    def sample(self, at_ns: np.ndarray) -> np.ndarray:
-        """(rows, 54) newest value of each joint stamped at or before each of the sorted stamps ``at_ns``
-        (NaN before a joint's first value)."""
-        order = np.argsort(np.asarray(self.stamps, np.int64), kind="stable")
-        stamps = np.asarray(self.stamps, np.int64)[order]
-        out = np.empty((len(at_ns), N_JOINTS))
-        cur = np.full(N_JOINTS, np.nan)
-        k, n = 0, len(order)
-        for r, t in enumerate(at_ns):
-            while k < n and stamps[k] <= t:
-                j = order[k]
-                cur[self.indices[j]] = self.values[j]
-                k += 1
-            out[r] = cur
-        return out
-
-
-_RECORD = struct.Struct("<BQ")  # opcode, content length
-_MESSAGE = struct.Struct("<HIQ")  # channel id, sequence, log time (publish time follows)
-_OP_MESSAGE = 0x05
-
-
-@dataclass
-class _Bag:
-    """An episode bag's channels (from the MCAP summary), read once per pass by :meth:`scan`."""
-
-    path: Path
-    topics: dict[int, str]  # channel id -> topic
-    types: dict[str, str]  # topic -> type name
-    chunks: list[Any]  # the summary's chunk indexes, in file order
-
-    @classmethod
-    def open(cls, episode: Path) -> _Bag:
-        """Raises ExportError: the bag has no summary (not closed: ``episodes recover`` rebuilds it)."""
-        path = mcap_file(episode)
-        try:
-            with path.open("rb") as f:
-                summary = make_reader(f).get_summary()
-        except Exception as exc:  # mcap raises several types for a cut file
-            raise ExportError(f"{episode}: the bag has no readable index ({exc}); run `rynn-teleop episodes recover "
-                              f"{episode}`", episode=episode) from exc
-        if summary is None:
-            raise ExportError(f"{episode}: the bag has no index; run `rynn-teleop episodes recover {episode}`",
-                              episode=episode)
-        topics = {cid: ch.topic for cid, ch in summary.channels.items()}
-        types = {ch.topic: (summary.schemas[ch.schema_id].name if ch.schema_id in summary.schemas else "")
-                 for ch in summary.channels.values()}
-        chunks = sorted(summary.chunk_indexes, key=lambda c: c.chunk_start_offset)
-        if not chunks and summary.statistics and summary.statistics.message_count:
-            raise ExportError(f"{episode}: the bag's messages are not in chunks (not written by this stack)",
-                              episode=episode)
-        return cls(path, topics, types, chunks)
-
-    def scan(self, topics: set[str] | None) -> Iterator[tuple[str, int, memoryview]]:
-        """(topic, log time [ns], CDR data) of every message of ``topics`` (None: all), in file order.
-
-        Reads the chunks straight from the file (no per-record objects, no ordering queue):
-        file order is the order the recorder wrote, the same in every pass.
-        """
-        wanted = {cid for cid, t in self.topics.items() if topics is None or t in topics}
-        with self.path.open("rb") as f:
-            for ci in self.chunks:
-                if not wanted.intersection(ci.message_index_offsets or wanted):
-                    continue
-                f.seek(ci.chunk_start_offset + _RECORD.size)
-                body = f.read(ci.chunk_length - _RECORD.size)
-                records = _chunk_records(body, self.path)
-                end = len(records)
-                pos = 0
-                while pos + _RECORD.size <= end:
-                    op, length = _RECORD.unpack_from(records, pos)
-                    pos += _RECORD.size
-                    if op == _OP_MESSAGE:
-                        cid, _, log_time = _MESSAGE.unpack_from(records, pos)
-                        if cid in wanted:
-                            yield self.topics[cid], log_time, records[pos + 22: pos + length]
-                    pos += length
-
-
-class _JointStateReader:
-    """``name`` and ``position`` of little-endian CDR ``sensor_msgs/JointState`` messages, read in place.
-
-    A publisher sends the same names every time, so the name block is parsed once and afterwards only
-    compared byte for byte; anything unexpected goes through the rosbags typestore instead.
-    """
-
-    _U32 = struct.Struct("<I")
-
-    def __init__(self, typestore: Any) -> None:
-        self._typestore = typestore
-        self._known: dict[tuple[int, bytes], tuple[tuple[str, ...], bytes]] = {}
-
-    def read(self, data: memoryview) -> tuple[tuple[str, ...], np.ndarray]:
-        try:
-            if len(data) < 16 or data[0] != 0 or data[1] != 1:
-                raise ValueError("not plain little-endian CDR")
-            u32 = self._U32.unpack_from
-            pos = 4 + 8  # after the encapsulation header and the stamp
-            pos += 4 + u32(data, pos)[0]  # frame_id
-            pos = 4 + ((pos - 4 + 3) & ~3)
-            count = u32(data, pos)[0]
-            start = pos = pos + 4
-            key = (count, bytes(data[start: start + 48]))
-            known = self._known.get(key)
-            if known is not None and data[start: start + len(known[1])] == known[1]:
-                names, block = known
-                pos = start + len(block)
-            else:
-                names_list = []
-                for _ in range(count):
-                    pos = 4 + ((pos - 4 + 3) & ~3)
-                    n = u32(data, pos)[0]
-                    names_list.append(bytes(data[pos + 4: pos + 3 + n]).decode())
-                    pos += 4 + n
-                names = tuple(names_list)
-                self._known[key] = (names, bytes(data[start:pos]))
-            pos = 4 + ((pos - 4 + 3) & ~3)
-            n_pos = u32(data, pos)[0]
-            pos = 4 + ((pos + 4 - 4 + 7) & ~7)
-            if n_pos and pos + 8 * n_pos > len(data):
-                raise ValueError("positions past the end")
-            return names, np.frombuffer(data, "<f8", n_pos, pos) if n_pos else np.zeros(0)
-        except (ValueError, struct.error):
-            msg = self._typestore.deserialize_cdr(bytes(data), JOINT_STATE)
-            return tuple(msg.name), np.asarray(msg.position, np.float64)
-
-
-def _chunk_records(body: bytes, path: Path) -> memoryview:
-    """The records of a chunk record's content, decompressed by the mcap library."""
-    try:
-        stream, length = get_chunk_data_stream(Chunk.read(ReadDataStream(io.BytesIO(body))))
-    except Exception as exc:  # unsupported compression, a cut chunk
-        raise ExportError(f"{path}: a chunk cannot be read ({exc})", episode=path) from exc
-    return memoryview(stream.read(length))
-
-
-def _episode_problems(path: Path, doc: Mapping[str, Any], bag: _Bag, times: Mapping[str, list[int]],
-                      stamps: Mapping[str, list[int]]) -> list[str]:
-    """What ``episodes check`` reports for the episode (:func:`..inspect.episode_info`), from this pass's
-    receive times and header stamps instead of another read of the bag."""
-    problems: list[str] = []
-    if str(doc.get("state") or "") == "failed":
-        problems.append(f"recording failed: {doc.get('error', 'unknown error')}")
-    rates = dict(doc.get("expected_rates") or {})
-    typestore = default_typestore()
-    received = {t: (bag.types[t], np.asarray(times.get(t, ()), np.int64)) for t in bag.types}
-    edges = [int(x) for _, ts in received.values() if ts.size for x in (ts.min(), ts.max())]
-    start_ns = int(doc.get("start_ns") or min(edges, default=0))
-    stop_ns = int(doc.get("stop_ns") or max(edges, default=start_ns))
-    recorded = (doc.get("stats") or {}).get("topics") or {}
-    stats = episode_stats(
-        received, start_ns=start_ns, stop_ns=stop_ns, expected_rates=rates,
-        dropped={t: int(v.get("dropped", 0)) for t, v in recorded.items()},
-        stamps={t: np.asarray(stamps[t], np.int64) for t in stamps
-                if rates.get(t) and has_header(typestore, bag.types.get(t, ""))},
-        gap_rates=doc.get("gap_rates") or {},
-    )
-    return problems + stats.problems()
+# the episode reading shared with the world-model dataset (.frames), under this module's former names
+_Bag = Bag
+_JointTrack = JointTrack
+_JointStateReader = JointStateReader
+_episode_problems = episode_problems
+_missing_command_topic = missing_command_topic
 
 
 def _convert(job: _Job) -> _Converted | _Skipped:
-    """Convert one episode: check it, read the joints, choose the rows, encode every camera key."""
+    """Convert one episode: check it, read the joints, choose the rows, encode every camera key.
+
+    Raises:
+        ExportError: as :func:`export_lerobot` says (errors of the shared reader :mod:`.frames` included).
+    """
+    try:
+        return _convert_episode(job)
+    except ExportError:
+        raise
+    except EpisodeDataError as exc:
+        raise ExportError(str(exc), episode=exc.episode, topic=exc.topic) from exc
+
+
+def _convert_episode(job: _Job) -> _Converted | _Skipped:
     path = job.source
     doc = episode_doc(path)
     if read_metadata(path) is None:
@@ -459,28 +272,10 @@ def _convert(job: _Job) -> _Converted | _Skipped:
         if topic not in bag.types:
             raise ExportError(f"{path}: topic {topic} (joint {'state' if topic == MEASURED_TOPIC else 'commands'}) "
                               "was not recorded", episode=path, topic=topic)
-    measured = _JointTrack([MEASURED_TOPIC])
-    commanded = _JointTrack(COMMAND_TOPICS)
-    command_stamps: set[int] = set()
-    joints = _JointStateReader(typestore)
-    sources: list[tuple[int, str]] = []
-    times: dict[str, list[int]] = {t: [] for t in bag.types}
-    stamps: dict[str, list[int]] = {t: [] for t in bag.types}
-    for topic, log_time, data in bag.scan(None):  # one pass: the check's times and stamps, joints, frame stamps
-        times[topic].append(log_time)
-        stamps[topic].append(header_stamp_ns(data))
-        if topic == SOURCE_TOPIC:
-            sources.append((log_time, str(typestore.deserialize_cdr(data, bag.types[topic]).data)))
-        elif topic == MEASURED_TOPIC or topic in COMMAND_TOPICS:
-            if bag.types[topic] != JOINT_STATE:
-                raise ExportError(f"{path}: {topic} is {bag.types[topic]}, not {JOINT_STATE}",
-                                  episode=path, topic=topic)
-            names, positions = joints.read(data)
-            stamp = stamps[topic][-1]
-            (measured if topic == MEASURED_TOPIC else commanded).add(stamp, names, positions, path, topic)
-            if topic != MEASURED_TOPIC:
-                command_stamps.add(stamp)
-    problems = _episode_problems(path, doc, bag, times, stamps)
+    scan = scan_episode(path, bag, typestore)  # one pass: the check's times and stamps, joints, frame stamps
+    measured, commanded, command_stamps, sources = scan.measured, scan.commanded, scan.command_stamps, scan.sources
+    stamps = scan.stamps
+    problems = scan.problems(doc)
     if problems and not job.include_problems:
         return _Skipped(path, job.position, tuple(problems))
     key_topics = image_topics + ([depth_topic] if depth_topic else [])
@@ -589,51 +384,35 @@ def _encode(
     with ``job.depth_video``; otherwise colour images, written with ``job.video``.
     """
     path = bag.path.parent
-    need: dict[int, int] = {}  # message number -> last row that uses it
-    for r, m in enumerate(sel):
-        need[int(m)] = r
-    cache: dict[int, np.ndarray] = {}
+    transform = None if depth_max_m is None else partial(quantize_depth, depth_max_m=depth_max_m)
+    frames = read_images(bag, topic, sel, typestore, depth=depth_max_m is not None, transform=transform)
     writer: VideoWriter | None = None
     sampler: ImageStatsSampler | None = None
-    nxt = 0
     try:
-        for m, (_, _, data) in enumerate(bag.scan({topic})):
-            if m not in need:
-                continue
-            try:
-                image = decode_image(typestore.deserialize_cdr(data, IMAGE), depth=depth_max_m is not None)
-            except ValueError as exc:
-                raise ExportError(f"{path}: {topic}: {exc}", episode=path, topic=topic) from exc
-            cache[m] = image if depth_max_m is None else quantize_depth(image, depth_max_m)
-            while nxt < len(sel) and int(sel[nxt]) in cache:
-                frame = cache[int(sel[nxt])]
-                if writer is None:
-                    h, w = frame.shape[:2]
-                    if depth_max_m is None:
-                        options = job.video
-                    else:
-                        options = job.depth_video or depth_video_options(job.video.gop)
-                    try:
-                        writer = VideoWriter(target, width=w, height=h, fps=job.fps, options=options)
-                    except ValueError as exc:
-                        raise ExportError(f"{path}: {topic}: {exc}", episode=path, topic=topic) from exc
-                    sampler = ImageStatsSampler(len(sel), h, w)
-                if frame.shape[:2] != (writer.size[1], writer.size[0]):
-                    raise ExportError(f"{path}: {topic}: frame {nxt} is {frame.shape[1]}x{frame.shape[0]}, "
-                                      f"the first was {writer.size[0]}x{writer.size[1]}", episode=path, topic=topic)
-                writer.write(frame)
-                assert sampler is not None
-                sampler.offer(nxt, frame if depth_max_m is None else depth_codes_to_rgb(frame))
-                if need[int(sel[nxt])] == nxt:
-                    del cache[int(sel[nxt])]
-                nxt += 1
-            if nxt == len(sel):
-                break
-        if writer is None or nxt != len(sel):
-            raise ExportError(f"{path}: {topic}: {len(sel) - nxt} frame(s) could not be read back",
+        for nxt, frame in enumerate(frames):
+            if writer is None:
+                h, w = frame.shape[:2]
+                if depth_max_m is None:
+                    options = job.video
+                else:
+                    options = job.depth_video or depth_video_options(job.video.gop)
+                try:
+                    writer = VideoWriter(target, width=w, height=h, fps=job.fps, options=options)
+                except ValueError as exc:
+                    raise ExportError(f"{path}: {topic}: {exc}", episode=path, topic=topic) from exc
+                sampler = ImageStatsSampler(len(sel), h, w)
+            if frame.shape[:2] != (writer.size[1], writer.size[0]):
+                raise ExportError(f"{path}: {topic}: frame {nxt} is {frame.shape[1]}x{frame.shape[0]}, "
+                                  f"the first was {writer.size[0]}x{writer.size[1]}", episode=path, topic=topic)
+            writer.write(frame)
+            assert sampler is not None
+            sampler.offer(nxt, frame if depth_max_m is None else depth_codes_to_rgb(frame))
+        if writer is None:
+            raise ExportError(f"{path}: {topic}: {len(sel)} frame(s) could not be read back",
                               episode=path, topic=topic)
         writer.close()
     except BaseException:
+        frames.close()
         if writer is not None:
             writer.abort()
         raise

@@ -1,0 +1,565 @@
+"""Evaluation on held-out clips: PSNR, SSIM and LPIPS per frame and per chunk of the learned model, the optional
+teacher, the ``render`` backend and the repeat-the-first-frame baseline (``rynn-teleop world-model eval``).
+
+Every model sees the same input and is scored on the same frames. For a clip of ``T = 1 + 4k`` frames, frame 0
+(the anchor, a real camera frame) is given to every model and not scored; frames 1..T-1 are generated and
+compared with the recorded ones (the "held-out frames"):
+
+* ``student``: the weights folder through the node's serving path,
+  :class:`~rynn_teleop.world_model.diffusion.backend.DiffusionGenerator`: ``reset(frame 0)``, then
+  ``step(action_t, condition_t)`` for t = 1..T-1 with the clip's actions and condition images; frames come a block
+  (4) at a time. Each clip's sampler noise starts from ``seed`` (results do not depend on the clip order).
+  A clip longer than the preset's ``chunk_frames`` re-anchors on the model's own last frame, as a digital stream.
+* ``teacher`` (optional, e.g. the stage-1 weights): the same serving path with the other weights folder. The
+  teacher was trained bidirectionally on whole clips; here the streaming engine runs it block-causally (the
+  sink + window key/value cache, the preset's 4 sampler steps, a commit pass per block), exactly as the node
+  would run those weights. This measures the teacher as served, not its bidirectional many-step sampling.
+* ``render``: :class:`~rynn_teleop.world_model.render.RenderGenerator` (the robot's primitives drawn at each
+  action over frame 0) through the dataset's camera (``dataset.json``'s ``condition.intrinsics`` scaled to the
+  preset's size, and ``condition.camera_frame``), as the node builds it.
+* ``baseline``: frame 0 repeated.
+
+Metrics (:mod:`.metrics`): per frame PSNR [dB] (capped at :data:`~.metrics.PSNR_CAP_DB` for identical frames),
+SSIM and LPIPS (null, with the reason, unless the user gives AlexNet's ImageNet trunk weights); means over all
+held-out frames (the mean of the per-frame values), curves per frame index (mean over the clips that have that
+frame) and per chunk (the 4-frame blocks the model generates at once: chunk b holds frames 4b+1..4b+4).
+
+Hands: ``hand_psnr`` [dB] is the PSNR over the pixels within a margin of where forward kinematics of the
+clip's action puts each robot hand (the convex hull of the projected 21 hand keypoints of
+:meth:`~rynn_teleop.world_model.conditioning.Conditioner.keypoints`, grown by
+:data:`HAND_MARGIN_FRACTION` of the image width): how well a model draws the region where the hands must be.
+A distance in pixels between generated and kinematic hands is not measured: it needs a hand detector that
+works on generated frames, which the project does not have.
+
+Outputs in ``out_dir``: ``metrics.json`` (see :func:`evaluate`), ``psnr.png``, ``ssim.png`` (and ``lpips.png``
+when measured, ``hand_psnr.png`` when any hand was in view): one line per model against the frame index, and
+``side_by_side.mp4``: ground truth | model | teacher | render | repeat first, every evaluated clip in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from fractions import Fraction
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import cv2
+import numpy as np
+
+from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
+from rynn_teleop.core.robot_model import RobotModel
+from rynn_teleop.errors import ConfigurationError
+from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME, Conditioner
+from rynn_teleop.world_model.generator import Generator
+
+from .clips import SPLITS, Clip, ClipDataset, DatasetError, DatasetInfo, read_clip
+from .metrics import PSNR_CAP_DB, Lpips, frame_metrics, load_lpips_backbone, masked_psnr
+
+EVAL_FORMAT = "rynn_teleop.world_model.eval/1"
+METRICS_FILE = "metrics.json"
+VIDEO_FILE = "side_by_side.mp4"
+MODELS = ("student", "teacher", "render", "baseline")  # JSON, table, plot and video order
+METRICS = ("psnr", "ssim", "lpips", "hand_psnr")
+UNITS = {"psnr": "PSNR [dB]", "ssim": "SSIM", "lpips": "LPIPS", "hand_psnr": "hand-region PSNR [dB]"}
+LABELS = {"truth": "ground truth", "student": "model", "teacher": "teacher", "render": "render",
+          "baseline": "repeat first"}
+HAND_MARGIN_FRACTION = 0.03  # hand regions grow by this fraction of the image width [px / px] ...
+HAND_MARGIN_MIN_PX = 2  # ... and by at least this much [px]
+VIDEO_CODECS = ("libx264", "mpeg4")  # tried in this order
+VIDEO_BIT_RATE = 4_000_000  # [bit/s] for mpeg4 (libx264 uses its default constant quality)
+NO_LPIPS_REASON = ("no LPIPS backbone given: LPIPS needs AlexNet's ImageNet weights, which are not shipped and "
+                   "cannot be downloaded here; pass --lpips-backbone PATH (torchvision's alexnet-owt-7be5be79.pth)")
+NO_HAND_DISTANCE_REASON = ("not measured: a distance needs the hands located in generated frames (a hand detector "
+                           "that works on them); hand_psnr scores the pixels where forward kinematics puts them")
+
+
+class ClipScores(NamedTuple):
+    """Per-frame scores of one model on one clip: each (T - 1,) float64 (``lpips`` None when not measured;
+    ``hand_psnr`` NaN on frames without a hand in view)."""
+
+    psnr: np.ndarray
+    ssim: np.ndarray
+    lpips: np.ndarray | None
+    hand_psnr: np.ndarray
+
+
+# ---- inputs -------------------------------------------------------------------------------------------------
+
+
+def dataset_intrinsics(info: DatasetInfo) -> tuple[CameraIntrinsics, str]:
+    """The head camera's intrinsics at the dataset's frame size, and where they came from.
+
+    ``dataset.json``'s ``condition.intrinsics`` (the fields of :class:`CameraIntrinsics`) when present, scaled
+    to ``info.width`` x ``info.height`` if of another size; else the D435-like :func:`default_intrinsics` of
+    that size (what the node uses without camera parameters).
+
+    Raises:
+        DatasetError: ``condition.intrinsics`` present but malformed.
+    """
+    given = info.condition.get("intrinsics") if isinstance(info.condition, dict) else None
+    if given is None:
+        return default_intrinsics(info.width, info.height), "default (dataset.json has no condition.intrinsics)"
+    try:
+        fields = {k: given[k] for k in CameraIntrinsics._fields if k in given}
+        if "coeffs" in fields:
+            fields["coeffs"] = tuple(float(c) for c in fields["coeffs"])
+        intrinsics = CameraIntrinsics(**fields).check()
+    except (TypeError, KeyError, ValueError, ConfigurationError) as exc:
+        raise DatasetError(f"dataset.json: condition.intrinsics {given!r} is not camera intrinsics "
+                           f"({', '.join(CameraIntrinsics._fields)}): {exc}") from exc
+    if (intrinsics.width, intrinsics.height) != (info.width, info.height):
+        return intrinsics.scaled(info.width, info.height), "dataset.json condition.intrinsics, scaled"
+    return intrinsics, "dataset.json condition.intrinsics"
+
+
+def _joint_order(info: DatasetInfo, robot: RobotModel) -> np.ndarray:
+    """Column of the dataset's actions for each of the robot's joints."""
+    names = list(info.joint_names)
+    missing = [n for n in robot.joint_names if n not in names]
+    if missing:
+        raise DatasetError(f"dataset.json: joint_names lacks the robot's joints {missing[:6]}"
+                           f"{' ...' if len(missing) > 6 else ''}")
+    return np.array([names.index(n) for n in robot.joint_names], dtype=np.int64)
+
+
+def _check_clip(clip: Clip, file: str, info: DatasetInfo, block: int) -> None:
+    h, w = clip.frames.shape[1:3]
+    if (w, h) != (info.width, info.height):
+        raise DatasetError(f"{file}: frames of {w}x{h} px; dataset.json says {info.width}x{info.height}")
+    if clip.length < 1 + block or (clip.length - 1) % block:
+        raise DatasetError(f"{file}: {clip.length} frames; the model generates blocks of {block}, so a clip needs "
+                           f"1 + {block}k frames (k >= 1)")
+    if clip.actions.shape[1] != len(info.joint_names):
+        raise DatasetError(f"{file}: actions have {clip.actions.shape[1]} columns; dataset.json names "
+                           f"{len(info.joint_names)} joints")
+
+
+# ---- models -------------------------------------------------------------------------------------------------
+
+
+def stream(generator: Generator, clip: Clip, actions: np.ndarray) -> np.ndarray:
+    """Frames 1..T-1 of ``clip`` generated by ``generator`` (the serving loop: reset on frame 0, one step per
+    action with its condition image), (T - 1, H, W, 3) uint8.
+
+    Args:
+        actions: (T, 54) the clip's actions in the robot's joint order [rad].
+
+    Raises:
+        RuntimeError: the generator returned another number of frames (actions left pending).
+    """
+    generator.reset(clip.frames[0])
+    out: list[np.ndarray] = []
+    for t in range(1, clip.length):
+        out += generator.step(actions[t], clip.conditions[t])
+    if len(out) != clip.length - 1:
+        raise RuntimeError(f"{type(generator).__name__} returned {len(out)} frames for {clip.length - 1} actions "
+                           f"({generator.pending} pending)")
+    return np.stack(out)
+
+
+def repeat_first(clip: Clip) -> np.ndarray:
+    """The baseline: frame 0 repeated for frames 1..T-1, (T - 1, H, W, 3) uint8."""
+    return np.repeat(clip.frames[:1], clip.length - 1, axis=0)
+
+
+def hand_masks(conditioner: Conditioner, actions: np.ndarray, margin: int) -> np.ndarray:
+    """(N, H, W) bool: per action (N, 54) [rad] (robot order), the pixels within ``margin`` [px] of the convex
+    hull of each hand's 21 keypoints projected through the conditioner's camera (hands behind the camera, or
+    with fewer than 3 points in front of it, are left out)."""
+    h, w = conditioner.height, conditioner.width
+    kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * margin + 1, 2 * margin + 1))
+    masks = np.zeros((len(actions), h, w), dtype=bool)
+    for i, q in enumerate(actions):
+        keypoints = conditioner.keypoints(q)
+        mask = np.zeros((h, w), dtype=np.uint8)
+        for hand in (keypoints.left_hand, keypoints.right_hand):
+            uv = conditioner.view.project(hand).uv
+            uv = uv[np.isfinite(uv).all(axis=1)]
+            if len(uv) < 3:
+                continue
+            # far outside the image the hull's exact shape does not matter; keep the coordinates in int32
+            uv = np.clip(np.round(uv), [-4 * w, -4 * h], [5 * w, 5 * h]).astype(np.int32)
+            cv2.fillConvexPoly(mask, cv2.convexHull(uv), 1)
+        masks[i] = cv2.dilate(mask, kernel) > 0
+    return masks
+
+
+def score(pred: np.ndarray, truth: np.ndarray, masks: np.ndarray, lpips: Lpips | None, device: str = "cpu"
+          ) -> ClipScores:
+    """Per-frame scores of ``pred`` against ``truth`` (both (N, H, W, 3) uint8), hand regions ``masks`` (N, H, W);
+    image metrics computed on ``device``."""
+    psnr, ssim, lp = frame_metrics(pred, truth, lpips, device=device)
+    hand = np.array([masked_psnr(p, t, m) for p, t, m in zip(pred, truth, masks)], dtype=np.float64)
+    return ClipScores(psnr, ssim, lp, hand)
+
+
+# ---- aggregation --------------------------------------------------------------------------------------------
+
+
+def _finite_mean(values: np.ndarray) -> float | None:
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if len(values) else None
+
+
+def _json_list(values: np.ndarray | None) -> list[float | None] | None:
+    if values is None:
+        return None
+    return [float(v) if math.isfinite(v) else None for v in np.asarray(values, dtype=np.float64)]
+
+
+def summarise(per_clip: Sequence[ClipScores], block: int) -> dict[str, Any]:
+    """One model's means over all held-out frames, and its curves per frame index and per chunk.
+
+    Returns:
+        ``{metric: mean, "hand_frames": n, "per_frame": {"frame": [...], "count": [...], metric: [...]},
+        "per_chunk": {"chunk": [...], "first_frame": [...], "count": [...], metric: [...]}}`` for each metric of
+        :data:`METRICS` (None where not measured or, for ``hand_psnr``, no hand was in view).
+    """
+    index = np.concatenate([np.arange(1, len(s.psnr) + 1) for s in per_clip])
+    frames = np.arange(1, int(index.max()) + 1)
+    chunk_of = (index - 1) // block
+    chunks = np.arange(int(chunk_of.max()) + 1)
+    out: dict[str, Any] = {}
+    per_frame: dict[str, Any] = {"frame": frames.tolist(), "count": [int((index == f).sum()) for f in frames]}
+    per_chunk: dict[str, Any] = {"chunk": chunks.tolist(), "first_frame": (chunks * block + 1).tolist(),
+                                 "count": [int((chunk_of == c).sum()) for c in chunks]}
+    for metric in METRICS:
+        parts = [getattr(s, metric) for s in per_clip]
+        if any(p is None for p in parts):
+            out[metric], per_frame[metric], per_chunk[metric] = None, None, None
+            continue
+        values = np.concatenate(parts)
+        out[metric] = _finite_mean(values)
+        per_frame[metric] = [_finite_mean(values[index == f]) for f in frames]
+        per_chunk[metric] = [_finite_mean(values[chunk_of == c]) for c in chunks]
+    out["hand_frames"] = int(np.isfinite(np.concatenate([s.hand_psnr for s in per_clip])).sum())
+    out["per_frame"], out["per_chunk"] = per_frame, per_chunk
+    return out
+
+
+# ---- outputs ------------------------------------------------------------------------------------------------
+
+
+class SideBySideWriter:
+    """An MP4 of labelled panels side by side (PyAV; H.264, else MPEG-4 Part 2).
+
+    Args:
+        path: the file to write.
+        labels: one label per panel, drawn in a strip above it.
+        width, height: each panel's size [px].
+        fps: frame rate [1/s].
+
+    Raises:
+        ConfigurationError: no codec of :data:`VIDEO_CODECS` can be opened.
+    """
+
+    def __init__(self, path: str | os.PathLike, labels: Sequence[str], width: int, height: int, fps: float) -> None:
+        import av
+
+        self.font, self.font_scale, self.thickness = cv2.FONT_HERSHEY_SIMPLEX, max(0.3, width / 320.0), 1
+        text_h = max(cv2.getTextSize(label, self.font, self.font_scale, self.thickness)[0][1] for label in labels)
+        self.strip = text_h + 6
+        self.width, self.height, self.labels = width, height, list(labels)
+        self.size = (len(labels) * width + (len(labels) * width) % 2, self.strip + height + (self.strip + height) % 2)
+        self.container = av.open(str(path), mode="w")
+        rate = Fraction(fps).limit_denominator(1001)
+        self.stream, problems = None, []
+        for codec in VIDEO_CODECS:
+            try:
+                stream = self.container.add_stream(codec, rate=rate)
+            except (ValueError, av.FFmpegError) as exc:
+                problems.append(f"{codec}: {exc}")
+                continue
+            stream.width, stream.height, stream.pix_fmt = self.size[0], self.size[1], "yuv420p"
+            if codec == "mpeg4":
+                stream.bit_rate = VIDEO_BIT_RATE
+            self.stream, self.codec = stream, codec
+            break
+        if self.stream is None:
+            self.container.close()
+            raise ConfigurationError(f"{path}: no video codec available ({'; '.join(problems)})")
+        self.frames = 0
+
+    def write(self, panels: Sequence[np.ndarray]) -> None:
+        """Add one frame: ``panels`` (H, W, 3) uint8 RGB, one per label, in label order."""
+        import av
+
+        canvas = np.zeros((self.size[1], self.size[0], 3), dtype=np.uint8)
+        for k, (label, panel) in enumerate(zip(self.labels, panels)):
+            x = k * self.width
+            canvas[self.strip:self.strip + self.height, x:x + self.width] = panel
+            cv2.putText(canvas, label, (x + 2, self.strip - 4), self.font, self.font_scale, (255, 255, 255),
+                        self.thickness, cv2.LINE_AA)
+        for packet in self.stream.encode(av.VideoFrame.from_ndarray(canvas, format="rgb24")):
+            self.container.mux(packet)
+        self.frames += 1
+
+    def close(self) -> None:
+        """Flush the encoder and close the file."""
+        for packet in self.stream.encode():
+            self.container.mux(packet)
+        self.container.close()
+
+
+def plot_curves(path: str | os.PathLike, metric: str, models: dict[str, dict[str, Any]], block: int) -> bool:
+    """A PNG of ``metric`` against the frame index, one line per model of ``models`` (their :func:`summarise`);
+    False (nothing written) when no model has a value of it."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    lines = {name: m["per_frame"] for name, m in models.items() if m[metric] is not None}
+    if not lines:
+        return False
+    figure = Figure(figsize=(7.0, 4.0))
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    last = 1
+    for name, curve in lines.items():
+        y = [np.nan if v is None else v for v in curve[metric]]
+        ax.plot(curve["frame"], y, marker=".", label=f"{LABELS[name]} (mean {models[name][metric]:.4g})")
+        last = max(last, curve["frame"][-1])
+    for edge in range(block, last, block):  # chunk boundaries
+        ax.axvline(edge + 0.5, color="0.85", linewidth=0.8, zorder=0)
+    ax.set_xlabel("frame index (0 = the anchor, given to every model)")
+    ax.set_ylabel(UNITS[metric])
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(str(path), dpi=100)
+    return True
+
+
+# ---- the evaluation -----------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _diffusion(preset: str, base_dir, weights_dir, prompt_file, device: str, dtype: str, seed: int, what: str
+               ) -> Iterator[Generator]:
+    from rynn_teleop.world_model.diffusion.backend import DiffusionGenerator  # imports torch and diffusers
+
+    if not weights_dir:
+        raise ConfigurationError(f"eval: {what} is required (a weights folder written by train or distill)")
+    generator = DiffusionGenerator(preset, base_dir, weights_dir, prompt_file, device=device, dtype=dtype, seed=seed)
+    try:
+        yield generator
+    finally:
+        generator.close()
+
+
+def _manifest(weights_dir) -> dict[str, Any] | None:
+    from rynn_teleop.world_model.diffusion.weights import read_manifest
+
+    return read_manifest(weights_dir).to_json() if weights_dir else None
+
+
+def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base_dir: str | os.PathLike,
+             weights_dir: str | os.PathLike, prompt_file: str | os.PathLike, preset: str | None = None,
+             split: str = "val", teacher_weights_dir: str | os.PathLike | None = None, device: str = "cpu",
+             dtype: str = "float32", seed: int = 0, lpips_backbone: str | os.PathLike | None = None,
+             max_clips: int | None = None, render: bool = True,
+             progress: Callable[[list[str]], Iterable[str]] | None = None) -> dict[str, Any]:
+    """Score the model (and the teacher, the render backend, the repeat-first baseline) on ``split``'s clips.
+
+    Args:
+        dataset_dir: a dataset folder (``rynn-teleop world-model dataset``).
+        out_dir: where ``metrics.json``, the plots and the MP4 go (created).
+        base_dir, weights_dir, prompt_file: the model as the node loads it (the diffusion backend's parameters).
+        preset: the model size; default (None) the dataset's, which it must equal.
+        split: "val" (held-out episodes) or "train".
+        teacher_weights_dir: a second weights folder scored the same way (see the module docstring), or None.
+        device, dtype, seed: of the diffusion backend (``seed``: the sampler noise of every clip); the metrics
+            are computed on ``device`` too.
+        lpips_backbone: AlexNet's ImageNet weights file (:func:`~.metrics.load_lpips_backbone`); None: LPIPS is
+            not measured (null in the results, with the reason).
+        max_clips: score only the first ``max_clips`` clips of the split (dataset order); None: all.
+        render: also score the ``render`` backend (needs the robot model).
+        progress: wraps the list of clip files iterated (e.g. ``tqdm``); None: no progress display.
+
+    Returns:
+        What ``metrics.json`` holds: ``format``; ``{student,teacher,render,baseline}_{psnr,ssim,lpips,hand_psnr}``
+        (means over all held-out frames; None for a model not run or a metric not measured); ``held_out_frames``;
+        ``models`` (per model run: the means, ``hand_frames``, ``per_frame`` and ``per_chunk`` curves, see
+        :func:`summarise`); ``clips`` (file, episode, start, frames and per-frame scores of each model);
+        ``lpips`` and ``hand`` (what was measured, or why not); ``psnr_cap_db``; ``chunk_frames`` (frames per
+        chunk); ``inputs`` (every argument, the weights manifests, the intrinsics used and the dataset's
+        fields); ``files`` (the plots and the video written, and its codec).
+
+    Raises:
+        DatasetError: no dataset, no clips in ``split``, a dataset of another preset or frame size, clips that
+            are not 1 + whole blocks, actions without the robot's joints.
+        ConfigurationError: unknown preset; a missing weights folder, base or prompt; a weights folder of
+            another preset or base (``FineTunedWeightsError``); an unreadable LPIPS backbone
+            (``LpipsBackboneError``); ``max_clips`` < 1.
+    """
+    from rynn_teleop.world_model.diffusion.presets import get_preset
+
+    dataset = ClipDataset(dataset_dir, split)
+    info = dataset.info
+    name = preset or info.preset
+    config = get_preset(name)
+    if info.preset != name or (info.width, info.height) != (config.width, config.height):
+        raise DatasetError(f"{Path(dataset_dir) / 'dataset.json'}: preset {info.preset!r} at {info.width}x"
+                           f"{info.height} px; the model is {name!r} at {config.width}x{config.height} px")
+    if max_clips is not None and max_clips < 1:
+        raise ConfigurationError(f"eval: max_clips must be at least 1; got {max_clips}")
+    files = dataset.files[:max_clips] if max_clips is not None else list(dataset.files)
+    block = config.frames_per_block
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+
+    lpips = None
+    if lpips_backbone:
+        import torch
+
+        lpips = Lpips(load_lpips_backbone(lpips_backbone)).to(torch.device(device))
+    robot = RobotModel.default()
+    columns = _joint_order(info, robot)
+    intrinsics, intrinsics_source = dataset_intrinsics(info)
+    camera_frame = str(info.condition.get("camera_frame", DEFAULT_CAMERA_FRAME))
+    conditioner = Conditioner(robot, intrinsics, camera_frame=camera_frame)
+    margin = max(HAND_MARGIN_MIN_PX, round(HAND_MARGIN_FRACTION * info.width))
+
+    inputs = {
+        "dataset": str(Path(dataset_dir).resolve()), "split": split, "preset": name,
+        "base_dir": str(base_dir), "weights_dir": str(weights_dir), "prompt_file": str(prompt_file),
+        "teacher_weights_dir": str(teacher_weights_dir) if teacher_weights_dir else None,
+        "device": device, "dtype": dtype, "seed": seed,
+        "lpips_backbone": str(lpips_backbone) if lpips_backbone else None, "max_clips": max_clips, "render": render,
+        "intrinsics": {**intrinsics._asdict(), "coeffs": list(intrinsics.coeffs)},
+        "intrinsics_source": intrinsics_source, "camera_frame": camera_frame,
+        "dataset_info": {k: getattr(info, k) for k in ("preset", "width", "height", "fps", "clip_frames", "seed",
+                                                       "val_fraction", "has_latents", "format")},
+    }
+
+    scores: dict[str, list[ClipScores]] = {m: [] for m in MODELS}
+    clip_rows: list[dict[str, Any]] = []
+    with ExitStack() as stack:
+        generators: dict[str, Generator] = {
+            "student": stack.enter_context(_diffusion(name, base_dir, weights_dir, prompt_file, device, dtype, seed,
+                                                      "weights_dir"))}
+        if teacher_weights_dir:
+            generators["teacher"] = stack.enter_context(_diffusion(
+                name, base_dir, teacher_weights_dir, prompt_file, device, dtype, seed, "teacher_weights_dir"))
+        inputs["weights_manifest"] = _manifest(weights_dir)
+        inputs["teacher_weights_manifest"] = _manifest(teacher_weights_dir)
+        if render:
+            from rynn_teleop.world_model.render import RenderGenerator
+
+            generators["render"] = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
+                                                   camera_frame=camera_frame)
+        run = [m for m in MODELS if m in generators or m == "baseline"]
+        writer = SideBySideWriter(out / VIDEO_FILE, [LABELS["truth"]] + [LABELS[m] for m in run], config.width,
+                                  config.height, info.fps)
+        stack.callback(writer.close)
+        for file in (progress(files) if progress is not None else files):
+            clip = read_clip(dataset.root / file)
+            _check_clip(clip, file, info, block)
+            actions = clip.actions[:, columns].astype(np.float64)
+            truth = clip.frames[1:]
+            masks = hand_masks(conditioner, actions[1:], margin)
+            predictions = {}
+            for model in run:
+                if model == "baseline":
+                    predictions[model] = repeat_first(clip)
+                    continue
+                generator = generators[model]
+                engine = getattr(generator, "engine", None)
+                if engine is not None:  # each clip's noise starts from the seed
+                    engine.generator.manual_seed(seed)
+                predictions[model] = stream(generator, clip, actions)
+            row: dict[str, Any] = {"file": file, "episode": clip.episode, "start": clip.start,
+                                   "frames": clip.length, "scores": {}}
+            for model in run:
+                s = score(predictions[model], truth, masks, lpips, device)
+                scores[model].append(s)
+                row["scores"][model] = {m: _json_list(getattr(s, m)) for m in METRICS}
+            clip_rows.append(row)
+            writer.write([clip.frames[0]] * (1 + len(run)))
+            for t in range(clip.length - 1):
+                writer.write([truth[t]] + [predictions[m][t] for m in run])
+        codec = writer.codec
+
+    models = {m: summarise(scores[m], block) for m in MODELS if scores[m]}
+    result: dict[str, Any] = {"format": EVAL_FORMAT}
+    for m in MODELS:
+        for metric in METRICS:
+            result[f"{m}_{metric}"] = models[m][metric] if m in models else None
+    plots = [f"{metric}.png" for metric in METRICS if plot_curves(out / f"{metric}.png", metric, models, block)]
+    result.update({
+        "held_out_frames": int(sum(len(s.psnr) for s in scores["baseline"])),
+        "clips": clip_rows,
+        "models": models,
+        "lpips": {"measured": lpips is not None, "reason": None if lpips is not None else NO_LPIPS_REASON,
+                  "definition": "Zhang et al. 2018, AlexNet trunk, linear layers v0.1 (torchmetrics' alex.pth)"},
+        "hand": {"hand_psnr": "PSNR over the pixels within margin_px of the convex hull of each hand's 21 keypoints "
+                              "projected from forward kinematics of the frame's action; null on frames without a "
+                              "hand in view", "margin_px": margin, "hand_distance_px": None,
+                 "hand_distance_reason": NO_HAND_DISTANCE_REASON},
+        "psnr_cap_db": PSNR_CAP_DB,
+        "chunk_frames": block,
+        "inputs": inputs,
+        "files": {"metrics": METRICS_FILE, "plots": plots, "video": VIDEO_FILE, "video_codec": codec},
+    })
+    (out / METRICS_FILE).write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+    return result
+
+
+# ---- command line -------------------------------------------------------------------------------------------
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The arguments of ``rynn-teleop world-model eval``."""
+    parser.add_argument("dataset", help="dataset folder (rynn-teleop world-model dataset ... --out DIR)")
+    parser.add_argument("--base-dir", required=True, help="the base release folder (Wan2.2-TI2V-5B-Diffusers layout)")
+    parser.add_argument("--weights-dir", required=True, help="the weights folder to score (train or distill output)")
+    parser.add_argument("--prompt-file", required=True, help="the prompt embedding (encode-prompt output)")
+    parser.add_argument("--out", required=True, help="output folder: metrics.json, PNG plots, side_by_side.mp4")
+    parser.add_argument("--teacher-weights-dir", default=None,
+                        help="a second weights folder (e.g. the stage-1 teacher), run through the same streaming "
+                             "engine")
+    parser.add_argument("--split", default="val", choices=SPLITS, help="clips to score (default: val, held out)")
+    parser.add_argument("--preset", default=None, help="model size (default: the dataset's)")
+    parser.add_argument("--lpips-backbone", default=None, metavar="PATH",
+                        help="AlexNet ImageNet weights (torchvision's alexnet-owt-7be5be79.pth); without it LPIPS "
+                             "is not measured")
+    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--seed", type=int, default=0, help="sampler noise seed of every clip")
+    parser.add_argument("--max-clips", type=int, default=None, help="score only the first N clips")
+    parser.add_argument("--no-render", action="store_true", help="do not score the render backend")
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The means of :func:`evaluate`'s result as a text table, one row per model run."""
+    def cell(value: float | None, digits: int) -> str:
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
+    rows = [f"{'model':<10} {'PSNR [dB]':>10} {'SSIM':>7} {'LPIPS':>7} {'hand PSNR [dB]':>15}"]
+    for name, m in result["models"].items():
+        rows.append(f"{name:<10} {cell(m['psnr'], 2):>10} {cell(m['ssim'], 4):>7} {cell(m['lpips'], 4):>7} "
+                    f"{cell(m['hand_psnr'], 2):>15}")
+    rows.append(f"held-out frames: {result['held_out_frames']} in {len(result['clips'])} clips "
+                f"(split {result['inputs']['split']})")
+    if not result["lpips"]["measured"]:
+        rows.append(f"LPIPS: {result['lpips']['reason']}")
+    return "\n".join(rows)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run :func:`evaluate` from parsed :func:`add_arguments`; print the table and the JSON's path."""
+    from tqdm import tqdm
+
+    result = evaluate(args.dataset, args.out, base_dir=args.base_dir, weights_dir=args.weights_dir,
+                      prompt_file=args.prompt_file, preset=args.preset, split=args.split,
+                      teacher_weights_dir=args.teacher_weights_dir, device=args.device, dtype=args.dtype,
+                      seed=args.seed, lpips_backbone=args.lpips_backbone, max_clips=args.max_clips,
+                      render=not args.no_render,
+                      progress=lambda clips: tqdm(clips, desc="eval", unit="clip", disable=None))
+    print(format_table(result))
+    print(Path(args.out) / METRICS_FILE)
+    return 0

@@ -1,0 +1,345 @@
+"""World-model evaluation: the image metrics on known images, LPIPS's plumbing, and ``evaluate`` end to end on
+tiny clips (metrics.json, plots, side-by-side video, the baselines, the errors a user can cause)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import av
+import numpy as np
+import pytest
+import torch
+
+from rynn_teleop.core.arm_teleop import DEFAULT_HOME
+from rynn_teleop.core.camera import default_intrinsics
+from rynn_teleop.core.robot_model import RobotModel
+from rynn_teleop.errors import ConfigurationError
+from rynn_teleop.world_model.conditioning import Conditioner
+from rynn_teleop.world_model.diffusion.model import save_model, untrained_model
+from rynn_teleop.world_model.diffusion.presets import TINY
+from rynn_teleop.world_model.diffusion.weights import FineTunedWeightsError
+from rynn_teleop.world_model.training import evaluate as ev
+from rynn_teleop.world_model.training import metrics
+from rynn_teleop.world_model.training.clips import Clip, DatasetError, DatasetInfo, write_clip
+
+W, H = TINY.width, TINY.height
+CLIP_FRAMES = 9
+
+
+# ---- metrics ------------------------------------------------------------------------------------------------
+
+
+def _images(seed: int, shape=(3, H, W, 3), noise: int = 20) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, 256, shape, dtype=np.uint8)
+    b = np.clip(a.astype(int) + rng.integers(-noise, noise + 1, a.shape), 0, 255).astype(np.uint8)
+    return a, b
+
+
+def _gaussian_ssim(x: np.ndarray, y: np.ndarray, data_range: float = 255.0) -> float:
+    """Wang et al. 2004 (as scikit-image's gaussian_weights=True, sigma=1.5, use_sample_covariance=False): 11-tap
+    Gaussian window, statistics only where the window lies inside the image, mean over pixels then channels."""
+    from numpy.lib.stride_tricks import sliding_window_view
+
+    taps = np.exp(-np.arange(-5, 6) ** 2 / (2 * 1.5**2))
+    taps /= taps.sum()
+
+    def filt(img):
+        rows = sliding_window_view(img, 11, axis=0) @ taps
+        return sliding_window_view(rows, 11, axis=1) @ taps
+
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    out = []
+    for c in range(x.shape[-1]):
+        a, b = x[..., c].astype(float), y[..., c].astype(float)
+        ma, mb = filt(a), filt(b)
+        vaa, vbb, vab = filt(a * a) - ma**2, filt(b * b) - mb**2, filt(a * b) - ma * mb
+        out.append(np.mean((2 * ma * mb + c1) * (2 * vab + c2) / ((ma**2 + mb**2 + c1) * (vaa + vbb + c2))))
+    return float(np.mean(out))
+
+
+def test_identical_frames_give_the_psnr_cap_and_ssim_one():
+    a, _ = _images(0)
+    assert np.all(metrics.psnr(a, a) == metrics.PSNR_CAP_DB)
+    np.testing.assert_allclose(metrics.ssim(a, a), 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("offset", [1, 5, 40])
+def test_psnr_of_a_known_mse(offset):
+    a = np.full((2, H, W, 3), 100, dtype=np.uint8)
+    b = a + np.uint8(offset)
+    b[1, ::2] -= np.uint8(2 * offset)  # every other row below: the squared error is still offset**2 everywhere
+    np.testing.assert_allclose(metrics.psnr(b, a), 10 * math.log10(255**2 / offset**2), rtol=1e-6)
+    # float images with their own range
+    np.testing.assert_allclose(metrics.psnr(b / 255.0, a / 255.0, data_range=1.0), 20 * math.log10(255 / offset),
+                               rtol=1e-6)
+
+
+def test_ssim_of_flat_images_is_the_luminance_term():
+    a, b = np.full((H, W, 3), 100, np.uint8), np.full((H, W, 3), 120, np.uint8)
+    c1 = (0.01 * 255) ** 2
+    expected = (2 * 100 * 120 + c1) / (100**2 + 120**2 + c1)  # no variance: contrast-structure term is 1
+    np.testing.assert_allclose(metrics.ssim(a, b), [expected], rtol=1e-10)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_ssim_is_the_gaussian_window_definition(seed):
+    a, b = _images(seed, noise=60)
+    np.testing.assert_allclose(metrics.ssim(a, b), [_gaussian_ssim(x, y) for x, y in zip(a, b)], rtol=1e-9)
+
+
+def test_metric_shape_rules():
+    a, b = _images(3)
+    assert metrics.psnr(a[0], b[0]).shape == (1,)  # one frame (H, W, 3)
+    assert metrics.ssim(a, b).shape == (3,)
+    with pytest.raises(ValueError, match="same shape"):
+        metrics.psnr(a, b[:2])
+    with pytest.raises(ValueError, match="RGB"):
+        metrics.ssim(a[..., 0], b[..., 0])
+    with pytest.raises(ValueError, match="at least 11 px"):
+        metrics.ssim(a[:, :8, :8], b[:, :8, :8])
+
+
+def test_masked_psnr_uses_only_the_masked_pixels():
+    a = np.full((H, W, 3), 50, np.uint8)
+    b = a.copy()
+    b[:10] = 90  # wrong outside the mask
+    b[20:30, 20:30] = 60
+    mask = np.zeros((H, W), bool)
+    mask[20:30, 20:30] = True
+    assert metrics.masked_psnr(b, a, mask) == pytest.approx(20 * math.log10(255 / 10))
+    assert math.isnan(metrics.masked_psnr(b, a, np.zeros((H, W), bool)))
+
+
+def _random_trunk(seed: int = 0) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    return {f"features.{k}": v for k, v in metrics.alexnet_features().state_dict().items()}
+
+
+def test_lpips_plumbing_with_a_random_trunk():
+    lpips = metrics.Lpips(_random_trunk())
+    a, b = _images(4)
+    np.testing.assert_allclose(lpips.score(a, a), 0.0, atol=1e-12)
+    assert np.all(lpips.score(a, b) > 0)
+    assert np.all(lpips.score(a, 255 - a) > lpips.score(a, b))  # less similar, larger
+    assert lpips.score(a[0], b[0]).shape == (1,)
+    with pytest.raises(ValueError, match="same shape"):
+        lpips.score(a, b[:1])
+    with pytest.raises(ValueError, match="at least 31 px"):
+        lpips.score(a[:, :24], b[:, :24])
+
+
+def test_lpips_equals_torchmetrics_given_the_same_trunk(monkeypatch):
+    """torchmetrics' own LPIPS, its torchvision trunk replaced by the same (random) one: the same numbers."""
+    from torchmetrics.functional.image import lpips as reference
+
+    trunk = metrics.alexnet_features()
+    trunk.load_state_dict({k.removeprefix("features."): v for k, v in _random_trunk(1).items()})
+    monkeypatch.setattr(reference, "_get_tv_model_features", lambda net, pretrained=False: trunk)
+    theirs = reference._LPIPS(pretrained=True, net="alex", pnet_rand=True)
+    a, b = _images(5)
+    x0, x1 = (torch.tensor(x).permute(0, 3, 1, 2).double() / 127.5 - 1 for x in (a, b))
+    expected = theirs.double()(x0, x1).reshape(-1).numpy()
+    np.testing.assert_allclose(metrics.Lpips(_random_trunk(1)).double().score(a, b), expected, rtol=1e-5)
+    assert "torchvision" not in sys.modules
+
+
+def test_lpips_backbone_files(tmp_path):
+    good = tmp_path / "alexnet.pth"
+    torch.save({**_random_trunk(), "classifier.1.weight": torch.zeros(4, 4)}, good)
+    assert set(metrics.load_lpips_backbone(good)) == set(_random_trunk())
+    bad = tmp_path / "other.pth"
+    state = _random_trunk()
+    del state["features.3.weight"]
+    torch.save(state, bad)
+    with pytest.raises(metrics.LpipsBackboneError, match=r"other\.pth.*features\.3\.weight"):
+        metrics.load_lpips_backbone(bad)
+    with pytest.raises(metrics.LpipsBackboneError, match="no such file"):
+        metrics.load_lpips_backbone(tmp_path / "absent.pth")
+
+
+# ---- evaluate -----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def robot() -> RobotModel:
+    return RobotModel.default()
+
+
+def _in_view(robot: RobotModel) -> np.ndarray:
+    """Arms at DEFAULT_HOME, shoulders raised (hands in the head camera's view), fingers half closed [rad]."""
+    q = robot.neutral()
+    q[:14] = DEFAULT_HOME
+    q[0] -= 0.3
+    q[7] += 0.3
+    lim = robot.limits
+    q[14:] = lim.lower[14:] + 0.5 * (lim.upper[14:] - lim.lower[14:])
+    return q
+
+
+def _clip(robot: RobotModel, episode: str, seed: int) -> Clip:
+    """A square moving over a grey background, the actions moving a shoulder, a box as the condition."""
+    rng = np.random.default_rng(seed)
+    frames = np.full((CLIP_FRAMES, H, W, 3), 90, np.uint8)
+    conditions = np.zeros_like(frames)
+    actions = np.repeat(_in_view(robot)[None], CLIP_FRAMES, axis=0)
+    for t in range(CLIP_FRAMES):
+        x, y = 10 + 6 * t + seed, 20 + seed
+        frames[t, y:y + 14, x:x + 14] = (200, 60, 40)
+        frames[t] = np.clip(frames[t] + rng.integers(-3, 4, frames[t].shape), 0, 255).astype(np.uint8)
+        conditions[t, y:y + 10, x:x + 10] = 255
+        actions[t, 0] += 0.02 * t
+    return Clip(frames, conditions, actions.astype(np.float32), np.arange(CLIP_FRAMES, dtype=np.int64) * 100_000_000,
+                episode, 0)
+
+
+def _dataset(root, robot: RobotModel, splits=("train", "val", "val"), preset: str = "tiny") -> None:
+    episodes = []
+    for k, split in enumerate(splits):
+        rel = f"clips/{split}/{k:06d}.safetensors"
+        write_clip(root / rel, _clip(robot, f"ep{k}", k))
+        episodes.append({"path": f"/episodes/ep{k}", "name": f"ep{k}", "split": split, "frames": CLIP_FRAMES,
+                         "clips": [rel]})
+    intrinsics = default_intrinsics(640, 480)  # the recorded camera's: scaled to the clips' size by eval
+    DatasetInfo(preset=preset, width=W, height=H, fps=10.0, clip_frames=CLIP_FRAMES,
+                joint_names=list(robot.joint_names), seed=0, val_fraction=0.5,
+                condition={"intrinsics": {**intrinsics._asdict(), "coeffs": list(intrinsics.coeffs)}},
+                episodes=episodes).write(root)
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("model")
+    save_model(untrained_model(TINY, 0), root / "base", root / "weights", root / "prompt.safetensors")
+    save_model(untrained_model(TINY, 1), root / "base1", root / "teacher", root / "prompt1.safetensors")
+    return {"base_dir": root / "base", "weights_dir": root / "weights", "prompt_file": root / "prompt.safetensors",
+            "teacher": root / "teacher"}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory, robot):
+    root = tmp_path_factory.mktemp("dataset")
+    _dataset(root, robot)
+    return root
+
+
+@pytest.fixture(scope="module")
+def backbone(tmp_path_factory):
+    path = tmp_path_factory.mktemp("lpips") / "alexnet.pth"
+    torch.save(_random_trunk(), path)  # the plumbing only: never a reported number
+    return path
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory, dataset, model_dirs, backbone):
+    out = tmp_path_factory.mktemp("eval")
+    res = ev.evaluate(dataset, out, base_dir=model_dirs["base_dir"], weights_dir=model_dirs["weights_dir"],
+                      prompt_file=model_dirs["prompt_file"], teacher_weights_dir=model_dirs["teacher"],
+                      lpips_backbone=backbone)
+    return out, res
+
+
+def test_evaluate_writes_metrics_plots_and_video(result):
+    out, res = result
+    assert json.loads((out / ev.METRICS_FILE).read_text()) == res
+    for model in ("student", "teacher", "baseline", "render"):
+        for metric in ("psnr", "ssim", "lpips"):
+            assert isinstance(res[f"{model}_{metric}"], float), f"{model}_{metric}"
+    assert res["held_out_frames"] == 2 * (CLIP_FRAMES - 1)
+    assert [c["file"] for c in res["clips"]] == ["clips/val/000001.safetensors", "clips/val/000002.safetensors"]
+    student = res["models"]["student"]
+    assert student["per_frame"]["frame"] == list(range(1, CLIP_FRAMES))
+    assert student["per_frame"]["count"] == [2] * (CLIP_FRAMES - 1)
+    assert student["per_chunk"]["first_frame"] == [1, 5] and len(student["per_chunk"]["psnr"]) == 2
+    assert student["psnr"] == pytest.approx(np.mean(student["per_chunk"]["psnr"]))
+    assert res["inputs"]["weights_manifest"]["preset"] == "tiny"
+    assert res["inputs"]["intrinsics"]["width"] == W and res["inputs"]["intrinsics_source"].endswith("scaled")
+    assert res["lpips"]["measured"] and res["hand"]["hand_distance_px"] is None
+    for plot in ("psnr.png", "ssim.png", "lpips.png"):
+        assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with av.open(str(out / ev.VIDEO_FILE)) as container:
+        frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(frames) == 2 * CLIP_FRAMES
+    assert frames[0].shape[1] == 5 * W  # ground truth | model | teacher | render | repeat first
+
+
+def test_repeat_first_frame_baseline_is_the_psnr_by_hand(result, dataset):
+    _, res = result
+    from rynn_teleop.world_model.training.clips import read_clip
+
+    by_hand = []
+    for row in res["clips"]:
+        clip = read_clip(dataset / row["file"])
+        first = clip.frames[0].astype(float)
+        per_frame = [10 * math.log10(255**2 / np.mean((f.astype(float) - first) ** 2)) for f in clip.frames[1:]]
+        np.testing.assert_allclose(row["scores"]["baseline"]["psnr"], per_frame, rtol=1e-6)
+        by_hand += per_frame
+    assert res["baseline_psnr"] == pytest.approx(np.mean(by_hand), rel=1e-6)
+
+
+def test_hand_regions_are_where_forward_kinematics_projects_the_hands(robot, result):
+    intrinsics = default_intrinsics(640, 480).scaled(W, H)
+    conditioner = Conditioner(robot, intrinsics)
+    q = _in_view(robot)
+    mask = ev.hand_masks(conditioner, q[None], margin=2)[0]
+    keypoints = conditioner.keypoints(q)
+    wrist = conditioner.view.project(np.stack([keypoints.left_hand[0], keypoints.right_hand[0]])).uv
+    inside = [p for p in wrist if 0 <= p[0] < W and 0 <= p[1] < H]
+    assert inside, "the test configuration should show a wrist"
+    for u, v in inside:
+        assert mask[int(round(v)), int(round(u))]
+    assert 0 < mask.mean() < 0.5
+    _, res = result
+    assert res["models"]["baseline"]["hand_frames"] == res["held_out_frames"]
+    assert isinstance(res["baseline_hand_psnr"], float)
+
+
+def test_cli_without_lpips_backbone_reports_null(tmp_path, dataset, model_dirs, capsys):
+    parser = argparse.ArgumentParser()
+    ev.add_arguments(parser)
+    out = tmp_path / "eval"
+    args = parser.parse_args([str(dataset), "--base-dir", str(model_dirs["base_dir"]), "--weights-dir",
+                              str(model_dirs["weights_dir"]), "--prompt-file", str(model_dirs["prompt_file"]),
+                              "--out", str(out), "--max-clips", "1", "--no-render"])
+    assert ev.run_cli(args) == 0
+    printed = capsys.readouterr().out
+    assert "student" in printed and str(out / ev.METRICS_FILE) in printed
+    res = json.loads((out / ev.METRICS_FILE).read_text())
+    assert res["student_lpips"] is None and res["baseline_lpips"] is None
+    assert not res["lpips"]["measured"] and "lpips-backbone" in res["lpips"]["reason"]
+    assert res["teacher_psnr"] is None and res["render_psnr"] is None
+    assert res["held_out_frames"] == CLIP_FRAMES - 1
+    assert not (out / "lpips.png").exists() and (out / "psnr.png").exists()
+
+
+def test_a_dataset_without_val_clips_is_refused(tmp_path, robot, model_dirs):
+    _dataset(tmp_path / "ds", robot, splits=("train", "train"))
+    with pytest.raises(DatasetError, match="no val clips"):
+        ev.evaluate(tmp_path / "ds", tmp_path / "out", base_dir=model_dirs["base_dir"],
+                    weights_dir=model_dirs["weights_dir"], prompt_file=model_dirs["prompt_file"])
+
+
+def test_a_dataset_of_another_preset_is_refused(tmp_path, robot, model_dirs):
+    _dataset(tmp_path / "ds", robot, splits=("val",), preset="paper")
+    with pytest.raises(DatasetError, match="'paper'.*'tiny'"):
+        ev.evaluate(tmp_path / "ds", tmp_path / "out", base_dir=model_dirs["base_dir"],
+                    weights_dir=model_dirs["weights_dir"], prompt_file=model_dirs["prompt_file"], preset="tiny")
+
+
+def test_a_weights_folder_of_another_preset_is_refused(tmp_path, dataset, model_dirs):
+    import shutil
+
+    weights = tmp_path / "weights"
+    shutil.copytree(model_dirs["weights_dir"], weights)
+    manifest = json.loads((weights / "manifest.json").read_text())
+    manifest["preset"] = "paper"
+    (weights / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(FineTunedWeightsError, match="preset: found 'paper', expected 'tiny'"):
+        ev.evaluate(dataset, tmp_path / "out", base_dir=model_dirs["base_dir"], weights_dir=weights,
+                    prompt_file=model_dirs["prompt_file"])
+    with pytest.raises(ConfigurationError, match="weights_dir is required"):
+        ev.evaluate(dataset, tmp_path / "out", base_dir=model_dirs["base_dir"], weights_dir="",
+                    prompt_file=model_dirs["prompt_file"])
