@@ -7,6 +7,7 @@
     rynn-teleop demo [--duration S] [--out DIR]
     rynn-teleop episodes list|info|check|recover PATH   recorded episodes (counts, rates, gaps, plot, preview)
     rynn-teleop world-model encode-prompt BASE_DIR "PROMPT" OUT   the world model's fixed prompt, encoded once
+    rynn-teleop world-model dataset|tiny-base|train|distill|eval ...   make and judge world-model weights
 """
 
 from __future__ import annotations
@@ -137,6 +138,26 @@ def _cmd_encode_prompt(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``world-model`` tools of ``rynn_teleop.world_model.training``: name -> (module, help). Each module has
+#: ``add_arguments(parser)`` and ``run_cli(args)``; it is imported (torch and all) only when its tool runs.
+TRAINING_TOOLS = {
+    "dataset": ("dataset", "clips of 1 + 4k frames with actions and condition images from recorded episodes"),
+    "tiny-base": ("tiny_base", "fit the tiny preset's VAE to a dataset and write a tiny base release (CPU runs)"),
+    "eval": ("evaluate", "PSNR/SSIM/LPIPS of weights on held-out clips against the render backend and the "
+             "repeat-the-first-frame baseline; plots and a side-by-side video"),
+}
+
+
+def _cmd_training(args: argparse.Namespace) -> int:
+    from importlib import import_module
+
+    module_name, help_text = TRAINING_TOOLS[args.tool]
+    module = import_module(f".world_model.training.{module_name}", __package__)
+    parser = argparse.ArgumentParser(prog=f"rynn-teleop world-model {args.tool}", description=help_text)
+    module.add_arguments(parser)
+    return module.run_cli(parser.parse_args(args.args))
+
+
 def _cmd_call(args: argparse.Namespace) -> int:
     from .nodes.operator import call_main
 
@@ -197,6 +218,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("out", help="output file (.safetensors): world_model's diffusion.prompt_file")
     t.add_argument("--max-length", type=int, default=512, help="tokens (the release's UMT5 length: 512)")
     t.set_defaults(func=_cmd_encode_prompt)
+    for name, (_, help_text) in TRAINING_TOOLS.items():
+        t = tools.add_parser(name, help=help_text, add_help=False)
+        t.add_argument("args", nargs=argparse.REMAINDER)
+        t.set_defaults(func=_cmd_training)
 
     p = sub.add_parser("demo", help="the most complete end-to-end run that needs no hardware")
     p.add_argument("--duration", type=float, default=None,
@@ -217,6 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in DELEGATED:
         args = argparse.Namespace(command=argv[0], args=argv[1:], func=DELEGATED[argv[0]])
+    elif argv[:1] == ["world-model"] and len(argv) > 1 and argv[1] in TRAINING_TOOLS:  # their own parsers
+        args = argparse.Namespace(command=argv[0], tool=argv[1], args=argv[2:], func=_cmd_training)
     else:
         args = build_parser().parse_args(argv)
     try:
