@@ -54,5 +54,5 @@ PAPER_TRANSFORMER_CONFIG: dict[str, Any] = json_like(PAPER.transformer_config)
 
 def tiny_transformer_config() -> dict[str, Any]:
     """A ``WanTransformer3DModel(**cfg)`` config for CPU tests (the ``tiny`` preset's): TI2V's channels and patch,
-    2 layers, 2 heads of 12 (RoPE splits 12 into (t, h, w) = (4, 4, 4))."""
+    2 layers, 4 heads of 48 (RoPE splits 48 into (t, h, w) = (16, 16, 16))."""
     return json_like(TINY.transformer_config)

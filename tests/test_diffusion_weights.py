@@ -139,7 +139,8 @@ def test_load_base_round_trip(release):
         assert state.keys() == original.state_dict().keys()
         for name, tensor in original.state_dict().items():
             assert torch.equal(tensor, state[name]), name
-    assert torch.equal(dit_output(transformer), dit_output(loaded.transformer))
+    # equal weights; the loaded tensors' memory layout may pick another BLAS path: equal to rounding
+    torch.testing.assert_close(dit_output(transformer), dit_output(loaded.transformer), rtol=1e-5, atol=1e-5)
     assert not loaded.transformer.training
 
 
@@ -214,7 +215,7 @@ def edit_weights(folder: Path, edit) -> None:
 
 
 @pytest.mark.parametrize(("edit", "difference"), [
-    (lambda t: t.pop("proj_out.weight"), "missing weight proj_out.weight [192, 24]"),
+    (lambda t: t.pop("proj_out.weight"), "missing weight proj_out.weight [192, 192]"),
     (lambda t: t.update(extra=torch.zeros(3)), "unexpected weight extra [3]"),
     (lambda t: t.update({"proj_out.bias": torch.zeros(5)}), "proj_out.bias: found shape [5], expected [192]"),
 ])
@@ -272,7 +273,7 @@ def test_full_fine_tune_round_trip(release, tmp_path):
     data = json.loads((tmp_path / "weights" / "manifest.json").read_text())
     assert data == {
         "format_version": 1, "base_model_id": BASE_ID, "base_config_hash": transformer_config_hash(base.config),
-        "control": {"latent_channels": 48, "inner_dim": 24, "patch_size": [1, 2, 2]},
+        "control": {"latent_channels": 48, "inner_dim": 192, "patch_size": [1, 2, 2]},
         "preset": "tiny", "training_step": 1200, "kind": "full"}
     assert (tmp_path / "weights" / "transformer" / "config.json").is_file()
 
@@ -307,13 +308,13 @@ def test_lora_that_does_not_fit_is_refused(release, tmp_path):
         metadata = reader.metadata()
     tensors = load_file(lora_file)
     tensors["blocks.0.attn1.to_q.lora_A.weight"] = torch.zeros(4, 5)
-    tensors["blocks.9.attn1.to_q.lora_A.weight"] = torch.zeros(4, 24)
+    tensors["blocks.9.attn1.to_q.lora_A.weight"] = torch.zeros(4, 192)
     save_file(tensors, lora_file, metadata=metadata)
     base = load_base(release[0], TINY).transformer
     with pytest.raises(FineTunedWeightsError) as caught:
         load_weights(tmp_path / "weights", base, StandInControl(seed=2), TINY)
     assert caught.value.differences == [
-        "lora: blocks.0.attn1.to_q.lora_A.weight: found shape [4, 5], expected in_features 24",
+        "lora: blocks.0.attn1.to_q.lora_A.weight: found shape [4, 5], expected in_features 192",
         "lora: blocks.9.attn1.to_q.lora_A.weight: the transformer has no module 'blocks.9.attn1.to_q'"]
     assert not getattr(base, "peft_config", None)
 

@@ -143,6 +143,9 @@ def _cmd_encode_prompt(args: argparse.Namespace) -> int:
 TRAINING_TOOLS = {
     "dataset": ("dataset", "clips of 1 + 4k frames with actions and condition images from recorded episodes"),
     "tiny-base": ("tiny_base", "fit the tiny preset's VAE to a dataset and write a tiny base release (CPU runs)"),
+    "train": ("train", "stage-1 teacher: the Wan2.2 DiT + control branch on a dataset (CONFIG.yaml; accelerate)"),
+    "distill": ("distill", "the causal 4-step student the node runs, from a teacher (CONFIG.yaml; CausVid ODE "
+                "pairs)"),
     "eval": ("evaluate", "PSNR/SSIM/LPIPS of weights on held-out clips against the render backend and the "
              "repeat-the-first-frame baseline; plots and a side-by-side video"),
 }

@@ -308,13 +308,15 @@ TINY_VAE_CONFIG: Mapping[str, Any] = _frozen({
     "latents_std": [round(0.5 + 0.05 * (i % 7), 4) for i in range(48)],
 })
 
-#: the paper's DiT structure (48 channels, patch (1, 2, 2)) with 2 layers of 2 heads x 12 (RoPE's t/h/w split 4/4/4)
+#: the paper's DiT structure (48 channels, patch (1, 2, 2)) with 2 layers of 4 heads x 48 (RoPE's t/h/w split
+#: 16/16/16). The width, 192, is the patch's 2 x 2 x 48 latent values: a narrower DiT's output layer could only
+#: predict velocities in a subspace of each token's values, and its samples could never lose the rest of the noise.
 TINY_TRANSFORMER_CONFIG: Mapping[str, Any] = _frozen({
     **PAPER_TRANSFORMER_CONFIG,
-    "num_attention_heads": 2,
-    "attention_head_dim": 12,
+    "num_attention_heads": 4,
+    "attention_head_dim": 48,
     "num_layers": 2,
-    "ffn_dim": 32,
+    "ffn_dim": 384,
     "freq_dim": 16,
     "text_dim": 16,
     "rope_max_seq_len": 64,
