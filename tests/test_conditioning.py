@@ -11,12 +11,12 @@ import pytest
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
+from rynn_teleop.core.camera_view import CameraView
 from rynn_teleop.core.hand_skeleton import robot_keypoint_frames
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.errors import ConfigurationError, ParameterError
 from rynn_teleop.world_model.conditioning import (
     HAND_BONES,
-    CameraView,
     Conditioner,
     SkeletonStyle,
     arm_chain_frames,

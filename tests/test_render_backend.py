@@ -7,14 +7,15 @@ import pytest
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.camera import default_intrinsics
+from rynn_teleop.core.camera_view import CameraView
 from rynn_teleop.core.hand_skeleton import robot_keypoint_frames
 from rynn_teleop.core.robot_geometry import Primitive, RobotGeometry
 from rynn_teleop.core.robot_model import RobotModel, hand_joint_names
+from rynn_teleop.core.robot_render import PrimitiveRenderer, Shading
 from rynn_teleop.errors import ParameterError
 from rynn_teleop.sources.camera.synthetic import SyntheticScene
-from rynn_teleop.world_model.conditioning import CameraView
 from rynn_teleop.world_model.generator import Generator
-from rynn_teleop.world_model.render import PrimitiveRenderer, RenderGenerator, Shading
+from rynn_teleop.world_model.render import RenderGenerator
 
 W, H = 640, 480
 CAMERA = "camera_color_optical_frame"

@@ -15,21 +15,41 @@ header stamps are the capture times. Backends (``source``): ``realsense``
 USB drops are recovered and counted), ``replay`` (a rosbag2 recorded by this
 stack, a video file or an image folder) and ``synthetic`` (a procedurally
 drawn tabletop, deterministic; the demo's and the tests' reference image).
+
+The synthetic scene is seen from the description's head camera (``description_overlay``) and, with
+``synthetic.draw_robot``, shows the robot standing at the table at the measured joints, as the physical
+camera would (colour and depth):
+
+    <synthetic.joint_states_topic>   sensor_msgs/JointState (in, default /joint_states; any subset of the
+                                     54 joints per message, merged by name; reliable, drained twice a frame)
+
+Each frame draws the newest positions received by its delivery; joints never received stay at the home
+pose (``sources.camera.synthetic.home_position``: arms at DEFAULT_HOME, hands open); when the joint states
+stop, the last pose received stays.
 """
 
 from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticStatus
-from rclpy.qos import qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.serialization import deserialize_message
 from rclpy.time import Time
-from sensor_msgs.msg import CameraInfo, Image
+from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from ..core.camera import parse_profile
+from ..core.joint_state import JointStateBuffer
 from ..core.params import Param, ParamSchema
 from ..errors import ConfigurationError, ParameterError
+from ..recording.cdr import first_name_after_header, header_stamp_ns
 from ..sources.camera import CAMERA_KINDS, make_camera_source
+from ..sources.camera.synthetic import home_position
+from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import camera_info_message, image_message
+
+# measured joint states, as the drivers publish them (reliable); drained twice per frame: 50 messages hold the
+# arm (200 Hz) and hand (100 Hz) drivers' output for 1/6 s, five frames at 30 Hz
+JOINT_STATES_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 
 
 class HeadCameraNode(TeleopNode):
@@ -44,9 +64,15 @@ class HeadCameraNode(TeleopNode):
             Param("poll_hz", float, 200.0,
                   "how often the backend is polled for new frames (bounds the capture-to-publish delay)", "Hz",
                   min=5.0, max=1000.0),
+            DESCRIPTION_OVERLAY,  # the synthetic scene's head camera pose and the robot it draws
             Param("synthetic.profile", str, "640x480x30", "synthetic scene: WIDTHxHEIGHTxFPS"),
             Param("synthetic.seed", int, 0, "synthetic scene: random seed", min=0, max=2**31 - 1),
             Param("synthetic.depth", bool, True, "synthetic scene: also publish depth"),
+            Param("synthetic.draw_robot", bool, True,
+                  "synthetic scene: draw the robot at the measured joint states over the tabletop (colour and "
+                  "depth), as the head camera on the robot sees it"),
+            Param("synthetic.joint_states_topic", str, "/joint_states",
+                  "synthetic scene (draw_robot): measured joint states the robot is drawn at"),
             Param("replay.path", str, "", "replay: rosbag2 directory, video file or image folder"),
             Param("replay.rate_hz", float, 0.0, "replay: frame rate (0 = as recorded / the video's / 30 Hz)", "Hz",
                   min=0.0, max=240.0),
@@ -66,11 +92,22 @@ class HeadCameraNode(TeleopNode):
         p = self.params
         kind = p["source"]
         period = 1.0 / p["poll_hz"]
+        self.joint_states = None  # the measured joints merged by name (synthetic scene with the robot)
+        self._joint_states_sub = None
         if kind == "synthetic":
             prof = _profile(p, "synthetic.profile")
+            robot = robot_from_overlay(p["description_overlay"])
             kwargs = dict(width=prof.width, height=prof.height, fps=float(prof.fps), seed=p["synthetic.seed"],
-                          depth=p["synthetic.depth"])
-            period = 1.0 / prof.fps  # ticks on the frame grid: a frame is published right at its capture time
+                          depth=p["synthetic.depth"], draw_robot=p["synthetic.draw_robot"], robot_model=robot)
+            if p["synthetic.draw_robot"]:
+                self.joint_states = JointStateBuffer(home_position(robot))
+                self._joint_states_sub = self.create_polled_subscription(
+                    JointState, p["synthetic.joint_states_topic"], JOINT_STATES_QOS, raw=True)
+                self.meter("joint_states_in")
+            # two ticks per frame, on the frame grid: a frame is published right at its capture time, the next
+            # one rendered ahead half a frame later (work right after a publish delays its delivery to other
+            # processes by that long: bench/camera.py)
+            period = 0.5 / prof.fps
             self.meter("color", nominal_hz=prof.fps)
         elif kind == "replay":
             if not p["replay.path"].strip():
@@ -88,6 +125,7 @@ class HeadCameraNode(TeleopNode):
         self.source = self.close_on_destroy(make_camera_source(kind, **kwargs))
         self.source.start(self.now_s())
         self._align_on_first_tick = kind == "synthetic"
+        self._prepare_between_frames = kind == "synthetic"
         self.read_errors = 0
         self._last_error = ""
         ns = p["namespace"].rstrip("/")
@@ -114,6 +152,8 @@ class HeadCameraNode(TeleopNode):
         if self._align_on_first_tick:  # synthetic: its frame grid on this loop's ticks
             self._align_on_first_tick = False
             self.start_grid_on_this_tick(self.source, now)
+        if self._joint_states_sub is not None:
+            self._take_joint_states()
         try:
             frames = self.source.read(now)
         except Exception as exc:  # noqa: BLE001 - see above
@@ -125,6 +165,7 @@ class HeadCameraNode(TeleopNode):
             stamp = Time(nanoseconds=int(round(frame.stamp * 1e9))).to_msg()
             p = self.params
             self._color_pub.publish(image_message(frame.color, "rgb8", stamp, p["color_frame_id"]))
+            published = self.now_s()  # capture -> publish, including the source's work in read()
             self._info_pub.publish(camera_info_message(self.source.intrinsics, stamp, p["color_frame_id"]))
             if frame.depth is not None and self._depth_pub is not None:
                 frame_id = p["color_frame_id"] if self.depth_aligned else p["depth_frame_id"]
@@ -132,12 +173,34 @@ class HeadCameraNode(TeleopNode):
                 depth_intr = self.source.depth_intrinsics or self.source.intrinsics
                 self._depth_info_pub.publish(camera_info_message(depth_intr, stamp, frame_id))
             self.frames += 1
-            self.meter("color").tick(now, now - frame.stamp)
-        if frames:
+            self.meter("color").tick(published, published - frame.stamp)
+        # the next frame's work: the synthetic scene's on the tick between two frames, other sources' after one
+        if (not frames) if self._prepare_between_frames else frames:
             self.source.prepare_next()
+
+    def _take_joint_states(self) -> None:
+        """Merge the joint states received since the last frame and hand the whole pose to the source. Messages
+        are taken as CDR bytes; of several of the same joints (same first joint name) only the newest is
+        deserialized (a frame shows one pose)."""
+        newest: dict[bytes, bytes] = {}
+        for taken in self.take_all(self._joint_states_sub):
+            raw, received_s = taken.message, taken.received_ns * 1e-9
+            self.meter("joint_states_in").tick(received_s, received_s - 1e-9 * header_stamp_ns(raw))
+            newest[first_name_after_header(raw)] = raw
+        if not newest:
+            return
+        state, merged = self.joint_states, False
+        for raw in newest.values():
+            msg = deserialize_message(raw, JointState)
+            merged |= state.update(msg.name, msg.position, msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
+        if merged:  # a malformed message (counted in rejected_joint_states) changes nothing
+            self.source.set_joint_positions(state.position, state.latest_stamp)
 
     def diagnostic_values(self):
         values = {"source": self.params["source"], "frames": self.frames, "read_errors": self.read_errors}
+        if self.joint_states is not None:
+            values["unknown_joint_names"] = len(self.joint_states.unknown_names)
+            values["rejected_joint_states"] = self.joint_states.rejected
         if self._last_error:
             values["last_read_error"] = self._last_error
         values.update({k: str(v) for k, v in self.source.diagnostics().items()})

@@ -1,11 +1,13 @@
 """The synthetic tabletop's geometry and ray caster (pure numpy, no clock, ROS-free).
 
-World frame: z up, the table top is the plane z = 0, y points away from the camera. The camera sits
-:data:`CAMERA_HEIGHT` above the table at x = y = 0, pitched :data:`CAMERA_PITCH_DEG` down (optical axes x
-right, y down, z forward), with :func:`~rynn_teleop.core.camera.default_intrinsics`. A wooden table stands
-in front of a wall above a floor; a red cube, a green cylinder, a blue bowl and a yellow ball are placed
-from ``numpy.random.default_rng(seed)``, lit by one directional light (:data:`LIGHT_DIR`) with soft
-shadows on the table. :meth:`TabletopScene.render` draws the ball at a given centre over the static rest.
+World frame: z up, the table top is the plane z = 0, y points away from the robot (``base_link``'s x), origin
+on the table top straight below the camera (:func:`world_from_base`). The camera is the robot's head camera
+where the description puts it (:func:`~rynn_teleop.core.camera_view.camera_pose`; by default 0.70 m above the
+table top, pitched 45 deg down; optical axes x right, y down, z forward), with
+:func:`~rynn_teleop.core.camera.default_intrinsics`; the table is fixed to the robot (:data:`TABLE_TOP_Z`). A
+wooden table stands in front of a wall above a floor; a red cube, a green cylinder, a blue bowl and a yellow
+ball are placed from ``numpy.random.default_rng(seed)``, lit by one directional light (:data:`LIGHT_DIR`) with
+soft shadows on the table. :meth:`TabletopScene.render` draws the ball at a given centre over the static rest.
 
 Colour: RGB uint8, 2x2 supersampled. Depth: uint16 [mm] of z in the optical frame at the pixel centres,
 0 where no surface; colour, depth and intrinsics agree exactly. Equal (size, seed, ball centre) give
@@ -23,15 +25,20 @@ import cv2
 import numpy as np
 
 from ...core.camera import CameraIntrinsics, default_intrinsics
+from ...core.camera_view import camera_pose
+from ...core.robot_model import RobotModel
+from ...core.transforms import is_rigid
 from ...errors import ConfigurationError
 
 _LOG = logging.getLogger(__name__)
 
-# The robot's head camera (urdf/robot.yaml: pitched 45 deg down, optical centre 1.38 m above base_link) over
-# a table whose top is at z = 0.68 m in base_link, just below the hands at the arms' home posture, so the world
-# model's robot drawn over this scene stands at the table.
-CAMERA_HEIGHT = 0.70  # [m] optical centre above the table top
-CAMERA_PITCH_DEG = 45.0  # [deg] optical axis below the horizontal
+# The camera is the robot's head camera as the description poses it (urdf/robot.yaml: pitched 45 deg down,
+# optical centre 1.381 m above base_link and 0.11 m ahead of it); the table is fixed to the robot, its top
+# TABLE_TOP_Z above base_link: 0.70 m below the default camera and just below the hands at the arms' home
+# posture, so the robot drawn over this scene (synthetic camera, world model) stands at the table.
+TABLE_TOP_Z = 0.681  # [m] height of the table top in base_link
+MIN_CAMERA_HEIGHT = 0.05  # [m] the camera's optical centre must be at least this far above the table top
+_R_WORLD_BASE = np.array([[0.0, -1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]])  # base_link axes -> world axes
 TABLE_HALF_WIDTH = 0.55  # [m] table spans x in [-0.55, 0.55]
 TABLE_FAR_Y = 1.10  # [m] far edge of the table (the near edge is below the image)
 TABLE_NEAR_Y = -0.20  # [m]
@@ -121,15 +128,19 @@ class StaticObject(NamedTuple):
 
 
 # ------------------------------------------------------------------------------------ geometry helpers
-def camera_rotation(pitch_deg: float = CAMERA_PITCH_DEG) -> np.ndarray:
-    """(3, 3) R_world_camera of a camera looking along +y, pitched ``pitch_deg`` [deg] down.
+def world_from_base(T_base_camera: np.ndarray) -> np.ndarray:
+    """(4, 4) T_world_base: the scene's world frame in terms of ``base_link``, for a camera whose optical frame
+    is ``T_base_camera`` (4, 4) in ``base_link`` [m].
 
-    Columns are the optical x (right), y (down), z (forward) axes in the world frame.
+    The world frame is ``base_link`` turned +90 deg about z (world y = ``base_link`` x, forward; world x =
+    -``base_link`` y, to the robot's right; z up) with its origin on the table top (:data:`TABLE_TOP_Z`)
+    straight below the camera's optical centre.
     """
-    p = math.radians(pitch_deg)
-    z = np.array([0.0, math.cos(p), -math.sin(p)])
-    x = np.array([1.0, 0.0, 0.0])
-    return np.column_stack([x, np.cross(z, x), z])
+    foot = np.array([T_base_camera[0, 3], T_base_camera[1, 3], TABLE_TOP_Z])
+    T = np.eye(4)
+    T[:3, :3] = _R_WORLD_BASE
+    T[:3, 3] = -_R_WORLD_BASE @ foot
+    return T
 
 
 def sphere_span(x: float, z: float, radius: float, f: float, c: float, lo: int, hi: int) -> tuple[int, int]:
@@ -262,6 +273,8 @@ class TabletopScene:
 
     Attributes:
         intrinsics: the camera's intrinsics (:func:`~rynn_teleop.core.camera.default_intrinsics`).
+        T_base_camera: (4, 4) the optical frame in ``base_link`` [m] (the description's head camera).
+        T_world_base: (4, 4) ``base_link`` in the world frame [m] (:func:`world_from_base`).
         T_world_camera: (4, 4) the optical frame in the world frame [m].
         objects: cube, cylinder, bowl, ball, in this order.
 
@@ -269,14 +282,17 @@ class TabletopScene:
     :meth:`render`; a render copies it and redraws the ball and its shadow in their bounding boxes.
     """
 
-    def __init__(self, width: int, height: int, seed: int = 0) -> None:
+    def __init__(self, width: int, height: int, seed: int = 0, T_base_camera: np.ndarray | None = None) -> None:
         """
         Args:
             width, height: image size [px] (16..4096).
             seed: seed of the object layout and the wood pattern.
+            T_base_camera: (4, 4) the camera's optical frame in ``base_link`` [m] (default: the head camera of
+                the default description, :func:`~rynn_teleop.core.camera_view.camera_pose`).
 
         Raises:
-            ConfigurationError: a size out of range.
+            ConfigurationError: a size out of range; a camera pose that is not a rigid transform or whose
+                optical centre is less than :data:`MIN_CAMERA_HEIGHT` above the table top.
         """
         if not (MIN_SIZE <= int(width) <= MAX_SIZE and MIN_SIZE <= int(height) <= MAX_SIZE):
             raise ConfigurationError(
@@ -284,9 +300,17 @@ class TabletopScene:
             )
         self.width, self.height, self.seed = int(width), int(height), int(seed)
         self.intrinsics: CameraIntrinsics = default_intrinsics(self.width, self.height)
-        self.T_world_camera = np.eye(4)
-        self.T_world_camera[:3, :3] = camera_rotation()
-        self.T_world_camera[:3, 3] = (0.0, 0.0, CAMERA_HEIGHT)
+        T = camera_pose(RobotModel.default()) if T_base_camera is None else np.array(T_base_camera, dtype=float)
+        if not is_rigid(T):
+            raise ConfigurationError(f"synthetic camera: T_base_camera must be a (4, 4) rigid transform, got {T!r}")
+        if T[2, 3] - TABLE_TOP_Z < MIN_CAMERA_HEIGHT:
+            raise ConfigurationError(
+                f"synthetic camera: the camera ({T[2, 3]:.3f} m above base_link) must be at least "
+                f"{MIN_CAMERA_HEIGHT} m above the table top ({TABLE_TOP_Z} m)"
+            )
+        self.T_base_camera = T
+        self.T_world_base = world_from_base(T)
+        self.T_world_camera = self.T_world_base @ T
         self.objects, self._cube_yaw, self._plank_phase = self._layout(np.random.default_rng(self.seed))
         self._static: StaticLayer | None = None
 
