@@ -133,7 +133,7 @@ class WorldModelNode(TeleopNode):
         self.robot = robot_from_overlay(p["description_overlay"])
         self.conditioner = _conditioner(self.robot, self.intrinsics, p)
         self.generator = _generator(self.robot, self.intrinsics, p)
-        reference = _load_reference(p, self.width, self.height)  # None: the first frame on reference.topic
+        reference = _load_reference(p, self.width, self.height, self.robot)  # None: the first frame on reference.topic
 
         self.actions = ActionStream(self.robot.joint_names, GROUPS, self.robot.neutral())
         self.frame_queue = FrameQueue(self.generator)
@@ -367,7 +367,7 @@ def _generator(robot, intrinsics, p):
     )
 
 
-def _load_reference(p, width: int, height: int) -> np.ndarray | None:
+def _load_reference(p, width: int, height: int, robot) -> np.ndarray | None:
     source = p["reference.source"]
     if source == "topic":
         return None
@@ -382,8 +382,9 @@ def _load_reference(p, width: int, height: int) -> np.ndarray | None:
         return as_rgb(image[:, :, ::-1], width, height)
     from ..sources.camera import make_camera_source
 
+    # the tabletop without the robot (the backends draw it), seen from the description's head camera
     scene = make_camera_source("synthetic", width=width, height=height, fps=30.0, seed=p["reference.seed"],
-                               depth=False)
+                               depth=False, robot_model=robot)
     scene.start(0.0)
     try:
         return scene.read(0.0)[0].color
