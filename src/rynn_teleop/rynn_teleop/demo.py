@@ -211,6 +211,23 @@ def _wait(pred, timeout: float) -> bool:
     return False
 
 
+def _wait_for_recording(probe: _Probe, procs: list[subprocess.Popen], out: Path, who: str,
+                        timeout: float = 60.0) -> None:
+    """Wait until the arms are engaged and every recorded topic reaches the recorder (not only subscribed: a
+    new subscription may match its publisher a moment later).
+
+    Raises:
+        RynnTeleopError: not within ``timeout`` [s]; names the group processes that exited.
+    """
+    rated = sum(1 for r in DEMO_TOPICS.values() if r)
+    recorder = lambda: probe.diagnostics.get("recorder", {})  # noqa: E731
+    if not _wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
+                 and recorder().get("topics_subscribed") == f"{len(DEMO_TOPICS)}/{len(DEMO_TOPICS)}"
+                 and recorder().get("topics_flowing") == f"{rated}/{rated}", timeout):
+        dead = ["+".join(g) for g, p in zip(DEMO_GROUPS, procs) if p.poll() is not None]
+        raise RynnTeleopError(f"{who}: the nodes did not come up within {timeout:g} s (exited: {dead}); logs in {out}")
+
+
 def run_interactive(out_dir: str | Path | None = None, port: int = 8080, duration: float | None = None) -> Path:
     """The demo's stack with the operator console, until Ctrl-C (or ``duration`` [s]); returns the output folder.
 
@@ -253,16 +270,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
             probe = _Probe(comp.context)
             comp.add_node(probe)
             spawn_groups(DEMO_GROUPS, overrides, out, probe, procs)
-            rated = sum(1 for r in DEMO_TOPICS.values() if r)
-            # the episode starts once the arms are engaged and every topic reaches the recorder (not only
-            # subscribed: a new subscription may match its publisher a moment later)
-            engaged = _wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
-                            and probe.diagnostics.get("recorder", {}).get("topics_subscribed")
-                            == f"{len(DEMO_TOPICS)}/{len(DEMO_TOPICS)}"
-                            and probe.diagnostics.get("recorder", {}).get("topics_flowing") == f"{rated}/{rated}", 60.0)
-            if not engaged:
-                dead = ["+".join(g) for g, p in zip(DEMO_GROUPS, procs) if p.poll() is not None]
-                raise RynnTeleopError(f"demo: the nodes did not come up within 60 s (exited: {dead}); logs in {out}")
+            _wait_for_recording(probe, procs, out, "demo")
             for client in probe.service_clients.values():
                 client.wait_for_service(timeout_sec=10.0)
             host = HostProbes(SETTLE_S + duration + 120.0)  # before the settle time: its start-up is not the episode's
@@ -341,11 +349,7 @@ def record_episodes(count: int, duration: float, out_dir: str | Path, *, gap: fl
             probe = _Probe(comp.context)
             comp.add_node(probe)
             spawn_groups(DEMO_GROUPS, overrides, out, probe, procs)
-            rated = sum(1 for r in DEMO_TOPICS.values() if r)
-            if not _wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
-                         and probe.diagnostics.get("recorder", {}).get("topics_flowing") == f"{rated}/{rated}", 60.0):
-                dead = ["+".join(g) for g, p in zip(DEMO_GROUPS, procs) if p.poll() is not None]
-                raise RynnTeleopError(f"record: the nodes did not come up within 60 s (exited: {dead}); logs in {out}")
+            _wait_for_recording(probe, procs, out, "record")
             for client in probe.service_clients.values():
                 client.wait_for_service(timeout_sec=10.0)
             time.sleep(SETTLE_S)

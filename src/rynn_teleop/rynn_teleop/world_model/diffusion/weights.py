@@ -429,6 +429,20 @@ def _lora_differences(shapes: Mapping[str, tuple[int, ...]], transformer: nn.Mod
     return differences
 
 
+def manifest_differences(manifest: WeightsManifest, transformer: WanTransformer3DModel, preset: WanPreset,
+                         hint: str = "trained on another base model") -> list[str]:
+    """``key: found X, expected Y`` where ``manifest`` is for another preset or base transformer config than
+    ``transformer`` (the loaded base) and ``preset``; ``hint`` ends the base-config line."""
+    differences = []
+    if manifest.preset != preset.name:
+        differences.append(f"preset: found {manifest.preset!r}, expected {preset.name!r}")
+    base_hash = transformer_config_hash(transformer.config)
+    if manifest.base_config_hash != base_hash:
+        differences.append(f"base_config_hash: found {manifest.base_config_hash}, expected {base_hash} (the loaded "
+                           f"base transformer's config): {hint}")
+    return differences
+
+
 def load_weights(weights_dir: str | os.PathLike, transformer: WanTransformer3DModel, control: nn.Module,
                  preset: WanPreset) -> WeightsManifest:
     """Load the weights folder ``weights_dir`` into the base ``transformer`` (from :func:`load_base`) and
@@ -446,13 +460,8 @@ def load_weights(weights_dir: str | os.PathLike, transformer: WanTransformer3DMo
     """
     folder = Path(weights_dir)
     manifest = read_manifest(folder)
-    differences = []
-    if manifest.preset != preset.name:
-        differences.append(f"preset: found {manifest.preset!r}, expected {preset.name!r}")
+    differences = manifest_differences(manifest, transformer, preset)
     base_hash = transformer_config_hash(transformer.config)
-    if manifest.base_config_hash != base_hash:
-        differences.append(f"base_config_hash: found {manifest.base_config_hash}, expected {base_hash} (the loaded "
-                           "base transformer's config): trained on another base model")
     if manifest.control != control_dims(control):
         differences.append(f"control: found {manifest.control}, expected {control_dims(control)}")
     if _adapters(transformer):

@@ -26,8 +26,8 @@ from rynn_teleop.world_model.diffusion.weights import (
     FineTunedWeightsError,
     load_base,
     load_prompt,
+    manifest_differences,
     read_manifest,
-    transformer_config_hash,
 )
 
 from .clips import Clip, ClipDataset, DatasetError, DatasetInfo
@@ -292,14 +292,8 @@ def check_output_folder(folder: str | os.PathLike, transformer: WanTransformer3D
     folder = Path(folder)
     if not (folder / "manifest.json").is_file():
         return
-    manifest = read_manifest(folder)
-    differences = []
-    if manifest.preset != preset.name:
-        differences.append(f"preset: found {manifest.preset!r}, expected {preset.name!r}")
-    base_hash = transformer_config_hash(transformer.config)
-    if manifest.base_config_hash != base_hash:
-        differences.append(f"base_config_hash: found {manifest.base_config_hash}, expected {base_hash}: the folder "
-                           "holds weights of another base model; choose another output folder")
+    differences = manifest_differences(read_manifest(folder), transformer, preset,
+                                       "the folder holds weights of another base model; choose another output folder")
     if differences:
         raise FineTunedWeightsError(folder, differences)
 

@@ -57,7 +57,6 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch.utils.data import Dataset
 
-from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.diffusion.dit import StreamingWanDiT
 from rynn_teleop.world_model.diffusion.engine import StreamEngine
 from rynn_teleop.world_model.diffusion.model import WanWorldModel
@@ -77,7 +76,7 @@ from .common import (
 )
 from .config import DistillConfig, RunConfigError
 from .flow import clean_from_velocity, euler_grid, grid_indices, model_timesteps, teacher_ode
-from .loop import RunResult, Task, fit
+from .loop import RunResult, Task, add_run_arguments, fit, module_main, run_from_cli
 
 _LOG = logging.getLogger(__name__)
 PAIRS = "ode_pairs"  # folder of the teacher's ODE pairs in the output folder
@@ -392,30 +391,17 @@ def distill(config: DistillConfig) -> RunResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rynn-teleop world-model distill``."""
-    parser.add_argument("config", help="the run's YAML file (keys: see config/world_model_distill.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one key of the file (the value is read as YAML); repeatable")
+    add_run_arguments(parser, "config/world_model_distill.yaml")
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run ``distill`` from parsed arguments; ConfigurationError propagates to the caller."""
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    result = distill(DistillConfig.from_file(args.config, args.overrides))
-    print(f"{result.weights_dir}: student at step {result.step} (this run: steps {result.start_step + 1}.."
-          f"{result.step}, {result.seconds:.1f} s)")
-    return 0
+    return run_from_cli(args, DistillConfig, distill, "student")
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rynn_teleop.world_model.training.distill`` (the script ``accelerate launch`` runs)."""
-    parser = argparse.ArgumentParser(prog="rynn-teleop world-model distill", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    try:
-        return run_cli(parser.parse_args(argv))
-    except ConfigurationError as error:
-        print(f"rynn-teleop world-model distill: error: {error}", file=sys.stderr)
-        return 2
+    return module_main(argv, "distill", __doc__.split("\n\n")[0], add_arguments, run_cli)
 
 
 if __name__ == "__main__":

@@ -20,13 +20,15 @@ newest checkpoint; a checkpoint or weights folder of another preset or base mode
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
 import shutil
+import sys
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.diffusion.dit import StreamingWanDiT
 from rynn_teleop.world_model.diffusion.presets import WanPreset
 from rynn_teleop.world_model.diffusion.weights import FineTunedWeightsError, control_dims, transformer_config_hash
@@ -407,3 +410,38 @@ def write_sample(accelerator: Any, task: Task, model: torch.nn.Module, output: P
         path = task.sample(accelerator.unwrap_model(model), output / SAMPLES / f"step_{step}.mp4")
     accelerator.wait_for_everyone()
     return path
+
+
+# ---- command line (train and distill) ----------------------------------------------------------
+
+
+def add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
+    """``CONFIG`` and repeatable ``--set KEY=VALUE`` of a run command (``example``: the documented config)."""
+    parser.add_argument("config", help=f"the run's YAML file (keys: see {example})")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one key of the file (the value is read as YAML); repeatable")
+
+
+def run_from_cli(args: argparse.Namespace, config_cls: type[RunConfig], run: Callable[[Any], RunResult],
+                 what: str) -> int:
+    """Read the run config of ``args``, ``run`` it and print one line about the weights written (``what``: the
+    model's name); ConfigurationError propagates to the caller."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    result = run(config_cls.from_file(args.config, args.overrides))
+    print(f"{result.weights_dir}: {what} at step {result.step} (this run: steps {result.start_step + 1}.."
+          f"{result.step}, {result.seconds:.1f} s)")
+    return 0
+
+
+def module_main(argv: list[str] | None, command: str, description: str,
+                add_arguments: Callable[[argparse.ArgumentParser], None],
+                run_cli: Callable[[argparse.Namespace], int]) -> int:
+    """``python -m`` entry of a run command (the script ``accelerate launch`` runs): errors as one line, exit 2."""
+    parser = argparse.ArgumentParser(prog=f"rynn-teleop world-model {command}", description=description)
+    add_arguments(parser)
+    try:
+        return run_cli(parser.parse_args(argv))
+    except ConfigurationError as error:
+        print(f"rynn-teleop world-model {command}: error: {error}", file=sys.stderr)
+        return 2

@@ -27,7 +27,6 @@ clip's first frame and conditions (the streaming engine runs the student).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -53,7 +52,7 @@ from .common import (
 )
 from .config import TrainConfig
 from .flow import anchored_sigmas, euler_grid, model_timesteps, noised, sample_sigmas, teacher_ode, velocity_target
-from .loop import RunResult, Task, fit
+from .loop import RunResult, Task, add_run_arguments, fit, module_main, run_from_cli
 
 SAMPLE_INDEX = -1  # latent-cache key of the sample clip (training clips are 0..n-1)
 
@@ -179,34 +178,17 @@ def train(config: TrainConfig) -> RunResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rynn-teleop world-model train``."""
-    parser.add_argument("config", help="the run's YAML file (keys: see config/world_model_train.yaml)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one key of the file (the value is read as YAML); repeatable")
+    add_run_arguments(parser, "config/world_model_train.yaml")
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run ``train`` from parsed arguments; ConfigurationError propagates to the caller."""
-    _log_to_stderr()
-    result = train(TrainConfig.from_file(args.config, args.overrides))
-    print(f"{result.weights_dir}: teacher at step {result.step} (this run: steps {result.start_step + 1}.."
-          f"{result.step}, {result.seconds:.1f} s)")
-    return 0
-
-
-def _log_to_stderr() -> None:
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    return run_from_cli(args, TrainConfig, train, "teacher")
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m rynn_teleop.world_model.training.train`` (the script ``accelerate launch`` runs)."""
-    parser = argparse.ArgumentParser(prog="rynn-teleop world-model train", description=__doc__.split("\n\n")[0])
-    add_arguments(parser)
-    try:
-        return run_cli(parser.parse_args(argv))
-    except ConfigurationError as error:
-        print(f"rynn-teleop world-model train: error: {error}", file=sys.stderr)
-        return 2
+    return module_main(argv, "train", __doc__.split("\n\n")[0], add_arguments, run_cli)
 
 
 if __name__ == "__main__":
