@@ -1,5 +1,6 @@
 """Distillation into the causal 4-step student (world_model.training.distill) on the tiny preset: the training
-pass equals streaming through the cache, the ODE pairs, stage A learns, the student folder loads."""
+pass equals streaming through the cache, the ODE pairs, stage A learns, the student folder loads; stage B
+(distribution matching) trains student and critic, resumes, and its gradient vanishes where fake equals real."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 from test_world_model_train import make_dataset, make_release, other_base_weights
 
 from rynn_teleop.world_model.diffusion.backend import DiffusionGenerator
@@ -19,6 +21,7 @@ from rynn_teleop.world_model.diffusion.weights import FineTunedWeightsError, rea
 from rynn_teleop.world_model.training.config import DistillConfig, RunConfigError, TrainConfig
 from rynn_teleop.world_model.training.distill import (
     distill,
+    dmd_loss,
     student_blocks,
     student_frames,
     student_inputs,
@@ -179,8 +182,8 @@ def test_config_checks_the_teacher_grid_and_the_example_file(tmp_path):
         DistillConfig(dataset="d", base_dir="b", prompt_file="p", output="o", teacher="t", teacher_steps=6)
     with pytest.raises(RunConfigError, match="key 'output'.*the teacher's folder"):
         DistillConfig(dataset="d", base_dir="b", prompt_file="p", output="t/", teacher="t")
-    with pytest.raises(RunConfigError, match="key 'stage'.*one of \\['ode'\\]"):
-        DistillConfig(dataset="d", base_dir="b", prompt_file="p", output="o", teacher="t", stage="dmd")
+    with pytest.raises(RunConfigError, match="key 'stage'.*one of \\['ode', 'dmd'\\]"):
+        DistillConfig(dataset="d", base_dir="b", prompt_file="p", output="o", teacher="t", stage="dmd2")
     path = ROOT / "config" / "world_model_distill.yaml"
     DistillConfig.from_file(path)
     assert set(yaml.safe_load(path.read_text())) == set(DistillConfig.specs())
@@ -211,3 +214,99 @@ def test_the_teacher_ode_records_the_states_the_sampler_visits(guidance):
     for k, sigma in enumerate(student_sigmas(TINY)):
         expected = noised(clean, noise, torch.full((1, 3), float(sigma)).index_fill(1, torch.tensor([0]), 0.0))
         torch.testing.assert_close(solution.states[:, k], expected, rtol=1e-4, atol=1e-4)
+
+
+# ---- stage B: distribution matching ----------------------------------------------------------------------
+
+
+def test_dmd_keys_are_checked():
+    required = {"dataset": "d", "base_dir": "b", "prompt_file": "p", "output": "o", "teacher": "t"}
+    dmd = DistillConfig(**required, stage="dmd", init="a", guidance_scale=2.5)
+    assert (dmd.critic_steps_per_step, dmd.real_guidance) == (5, 2.5)  # dmd_guidance_scale 0: guidance_scale
+    assert DistillConfig(**required, stage="dmd", dmd_guidance_scale=1.0).real_guidance == 1.0
+    for values, match in (({"dmd_timestep_min": 0.5, "dmd_timestep_max": 0.5}, "dmd_timestep_min.*not below"),
+                          ({"dmd_timestep_max": 1.5}, "dmd_timestep_max.*out of range"),
+                          ({"critic_steps_per_step": 0}, "critic_steps_per_step.*out of range"),
+                          ({"critic_learning_rate": -1e-4}, "critic_learning_rate.*out of range"),
+                          ({"init": "o/"}, "key 'output'.*the init folder")):
+        with pytest.raises(RunConfigError, match=match):
+            DistillConfig(**required, stage="dmd", **values)
+    with pytest.raises(RunConfigError, match="key 'init'.*only stage dmd"):
+        DistillConfig(**required, init="a")
+
+
+def test_dmd_loss_gradient_is_the_normalised_score_difference():
+    x0 = randn(2, C, 3, LH, LW, seed=1).requires_grad_(True)
+    real, fake = randn(2, C, 3, LH, LW, seed=2), randn(2, C, 3, LH, LW, seed=3)
+    noisy = torch.tensor([[False, True, True], [False, False, True]])
+    dmd_loss(x0, noisy, real, fake).backward()
+    weight = noisy[:, None, :, None, None].float().expand_as(x0)
+    scale = ((x0.detach() - real).abs() * weight).sum(dim=(1, 2, 3, 4)) / weight.sum(dim=(1, 2, 3, 4))
+    expected = (fake - real) / scale.view(-1, 1, 1, 1, 1) * weight / weight.sum()
+    torch.testing.assert_close(x0.grad, expected)
+    assert torch.count_nonzero(x0.grad[~noisy[:, None, :, None, None].expand_as(x0)]) == 0
+
+
+@pytest.fixture(scope="module")
+def stage_a(setup) -> Path:
+    """A briefly trained stage-A student (the usual start of stage B)."""
+    out = setup["root"] / "stage_a"
+    distill(config(setup, out, steps=2))
+    return out
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return {**load_file(str(folder / "transformer" / "diffusion_pytorch_model.safetensors")),
+            **{f"control.{k}": v for k, v in load_file(str(folder / "control.safetensors")).items()}}
+
+
+def dmd_config(setup, output: Path, start: Path, **overrides) -> DistillConfig:
+    return config(setup, output, **{"stage": "dmd", "init": str(start), "critic_steps_per_step": 1, **overrides})
+
+
+def test_dmd_trains_student_and_critic_resumes_and_loads_into_the_backend(setup, stage_a, tmp_path):
+    out = tmp_path / "dmd"
+    first = distill(dmd_config(setup, out, stage_a, steps=4, critic_steps_per_step=2, learning_rate=1e-3,
+                               critic_learning_rate=1e-3))
+    assert first.step == 4 and all(np.isfinite(first.losses)) and max(first.losses) > 0
+    resumed = distill(dmd_config(setup, out, stage_a, steps=6, critic_steps_per_step=2, learning_rate=1e-3,
+                                 critic_learning_rate=1e-3))
+    assert (resumed.start_step, resumed.step, len(resumed.losses)) == (4, 6, 2)
+    assert read_manifest(out).training_step == 6
+    start, student = weights(stage_a), weights(out)
+    assert start.keys() == student.keys() and any(not torch.equal(start[k], student[k]) for k in start)
+    # the checkpoint holds the critic (prepared first) and the student
+    checkpoint = out / "checkpoints" / "step_6"
+    critic, saved_student = load_file(str(checkpoint / "model.safetensors")), load_file(
+        str(checkpoint / "model_1.safetensors"))
+    teacher = weights(setup["teacher"])
+    assert any(not torch.equal(critic["transformer." + k], v) for k, v in teacher.items()
+               if not k.startswith("control."))
+    torch.testing.assert_close(saved_student["transformer.proj_out.weight"], student["proj_out.weight"])
+    generator = DiffusionGenerator("tiny", setup["base"], out, setup["prompt"])
+    frame = np.zeros((TINY.height, TINY.width, 3), np.uint8)
+    generator.reset(frame)
+    frames = []
+    for _ in range(2 * TINY.frames_per_block):
+        frames += generator.step(np.zeros(54), condition=frame)
+    assert len(frames) == 2 * TINY.frames_per_block and all(f.shape == frame.shape for f in frames)
+    generator.close()
+    with pytest.raises(RunConfigError, match="written with command 'distill-dmd'"):  # stage A does not resume it
+        distill(config(setup, out, steps=8))
+
+
+def test_dmd_gradient_vanishes_where_the_critic_is_the_teacher(setup, stage_a, tmp_path):
+    # critic == teacher and never updated, real score without guidance: fake == real, the student stays put
+    same = tmp_path / "same"
+    result = distill(dmd_config(setup, same, stage_a, steps=1, critic_learning_rate=0.0, dmd_guidance_scale=1.0,
+                                learning_rate=1e-2))
+    assert result.losses == [0.0]
+    start, student = weights(stage_a), weights(same)
+    assert all(torch.equal(start[k], student[k]) for k in start)
+    # the same step with a guided real score moves it
+    guided = tmp_path / "guided"
+    result = distill(dmd_config(setup, guided, stage_a, steps=1, critic_learning_rate=0.0, dmd_guidance_scale=3.0,
+                                learning_rate=1e-2))
+    assert result.losses[0] > 0
+    student = weights(guided)
+    assert any(not torch.equal(start[k], student[k]) for k in start)

@@ -350,8 +350,11 @@ class DistillConfig(RunConfig):
     teacher: str = option(kind="path", doc="the teacher's weights folder (the output of `train`)")
     mode: str = option("full", "full: every transformer weight is trained; lora: the teacher's LoRA adapter "
                        "(a LoRA teacher only) keeps training", kind="str", choices=("full", "lora"))
-    stage: str = option("ode", "ode: CausVid's ODE-pair regression (stage A). Distribution matching "
-                        "(stage B) is not implemented", kind="str", choices=("ode",))
+    stage: str = option("ode", "ode: CausVid's ODE-pair regression (stage A); dmd: distribution matching "
+                        "distillation (stage B, DMD2 without backward simulation), normally from a stage-A "
+                        "student given as `init`", kind="str", choices=("ode", "dmd"))
+    init: str = option("", "the student's starting weights folder (normally the output of a stage-A run); "
+                       "empty: the teacher's weights", kind="str")
     teacher_steps: int = option(48, "Euler steps of the teacher's ODE from noise, on a uniform timestep grid that "
                                 "must hold every student timestep (a multiple of 4 for 1000/750/500/250)",
                                 kind="int", units="steps", min=1, max=100000)
@@ -360,6 +363,21 @@ class DistillConfig(RunConfig):
                                    max=100.0)
     ode_pairs_per_clip: int = option(1, "teacher trajectories (noise draws) per training clip, computed once "
                                      "before training into output/ode_pairs", kind="int", min=1, max=10000)
+    critic_learning_rate: float = option(1e-4, "stage dmd: AdamW learning rate of the critic (the fake score, a "
+                                         "trainable copy of the teacher); 0: the critic stays the teacher",
+                                         kind="float", min=0.0, max=1.0)
+    critic_steps_per_step: int = option(5, "stage dmd: critic updates per student update (DMD2's two time-scale "
+                                        "rule: the critic tracks the moving student distribution)", kind="int",
+                                        min=1, max=1000)
+    dmd_guidance_scale: float = option(0.0, "stage dmd: classifier-free guidance of the real score (the frozen "
+                                       "teacher; zero condition latents = unconditional); 0: guidance_scale",
+                                       kind="float", min=0.0, max=100.0)
+    dmd_timestep_min: float = option(0.02, "stage dmd: lowest noise level of the distribution-matching "
+                                     "gradient, as a fraction of the unshifted schedule (the level is shifted by "
+                                     "the preset's shift)", kind="float", min=0.0, max=1.0)
+    dmd_timestep_max: float = option(0.98, "stage dmd: highest noise level of the distribution-matching "
+                                     "gradient (fraction of the unshifted schedule)", kind="float", min=0.0,
+                                     max=1.0)
     context: str = option("frontier", "how earlier blocks are shown during training: frontier (blocks before a "
                           "random block are clean at timestep 0, as the cache holds them when serving; later "
                           "ones noisy) or noisy (every block at its own noise level, CausVid's diffusion "
@@ -369,10 +387,22 @@ class DistillConfig(RunConfig):
         yield from super()._problems()
         if os.path.abspath(self.output) == os.path.abspath(self.teacher):
             yield "output", f"{self.output!r} is the teacher's folder; the student needs its own"
+        if self.init and os.path.abspath(self.output) == os.path.abspath(self.init):
+            yield "output", f"{self.output!r} is the init folder; the student needs its own"
+        if self.init and self.stage != "dmd":
+            yield "init", "only stage dmd starts from other weights than the teacher's (stage ode: leave it empty)"
+        if self.dmd_timestep_min >= self.dmd_timestep_max:
+            yield "dmd_timestep_min", (f"{self.dmd_timestep_min:g} is not below dmd_timestep_max "
+                                       f"{self.dmd_timestep_max:g}")
         timesteps = PRESETS[self.preset].timesteps
         if any((TIMESTEP_SCALE - t) * self.teacher_steps % TIMESTEP_SCALE for t in timesteps):
             yield "teacher_steps", (f"{self.teacher_steps} steps from 1000 to 0 miss some of the student's timesteps "
                                     f"{list(timesteps)} (preset {self.preset!r}); the grid must hold each of them")
+
+    @property
+    def real_guidance(self) -> float:
+        """The classifier-free guidance of the real score (stage dmd)."""
+        return self.dmd_guidance_scale or self.guidance_scale
 
 
 def describe(cls: type[RunConfig]) -> str:

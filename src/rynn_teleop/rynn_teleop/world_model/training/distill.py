@@ -32,8 +32,33 @@ original ODE initialisation. The student's first-step input is pure noise as in 
 inputs are the teacher's ODE states, whereas the sampler re-noises its own clean estimate with fresh noise
 (the mismatch CausVid leaves to its stage B).
 
-Stage B (DMD distribution matching with a Self-Forcing-style rollout) is not implemented: ``stage`` has the
-single choice ``ode``.
+Stage B (``stage: dmd``): distribution matching distillation as in CausVid's second stage and DMD2 (Yin et al.
+2024, "Improved Distribution Matching Distillation for Fast Image Synthesis"), without backward simulation
+(:class:`DmdTask`). The student starts from ``init`` (normally the stage-A output; empty: the teacher).
+Per step and clip:
+
+1. The student's input is assembled exactly as in stage A (:func:`student_inputs`: per-block levels among
+   the engine's 4, the anchor clean, the ``context`` rule), but from the clip's real clean latents noised with
+   fresh noise (no teacher ODE); the student predicts ``x0_hat`` (block-causal, :func:`student_velocity`).
+2. Generator loss: ``x0_hat`` (its frames before the first noisy block are the clean input itself) is noised
+   again to one level sigma' per clip (u uniform in [``dmd_timestep_min``, ``dmd_timestep_max``], shifted like
+   the teacher's training levels; the anchor clean). The frozen teacher gives the real clean estimate (one
+   bidirectional block as it was trained, classifier-free guidance ``dmd_guidance_scale`` with zero
+   condition latents as the unconditional model), the critic (a trainable copy of the teacher, the fake
+   score, conditional only) the fake one. ``grad = (fake - real) / mean|x0_hat - real|`` (DMD's per-clip
+   normaliser over the noisy frames) and the loss is ``0.5 * mse(x0_hat, (x0_hat - grad).detach())`` over
+   the noisy frames: its gradient on ``x0_hat`` is the normalised score difference.
+3. Critic: ``critic_steps_per_step`` AdamW updates (``critic_learning_rate``) with ``train``'s rectified-flow
+   loss (:func:`~.train.teacher_loss`, no condition dropout) on the student's detached samples: the first
+   update on the ``x0_hat`` of item 1, each further one on a fresh no-grad sample of the same clip (new noise,
+   levels and frontier), at a constant learning rate (no warm-up or schedule). The generator loss uses the
+   critic from before these updates. With the critic equal to the teacher and no guidance the gradient is
+   exactly zero.
+
+The critic and its optimiser are prepared with accelerate before the student, so the resumable checkpoints
+(``save_state``) hold both (the critic as the first model and optimiser); the critic is not part of the served
+weights folder. The run's command is ``distill-dmd`` (TensorBoard under ``logs/distill-dmd``, also the critic's
+loss): a checkpoint of stage ``ode`` is not resumed by stage ``dmd`` (and the other way round).
 
 Also as in ``train``: with probability ``anchor_black_condition`` the anchor's condition is that of a black
 image (the node's first reset), the weights folder (``output``, kind ``full``, or ``lora`` continuing a LoRA
@@ -45,6 +70,7 @@ truth | generated).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import logging
 import os
@@ -55,7 +81,7 @@ from typing import NamedTuple
 
 import torch
 from safetensors.torch import load_file, save_file
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 
 from rynn_teleop.world_model.diffusion.dit import StreamingWanDiT
 from rynn_teleop.world_model.diffusion.engine import StreamEngine
@@ -65,6 +91,8 @@ from rynn_teleop.world_model.diffusion.sampler import FlowSampler
 from rynn_teleop.world_model.diffusion.weights import LORA_ADAPTER_NAME, load_weights, save_weights
 
 from .common import (
+    ClipBatch,
+    ClipItem,
     IndexedClips,
     LatentEncoder,
     collate_clips,
@@ -75,8 +103,28 @@ from .common import (
     write_side_by_side,
 )
 from .config import DistillConfig, RunConfigError
-from .flow import clean_from_velocity, euler_grid, grid_indices, model_timesteps, teacher_ode
-from .loop import RunResult, Task, add_run_arguments, fit, module_main, run_from_cli
+from .flow import (
+    anchored_sigmas,
+    clean_from_velocity,
+    euler_grid,
+    grid_indices,
+    model_timesteps,
+    noised,
+    shifted,
+    teacher_ode,
+)
+from .loop import (
+    ADAM_BETAS,
+    RunResult,
+    Task,
+    add_run_arguments,
+    find_resume,
+    fit,
+    module_main,
+    read_state,
+    run_from_cli,
+)
+from .train import teacher_loss
 
 _LOG = logging.getLogger(__name__)
 PAIRS = "ode_pairs"  # folder of the teacher's ODE pairs in the output folder
@@ -354,6 +402,202 @@ class StudentTask(Task):
         return write_side_by_side(path, list(clip.frames), [clip.frames[0], *frames], self.fps)
 
 
+# ---- stage B: distribution matching ----------------------------------------------------------------
+
+
+class StudentSample(NamedTuple):
+    """The student's clean estimate ``x0`` (B, C, F, h, w) of one input (the given clean latents on the frames
+    before the first noisy block) and ``noisy`` (B, F), the frames it generated."""
+
+    x0: torch.Tensor
+    noisy: torch.Tensor
+
+
+def student_sample(model: torch.nn.Module, clean: torch.Tensor, condition: torch.Tensor, prompt: torch.Tensor,
+                   preset: WanPreset, sigmas: torch.Tensor, context: str) -> StudentSample:
+    """One clean estimate of the student from real ``clean`` latents and fresh noise (global RNG), the input
+    assembled as in stage A (:func:`student_inputs`, the states being ``clean`` noised at each of ``sigmas``);
+    gradients flow when enabled.
+
+    Args:
+        clean, condition: (B, C, F, h, w); prompt: (1, L, text_dim); sigmas: (S,) the engine's levels.
+    """
+    b, _, f = clean.shape[:3]
+    noise = torch.randn_like(clean)
+    states = torch.stack([noised(clean, noise, anchored_sigmas(torch.full((b,), float(s), device=clean.device), f))
+                          for s in sigmas], dim=1)
+    inputs = student_inputs(states, clean, sigmas, preset, context)
+    velocity = student_velocity(model, inputs.latents, condition, model_timesteps(inputs.sigma), preset, prompt)
+    # sigma 0 (the anchor and the context) gives back the input itself: the clean latents
+    return StudentSample(clean_from_velocity(inputs.latents, velocity.float(), inputs.sigma), inputs.noisy)
+
+
+def clean_estimate(dit: torch.nn.Module, x: torch.Tensor, condition: torch.Tensor, sigma: torch.Tensor,
+                   prompt: torch.Tensor, guidance: float = 1.0) -> torch.Tensor:
+    """A bidirectional model's clean estimate of ``x`` (B, C, F, h, w) at per-frame ``sigma`` (B, F): the whole
+    clip one block (as the teacher was trained); ``guidance`` != 1 adds the unconditional pass (zero condition
+    latents) and uses ``uncond + guidance * (cond - uncond)``."""
+    b, _, f = x.shape[:3]
+    t = model_timesteps(sigma)
+    if guidance == 1.0:
+        v = dit(x, condition, t, [f], prompt_embeds=prompt.expand(b, -1, -1))
+    else:
+        both = dit(torch.cat([x, x]), torch.cat([condition, torch.zeros_like(condition)]), torch.cat([t, t]), [f],
+                   prompt_embeds=prompt.expand(2 * b, -1, -1))
+        v_cond, v_uncond = both.chunk(2)
+        v = v_uncond + guidance * (v_cond - v_uncond)
+    return clean_from_velocity(x, v.float(), sigma)
+
+
+def dmd_sigmas(batch: int, low: float, high: float, shift: float, device: torch.device | str) -> torch.Tensor:
+    """(batch,) noise levels of the distribution-matching gradient: u uniform in [low, high) (global RNG),
+    shifted by ``shift``."""
+    u = low + (high - low) * torch.rand(batch)
+    return shifted(u, shift).to(device)
+
+
+def dmd_loss(x0: torch.Tensor, noisy: torch.Tensor, real: torch.Tensor, fake: torch.Tensor) -> torch.Tensor:
+    """The DMD generator loss: ``0.5 * mse(x0, (x0 - grad).detach())`` over the ``noisy`` frames with
+    ``grad = (fake - real) / mean|x0 - real|`` (the mean per clip over its noisy frames).
+
+    Args:
+        x0: (B, C, F, h, w) the student's estimate (with grad); noisy: (B, F) bool.
+        real, fake: (B, C, F, h, w) the real and fake clean estimates of a noised copy of ``x0`` (no grad).
+
+    Returns:
+        scalar float32; exactly 0 with zero gradient where ``fake`` equals ``real``.
+    """
+    weight = noisy[:, None, :, None, None].to(x0.dtype).expand_as(x0)
+    count = weight.sum(dim=(1, 2, 3, 4)).clamp(min=1.0)  # (B,)
+    with torch.no_grad():
+        scale = ((x0 - real).abs() * weight).sum(dim=(1, 2, 3, 4)) / count
+        grad = (fake - real) / scale.clamp(min=1e-8).view(-1, 1, 1, 1, 1)
+        grad = torch.nan_to_num(grad) * weight
+        target = x0 - grad
+    return 0.5 * ((x0 - target).square() * weight).sum() / count.sum()
+
+
+class ClipFramesCollator:
+    """A picklable ``collate_fn``: clips cut to the shortest's :func:`student_frames`."""
+
+    def __init__(self, clip_frames: int, preset: WanPreset) -> None:
+        self.clip_frames, self.preset = clip_frames, preset
+
+    def __call__(self, items: list[ClipItem]) -> ClipBatch:
+        frames = min(student_frames(item.length, self.clip_frames, self.preset) for item in items)
+        return collate_clips(items, frames)
+
+
+class DmdTask(StudentTask):
+    """Stage B, distribution matching (see the module docstring)."""
+
+    command = "distill-dmd"
+
+    def load(self, accelerator) -> None:
+        cfg = self.config
+        self.preset = preset = get_preset(cfg.preset)
+        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=False)  # a bad dataset fails first
+        parts = load_parts(preset, cfg.base_dir, cfg.prompt_file, accelerator.device)
+        # the real score (frozen) and the critic start as the teacher, fused; copies of the bare base first
+        real_t, real_c = copy.deepcopy(parts.transformer), copy.deepcopy(parts.control)
+        self.teacher = load_weights(cfg.teacher, real_t, real_c, preset)
+        if self.teacher.kind == "lora":
+            real_t.fuse_lora(adapter_names=[LORA_ADAPTER_NAME])
+            real_t.unload_lora()
+        critic_t, critic_c = copy.deepcopy(real_t), copy.deepcopy(real_c)
+        self.real = StreamingWanDiT(real_t, real_c).eval().requires_grad_(False)
+        self.critic = StreamingWanDiT(critic_t, critic_c)
+        source = cfg.init or cfg.teacher
+        self.start = load_weights(source, parts.transformer, parts.control, preset)
+        if cfg.mode == "lora" and self.start.kind != "lora":
+            raise RunConfigError("mode", f"a LoRA student keeps training the adapter of its starting weights, but "
+                                 f"{source} is of kind {self.start.kind!r}: use mode full")
+        self.dit = StreamingWanDiT(parts.transformer, parts.control)
+        self.vae, self.prompt = parts.vae, parts.prompt
+        self.latents = LatentEncoder(parts.vae, preset, cfg.cache_latents, cfg.dataset)
+        self.sigmas = student_sigmas(preset)
+
+    def prepare(self, accelerator) -> None:
+        cfg, dit = self.config, self.dit
+        self.accelerator = accelerator
+        self.fps = self.clips.clips.info.fps
+        usable = []
+        for index in range(len(self.clips)):
+            if student_frames(self.clips.length(index), cfg.clip_frames, self.preset):
+                usable.append(index)
+            else:
+                _LOG.warning("distill: clip %s has no whole block after the anchor; skipped", self.clips.name(index))
+        if not usable:
+            raise RunConfigError("dataset", "no training clip is long enough for one block after the anchor")
+        self.dataset = Subset(self.clips, usable)
+        self.collate = ClipFramesCollator(cfg.clip_frames, self.preset)
+        if self.start.kind == "lora" and cfg.mode == "full":
+            dit.transformer.fuse_lora(adapter_names=[LORA_ADAPTER_NAME])
+            dit.transformer.unload_lora()
+        if cfg.mode == "lora":
+            for name, parameter in dit.transformer.named_parameters():
+                parameter.requires_grad_(".lora_" in name)
+        else:
+            dit.transformer.requires_grad_(True)
+        dit.control.requires_grad_(True)
+        # the critic: trained in full, prepared (and so checkpointed) before the student
+        critic = self.critic.requires_grad_(True).train()
+        if cfg.gradient_checkpointing:
+            critic.transformer.enable_gradient_checkpointing()
+        decayed = [*critic.transformer.parameters(), *critic.control.conv.parameters()]
+        optimizer = torch.optim.AdamW([
+            {"params": decayed, "weight_decay": cfg.weight_decay},
+            {"params": [critic.control.scale], "weight_decay": 0.0}], lr=cfg.critic_learning_rate, betas=ADAM_BETAS)
+        self.critic_model, self.critic_optimizer = accelerator.prepare(critic, optimizer)
+        resume = find_resume(cfg)
+        self.step = read_state(resume, self.identity()) if resume is not None else 0
+        self.calls = 0
+        self.critic_losses: list[float] = []
+
+    def loss(self, model: torch.nn.Module, batch, device: torch.device) -> torch.Tensor:
+        cfg, preset, accelerator = self.config, self.preset, self.accelerator
+        latents = self.latents(batch, device)
+        condition = replace_anchor_condition(latents.condition, self.latents.black_condition(device),
+                                             cfg.anchor_black_condition)
+        clean = latents.video
+        # the critic's further samples first: a later student pass would drop the mask a checkpointed backward needs
+        extra = []
+        with torch.no_grad():
+            for _ in range(cfg.critic_steps_per_step - 1):
+                extra.append(student_sample(model, clean, condition, self.prompt, preset, self.sigmas, cfg.context).x0)
+        sample = student_sample(model, clean, condition, self.prompt, preset, self.sigmas, cfg.context)
+        x0 = sample.x0
+        b, _, f = x0.shape[:3]
+        sigma = anchored_sigmas(dmd_sigmas(b, cfg.dmd_timestep_min, cfg.dmd_timestep_max, preset.shift, device), f)
+        x = noised(x0.detach(), torch.randn_like(x0), sigma)
+        with torch.no_grad(), accelerator.autocast():
+            real = clean_estimate(self.real, x, condition, sigma, self.prompt, cfg.real_guidance)
+            fake = clean_estimate(accelerator.unwrap_model(self.critic_model), x, condition, sigma, self.prompt)
+        loss = dmd_loss(x0, sample.noisy, real, fake)
+        self._update_critic([x0.detach(), *extra], condition)
+        return loss
+
+    def _update_critic(self, samples: list[torch.Tensor], condition: torch.Tensor) -> None:
+        """One critic update per sample (see the module docstring); logs the mean critic loss."""
+        cfg, accelerator, critic = self.config, self.accelerator, self.critic_model
+        losses = []
+        for fake_clean in samples:
+            loss = teacher_loss(critic, fake_clean, condition, self.prompt, self.preset.shift)
+            accelerator.backward(loss)
+            if cfg.max_grad_norm > 0:
+                accelerator.clip_grad_norm_(critic.parameters(), cfg.max_grad_norm)
+            self.critic_optimizer.step()
+            self.critic_optimizer.zero_grad(set_to_none=True)
+            losses.append(float(loss.detach()))
+        value = sum(losses) / len(losses)
+        self.critic_losses.append(value)
+        self.calls += 1
+        if self.calls % cfg.gradient_accumulation == 0:
+            step = self.step + self.calls // cfg.gradient_accumulation
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                accelerator.log({"critic_loss": value}, step=step)
+
+
 def stream_clip(model: WanWorldModel, reference, conditions, device: torch.device | str, seed: int) -> list:
     """Frames the streaming engine generates from ``reference`` (reset without a condition, as the node's
     first reset) and the condition images that follow it (whole blocks only), oldest first. The model's
@@ -383,7 +627,7 @@ def distill(config: DistillConfig) -> RunResult:
         ConfigurationError: a dataset, base folder, prompt file, teacher, checkpoint or output folder that
             cannot be used (``FineTunedWeightsError`` for a teacher or weights of another base model or preset).
     """
-    return fit(StudentTask(config))
+    return fit(DmdTask(config) if config.stage == "dmd" else StudentTask(config))
 
 
 # ---- command line ------------------------------------------------------------------------------
