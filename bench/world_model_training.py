@@ -1,7 +1,7 @@
 """Proof the world model learns: record, build the dataset, train and distil ``tiny`` on the CPU, evaluate.
 
-    .venv/bin/python bench/world_model_training.py                 # about 15 minutes on 2 cores
-    .venv/bin/python bench/world_model_training.py --out DIR --episodes 8 --train-steps 400
+    .venv/bin/python bench/world_model_training.py                 # about 12 minutes on 2 cores
+    .venv/bin/python bench/world_model_training.py --out DIR --episodes-from DIR/episodes --dmd-steps 200
 
 Steps (each on this machine, nothing downloaded):
 
@@ -11,11 +11,11 @@ Steps (each on this machine, nothing downloaded):
 2. ``training.dataset``: clips of ``--clip-frames`` frames at the tiny preset's 96x64, episode-level split
    (at least one held-out episode); episodes with integrity problems are kept (on a loaded 2-core machine the
    200 Hz command topics show gaps of a few tens of ms, which do not change what a frame shows);
-3. ``training.tiny_base``: the tiny VAE fitted to the training frames (the stand-in for Wan2.2's pretrained
-   VAE; no tiny one exists) and a seeded DiT: the "base release";
+3. ``training.tiny_base``: the tiny VAE fitted to the training frames for ``--vae-steps`` steps (the
+   stand-in for Wan2.2's pretrained VAE; no tiny one exists) and a seeded DiT: the "base release";
 4. ``training.train``: the stage-1 teacher from ``config/world_model_train.yaml`` (full fine-tune);
 5. ``training.distill``: the causal 4-step student from ``config/world_model_distill.yaml`` (CausVid's ODE
-   pairs);
+   pairs; with ``--dmd-steps``, then distribution matching, stage B);
 6. ``training.evaluate`` on the held-out episodes: the student and the teacher through the node's streaming
    backend, the ``render`` backend and the repeat-the-first-frame baseline on the same frames.
 
@@ -51,11 +51,14 @@ def main() -> int:
     parser.add_argument("--out", default=None, help="work folder (default: a new temporary folder, removed after)")
     parser.add_argument("--episodes", type=int, default=6, help="episodes to record")
     parser.add_argument("--episode-s", type=float, default=12.0, help="seconds per episode")
-    parser.add_argument("--clip-frames", type=int, default=33, help="frames per clip (1 + 4k)")
+    parser.add_argument("--clip-frames", type=int, default=81, help="frames per clip (1 + 4k)")
     parser.add_argument("--val-fraction", type=float, default=0.2, help="held-out share of the episodes")
-    parser.add_argument("--vae-s", type=float, default=150.0, help="tiny VAE fitting time [s]")
-    parser.add_argument("--train-steps", type=int, default=300, help="teacher optimiser steps")
-    parser.add_argument("--distill-steps", type=int, default=300, help="student optimiser steps")
+    parser.add_argument("--vae-steps", type=int, default=1500, help="tiny VAE fitting steps (steps, not seconds: "
+                        "the result does not depend on the machine's load)")
+    parser.add_argument("--train-steps", type=int, default=3000, help="teacher optimiser steps")
+    parser.add_argument("--distill-steps", type=int, default=3000, help="student optimiser steps (stage A)")
+    parser.add_argument("--dmd-steps", type=int, default=0, help="then distribution matching (stage B) steps; "
+                        "0: the stage-A student is evaluated")
     parser.add_argument("--lpips-backbone", default=None, help="torchvision AlexNet weights file for LPIPS")
     parser.add_argument("--episodes-from", default=None, help="reuse recorded episodes from this folder "
                         "(skips step 1)")
@@ -93,8 +96,8 @@ def main() -> int:
         times["dataset_s"] = time.monotonic() - last
         last = _stamp(f"dataset: {clips}", t0)
 
-        base = fit_tiny_base(work / "dataset", work / "base", work / "prompt.safetensors", seconds=args.vae_s,
-                             log=None)
+        base = fit_tiny_base(work / "dataset", work / "base", work / "prompt.safetensors", seconds=float("inf"),
+                             max_steps=args.vae_steps, log=None)
         times["tiny_base_s"] = time.monotonic() - last
         last = _stamp(f"tiny base: VAE {base['steps']} steps, reconstruction {base['train_psnr']:.1f} dB", t0)
 
@@ -113,8 +116,17 @@ def main() -> int:
         times["student_s"] = time.monotonic() - last
         last = _stamp(f"student: {student.step} steps, loss {student.losses[0]:.3f} -> "
                       f"{sum(student.losses[-20:]) / len(student.losses[-20:]):.3f}", t0)
+        student_dir, dmd_seconds = work / "student", 0.0
+        if args.dmd_steps:
+            dmd_cfg = DistillConfig.from_file(ROOT / "config" / "world_model_distill.yaml", [
+                *common, f"teacher={work / 'teacher'}", f"output={work / 'student_dmd'}", "stage=dmd",
+                f"init={work / 'student'}", f"steps={args.dmd_steps}", "learning_rate=0.0001"])
+            dmd = distill(dmd_cfg)
+            student_dir, dmd_seconds = work / "student_dmd", dmd.seconds
+            times["dmd_s"] = time.monotonic() - last
+            last = _stamp(f"student (DMD): {dmd.step} steps", t0)
 
-        metrics = evaluate(work / "dataset", work / "eval", base_dir=work / "base", weights_dir=work / "student",
+        metrics = evaluate(work / "dataset", work / "eval", base_dir=work / "base", weights_dir=student_dir,
                            prompt_file=work / "prompt.safetensors", teacher_weights_dir=work / "teacher",
                            lpips_backbone=args.lpips_backbone)
         times["eval_s"] = time.monotonic() - last
@@ -132,7 +144,7 @@ def main() -> int:
     out = {k: (round(metrics[k], 4) if isinstance(metrics.get(k), float) else metrics.get(k)) for k in keys}
     out.update({
         "held_out_frames": metrics["held_out_frames"],
-        "train_seconds": round(teacher.seconds + student.seconds, 1),
+        "train_seconds": round(teacher.seconds + student.seconds + dmd_seconds, 1), "dmd_steps": args.dmd_steps,
         "student_minus_baseline_psnr": round(margin, 3), "goal_db": GOAL_DB, "goal_met": margin >= GOAL_DB,
         "episodes": len(episodes), "clips": clips, "clip_frames": args.clip_frames,
         "teacher_steps": teacher.step, "student_steps": student.step, "vae_steps": base["steps"],
