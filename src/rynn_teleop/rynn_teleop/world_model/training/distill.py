@@ -289,6 +289,26 @@ def pair_seed(seed: int, clip: int, draw: int) -> int:
 # ---- the run ---------------------------------------------------------------------------------------
 
 
+def _load_student(task: Task, source: str, parts, preset: WanPreset):
+    """Load the student's starting weights ``source`` into the base ``parts`` and set the task's ``dit``,
+    ``vae``, ``prompt``, ``latents`` and ``sigmas``; returns the weights' manifest.
+
+    Raises:
+        RunConfigError: a LoRA student (``mode: lora``) from weights that are not a LoRA adapter.
+        FineTunedWeightsError: weights of another base model or preset.
+    """
+    cfg = task.config
+    manifest = load_weights(source, parts.transformer, parts.control, preset)
+    if cfg.mode == "lora" and manifest.kind != "lora":
+        raise RunConfigError("mode", f"a LoRA student keeps training the adapter of its starting weights, but "
+                             f"{source} is of kind {manifest.kind!r}: use mode full")
+    task.dit = StreamingWanDiT(parts.transformer, parts.control)
+    task.vae, task.prompt = parts.vae, parts.prompt
+    task.latents = LatentEncoder(parts.vae, preset, cfg.cache_latents, cfg.dataset)
+    task.sigmas = student_sigmas(preset)
+    return manifest
+
+
 class StudentTask(Task):
     """The stage-2 run (see the module docstring)."""
 
@@ -302,14 +322,7 @@ class StudentTask(Task):
         self.preset = preset = get_preset(cfg.preset)
         self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=False)  # a bad dataset fails first
         parts = load_parts(preset, cfg.base_dir, cfg.prompt_file, accelerator.device)
-        self.teacher = load_weights(cfg.teacher, parts.transformer, parts.control, preset)
-        if cfg.mode == "lora" and self.teacher.kind != "lora":
-            raise RunConfigError("mode", f"a LoRA student keeps training the teacher's adapter, but teacher "
-                                 f"{cfg.teacher} is of kind {self.teacher.kind!r}: use mode full")
-        self.dit = StreamingWanDiT(parts.transformer, parts.control)
-        self.vae, self.prompt = parts.vae, parts.prompt
-        self.latents = LatentEncoder(parts.vae, preset, cfg.cache_latents, cfg.dataset)
-        self.sigmas = student_sigmas(preset)
+        self.teacher = _load_student(self, cfg.teacher, parts, preset)
 
     def prepare(self, accelerator) -> None:
         cfg, dit, teacher = self.config, self.dit, self.teacher
@@ -507,15 +520,7 @@ class DmdTask(StudentTask):
         critic_t, critic_c = copy.deepcopy(real_t), copy.deepcopy(real_c)
         self.real = StreamingWanDiT(real_t, real_c).eval().requires_grad_(False)
         self.critic = StreamingWanDiT(critic_t, critic_c)
-        source = cfg.init or cfg.teacher
-        self.start = load_weights(source, parts.transformer, parts.control, preset)
-        if cfg.mode == "lora" and self.start.kind != "lora":
-            raise RunConfigError("mode", f"a LoRA student keeps training the adapter of its starting weights, but "
-                                 f"{source} is of kind {self.start.kind!r}: use mode full")
-        self.dit = StreamingWanDiT(parts.transformer, parts.control)
-        self.vae, self.prompt = parts.vae, parts.prompt
-        self.latents = LatentEncoder(parts.vae, preset, cfg.cache_latents, cfg.dataset)
-        self.sigmas = student_sigmas(preset)
+        self.start = _load_student(self, cfg.init or cfg.teacher, parts, preset)
 
     def prepare(self, accelerator) -> None:
         cfg, dit = self.config, self.dit
