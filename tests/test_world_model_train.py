@@ -376,3 +376,30 @@ def test_command_line_runs_a_config_file_with_overrides(release, dataset, tmp_pa
     assert len(frames) == 9 and frames[0].shape == (H, 2 * W, 3)  # ground truth | teacher
     assert main([str(path), "--set", "steps=zero"]) == 2
     assert "--set: key 'steps'" in capsys.readouterr().err
+
+
+def test_two_processes_of_a_torchrun_launch_train_together_on_the_cpu(release, dataset, tmp_path):
+    """The distributed path: ``torchrun`` with 2 processes on one CPU (gloo on the loopback interface). Both
+    ranks join one run (each saves its RNG state into the shared checkpoint) instead of training alone."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    base, prompt = release
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = tmp_path / "ddp"
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+           "--master_port", str(port), "-m", "rynn_teleop.world_model.training.train",
+           str(Path(__file__).resolve().parents[1] / "config" / "world_model_train.yaml"),
+           "--set", f"dataset={dataset}", "--set", f"base_dir={base}", "--set", f"prompt_file={prompt}",
+           "--set", f"output={out}", "--set", "steps=2", "--set", "batch_size=1", "--set", "sample_every=0",
+           "--set", "checkpoint_every=2", "--set", "warmup_steps=0"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    step = out / "checkpoints" / "step_2"
+    assert (step / "random_states_0.pkl").is_file() and (step / "random_states_1.pkl").is_file()
+    assert done.stdout.count("teacher at step 2") == 1  # one line per run, not per process

@@ -24,6 +24,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import shutil
 import sys
 import time
@@ -242,7 +243,10 @@ def make_accelerator(config: RunConfig) -> Any:
 
     output = Path(config.output)
     project = ProjectConfiguration(project_dir=str(output), logging_dir=str(output / LOGS))
-    return Accelerator(mixed_precision=config.mixed_precision, cpu=config.cpu, log_with="tensorboard",
+    # cpu=True also where there is no GPU: only then does accelerate join the processes of a torchrun launch
+    # (gloo); with cpu=False each would run alone and write the same output
+    cpu = config.cpu or not torch.cuda.is_available()
+    return Accelerator(mixed_precision=config.mixed_precision, cpu=cpu, log_with="tensorboard",
                        project_config=project)
 
 
@@ -429,8 +433,9 @@ def run_from_cli(args: argparse.Namespace, config_cls: type[RunConfig], run: Cal
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     result = run(config_cls.from_file(args.config, args.overrides))
-    print(f"{result.weights_dir}: {what} at step {result.step} (this run: steps {result.start_step + 1}.."
-          f"{result.step}, {result.seconds:.1f} s)")
+    if int(os.environ.get("RANK", "0")) == 0:  # one line per run, not per process of a distributed launch
+        print(f"{result.weights_dir}: {what} at step {result.step} (this run: steps {result.start_step + 1}.."
+              f"{result.step}, {result.seconds:.1f} s)")
     return 0
 
 
