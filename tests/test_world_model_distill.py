@@ -95,6 +95,18 @@ def test_training_pass_equals_streaming_through_the_cache(frames):
         assert not torch.allclose(unwindowed[:, :, last:], streamed, atol=1e-4)
 
 
+
+def assert_serves_frames(setup, weights_dir) -> None:
+    """The weights folder loads into the node's backend, which returns a frame per action."""
+    generator = DiffusionGenerator("tiny", setup["base"], weights_dir, setup["prompt"])
+    frame = np.zeros((TINY.height, TINY.width, 3), np.uint8)
+    generator.reset(frame)
+    frames = []
+    for _ in range(2 * TINY.frames_per_block):
+        frames += generator.step(np.zeros(54), condition=frame)
+    assert len(frames) == 2 * TINY.frames_per_block and all(f.shape == frame.shape for f in frames)
+    generator.close()
+
 def test_student_inputs_follow_the_context_rule():
     torch.manual_seed(0)
     frames, levels = 6, len(TINY.timesteps)
@@ -138,14 +150,7 @@ def test_stage_a_loss_goes_down_and_the_student_loads_into_the_backend(setup, tm
     manifest = read_manifest(out)
     assert (manifest.kind, manifest.training_step) == ("full", 40)
     assert result.samples and result.samples[0].stat().st_size > 0
-    generator = DiffusionGenerator("tiny", setup["base"], out, setup["prompt"])
-    frame = np.zeros((TINY.height, TINY.width, 3), np.uint8)
-    generator.reset(frame)
-    frames = []
-    for _ in range(2 * TINY.frames_per_block):
-        frames += generator.step(np.zeros(54), condition=frame)
-    assert len(frames) == 2 * TINY.frames_per_block and all(f.shape == frame.shape for f in frames)
-    generator.close()
+    assert_serves_frames(setup, out)
 
 
 def test_pairs_are_reused_on_resume_and_remade_when_the_teacher_run_changes(setup, tmp_path):
@@ -283,14 +288,7 @@ def test_dmd_trains_student_and_critic_resumes_and_loads_into_the_backend(setup,
     assert any(not torch.equal(critic["transformer." + k], v) for k, v in teacher.items()
                if not k.startswith("control."))
     torch.testing.assert_close(saved_student["transformer.proj_out.weight"], student["proj_out.weight"])
-    generator = DiffusionGenerator("tiny", setup["base"], out, setup["prompt"])
-    frame = np.zeros((TINY.height, TINY.width, 3), np.uint8)
-    generator.reset(frame)
-    frames = []
-    for _ in range(2 * TINY.frames_per_block):
-        frames += generator.step(np.zeros(54), condition=frame)
-    assert len(frames) == 2 * TINY.frames_per_block and all(f.shape == frame.shape for f in frames)
-    generator.close()
+    assert_serves_frames(setup, out)
     with pytest.raises(RunConfigError, match="written with command 'distill-dmd'"):  # stage A does not resume it
         distill(config(setup, out, steps=8))
 

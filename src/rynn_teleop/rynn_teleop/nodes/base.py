@@ -35,6 +35,7 @@ from ..core.scheduling import Deadlines, name_this_thread
 from ..core.stats import RateMeter
 from ..core.yamlfile import read_yaml
 from ..errors import REFUSED_EXIT_CODE, RynnTeleopError
+from ..recording.cdr import first_name_after_header, header_stamp_ns
 from .parameters import declare_schema
 from .process import (
     freeze_startup_objects,
@@ -356,6 +357,25 @@ class TeleopNode(Node):
         now_ns, offset = self.get_clock().now().nanoseconds, self._system_clock_offset()
         for r in itertools.chain((first,), received):
             yield Taken(r.message, r.received_ns + offset if r.received_ns else now_ns, r.publisher, r.sequence)
+
+    def take_newest_joint_states(self, sub: Subscription, meter: str) -> tuple[list[tuple[bytes, float]], int]:
+        """Take the raw ``sensor_msgs/JointState`` messages waiting in ``sub`` (a raw polled subscription),
+        ticking ``meter`` with each one's receive time and latency from its header stamp [s]; keep only the
+        newest of each joint group (same first joint name), so that only those need deserializing.
+
+        Returns:
+            (CDR bytes, receive time [s]) of the newest message per joint group, and how many older messages
+            they superseded.
+        """
+        newest: dict[bytes, tuple[bytes, float]] = {}
+        superseded = 0
+        for taken in self.take_all(sub):
+            raw, received_s = taken.message, taken.received_ns * 1e-9
+            self.meter(meter).tick(received_s, received_s - 1e-9 * header_stamp_ns(raw))
+            key = first_name_after_header(raw)
+            superseded += key in newest
+            newest[key] = (raw, received_s)
+        return list(newest.values()), superseded
 
     def _system_clock_offset(self) -> int:
         """Node clock minus system clock [ns]: 0 unless simulated time drives the node clock. Estimated from

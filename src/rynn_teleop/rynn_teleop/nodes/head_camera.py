@@ -40,7 +40,6 @@ from ..core.camera import parse_profile
 from ..core.joint_state import JointStateBuffer
 from ..core.params import Param, ParamSchema
 from ..errors import ConfigurationError, ParameterError
-from ..recording.cdr import first_name_after_header, header_stamp_ns
 from ..sources.camera import CAMERA_KINDS, make_camera_source
 from ..sources.camera.synthetic import home_position
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
@@ -182,15 +181,11 @@ class HeadCameraNode(TeleopNode):
         """Merge the joint states received since the last frame and hand the whole pose to the source. Messages
         are taken as CDR bytes; of several of the same joints (same first joint name) only the newest is
         deserialized (a frame shows one pose)."""
-        newest: dict[bytes, bytes] = {}
-        for taken in self.take_all(self._joint_states_sub):
-            raw, received_s = taken.message, taken.received_ns * 1e-9
-            self.meter("joint_states_in").tick(received_s, received_s - 1e-9 * header_stamp_ns(raw))
-            newest[first_name_after_header(raw)] = raw
+        newest, _ = self.take_newest_joint_states(self._joint_states_sub, "joint_states_in")
         if not newest:
             return
         state, merged = self.joint_states, False
-        for raw in newest.values():
+        for raw, _ in newest:
             msg = deserialize_message(raw, JointState)
             merged |= state.update(msg.name, msg.position, msg.header.stamp.sec + 1e-9 * msg.header.stamp.nanosec)
         if merged:  # a malformed message (counted in rejected_joint_states) changes nothing

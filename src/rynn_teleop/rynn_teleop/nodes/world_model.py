@@ -48,7 +48,6 @@ from ..core.params import Param, ParamSchema
 from ..core.robot_model import arm_joint_names, hand_joint_names
 from ..core.scheduling import name_this_thread
 from ..errors import ConfigurationError, ParameterError
-from ..recording.cdr import first_name_after_header, header_stamp_ns
 from ..world_model.generator import as_rgb
 from ..world_model.stream import ActionStream, FrameQueue
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
@@ -185,18 +184,11 @@ class WorldModelNode(TeleopNode):
         several commands of the same joints (same first joint name) only the newest is deserialized and
         merged, the others count as dropped (a frame shows one action per tick)."""
         for sub in self._action_subs:
-            newest: dict[bytes, tuple[bytes, float]] = {}
-            superseded = 0
-            for taken in self.take_all(sub):
-                raw, received_s = taken.message, taken.received_ns * 1e-9
-                self.meter("commands_in").tick(received_s, received_s - 1e-9 * header_stamp_ns(raw))
-                key = first_name_after_header(raw)
-                superseded += key in newest
-                newest[key] = (raw, received_s)
+            newest, superseded = self.take_newest_joint_states(sub, "commands_in")
             if superseded:
                 with self._lock:
                     self.actions.note_superseded(superseded)
-            for raw, received_s in newest.values():
+            for raw, received_s in newest:
                 self._on_joints(deserialize_message(raw, JointState), received_s)
 
     def _on_reference(self, msg: Image) -> None:

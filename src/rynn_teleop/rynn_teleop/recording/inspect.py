@@ -380,8 +380,13 @@ def video_preview(path: str | Path, mp4: str | Path, *, topic: str | None = None
 # -- command line ----------------------------------------------------------------------------
 
 
-def _episodes_at(path: Path) -> list[Path]:
-    """PATH as episode directories: itself if it holds an MCAP file, else its numbered episodes."""
+def episodes_at(path: str | Path) -> list[Path]:
+    """``path`` as episode directories: itself if it holds an MCAP file, else its numbered episodes.
+
+    Raises:
+        RecordingError: neither (named).
+    """
+    path = Path(path)
     if not path.is_dir():
         raise RecordingError(f"{path} is not a directory")
     if any(path.glob("*.mcap")):
@@ -444,7 +449,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    paths = _episodes_at(args.path)
+    paths = episodes_at(args.path)
     if (args.plot or args.video) and len(paths) != 1:
         raise RecordingError("--plot and --video need a single episode directory")
     infos = [episode_info(p, _rates(args.rate)) for p in paths]
@@ -464,7 +469,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     bad = 0
-    for path in _episodes_at(args.path):
+    for path in episodes_at(args.path):
         info = episode_info(path, _rates(args.rate))
         if info.ok:
             print(f"{path}: ok")
@@ -475,7 +480,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
-    for path in _episodes_at(args.path):
+    for path in episodes_at(args.path):
         r = recover_bag(path, force=args.force)
         what = "was complete; metadata rewritten" if r.was_complete else f"cut {r.bytes_cut} bytes of incomplete data"
         print(f"{path}: {r.message_count} messages, {what}")
@@ -486,7 +491,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from .export import export_lerobot  # PyAV and pyarrow only load for an export
     from .lerobot import VideoOptions
 
-    paths = [p for path in args.paths for p in _episodes_at(path)]
+    paths = [p for path in args.paths for p in episodes_at(path)]
     try:
         video = VideoOptions(codec=args.codec, crf=args.crf, gop=args.gop, preset=args.preset or None)
     except ValueError as exc:

@@ -54,7 +54,7 @@ import numpy as np
 from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.recording.episodes import description_hash, episode_dirs
+from rynn_teleop.recording.episodes import description_hash
 from rynn_teleop.recording.errors import RecordingError
 from rynn_teleop.recording.frames import (
     CAMERA_INFO,
@@ -66,6 +66,7 @@ from rynn_teleop.recording.frames import (
     read_images,
     scan_episode,
 )
+from rynn_teleop.recording.inspect import episodes_at
 from rynn_teleop.recording.metadata import episode_doc, read_metadata
 from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME, Conditioner, SkeletonStyle
 from rynn_teleop.world_model.diffusion.presets import PRESETS, WanPreset, get_preset
@@ -163,25 +164,16 @@ def check_val_fraction(val_fraction: float) -> float:
 
 
 def episode_paths(paths: Iterable[str | os.PathLike]) -> list[Path]:
-    """Each path as episode directories: itself if it holds an MCAP file, else its ``episode_NNNN`` folders
-    (by number), as the ``rynn-teleop episodes`` commands read a path.
+    """Each path as episode directories, as the ``rynn-teleop episodes`` commands read a path
+    (:func:`~rynn_teleop.recording.inspect.episodes_at`).
 
     Raises:
-        DatasetError: a path that is neither (named).
+        DatasetError: a path that is neither an episode nor a folder of episodes (named).
     """
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if not path.is_dir():
-            raise DatasetError(f"{path}: not a directory (an episode, or a folder of episode_NNNN episodes)")
-        if any(path.glob("*.mcap")):
-            out.append(path)
-            continue
-        found = episode_dirs(path)
-        if not found:
-            raise DatasetError(f"{path}: neither an episode (no *.mcap) nor a folder of episode_NNNN episodes")
-        out.extend(found)
-    return out
+    try:
+        return [episode for path in paths for episode in episodes_at(path)]
+    except RecordingError as exc:
+        raise DatasetError(str(exc)) from None
 
 
 def style_fields(style: SkeletonStyle) -> dict[str, Any]:

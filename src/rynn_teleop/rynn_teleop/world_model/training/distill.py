@@ -309,6 +309,20 @@ def _load_student(task: Task, source: str, parts, preset: WanPreset):
     return manifest
 
 
+def _make_trainable(dit: StreamingWanDiT, start_kind: str, mode: str) -> None:
+    """Set what the student trains: mode "full" (a LoRA start folded into the weights first) trains every
+    transformer weight, mode "lora" only the adapter; the control branch always."""
+    if start_kind == "lora" and mode == "full":
+        dit.transformer.fuse_lora(adapter_names=[LORA_ADAPTER_NAME])
+        dit.transformer.unload_lora()
+    if mode == "lora":
+        for name, parameter in dit.transformer.named_parameters():
+            parameter.requires_grad_(".lora_" in name)
+    else:
+        dit.transformer.requires_grad_(True)
+    dit.control.requires_grad_(True)
+
+
 class StudentTask(Task):
     """The stage-2 run (see the module docstring)."""
 
@@ -329,15 +343,7 @@ class StudentTask(Task):
         self.fps = self.clips.clips.info.fps
         files = self._pairs(accelerator, self.clips, teacher.to_json())
         # the student starts as the teacher
-        if teacher.kind == "lora" and cfg.mode == "full":
-            dit.transformer.fuse_lora(adapter_names=[LORA_ADAPTER_NAME])
-            dit.transformer.unload_lora()
-        if cfg.mode == "lora":
-            for name, parameter in dit.transformer.named_parameters():
-                parameter.requires_grad_(".lora_" in name)
-        else:
-            dit.transformer.requires_grad_(True)
-        dit.control.requires_grad_(True)
+        _make_trainable(dit, teacher.kind, cfg.mode)
         self.dataset = OdePairs(files)
         self.collate = PairCollator(self.preset.block_frames)
 
@@ -536,15 +542,7 @@ class DmdTask(StudentTask):
             raise RunConfigError("dataset", "no training clip is long enough for one block after the anchor")
         self.dataset = Subset(self.clips, usable)
         self.collate = ClipFramesCollator(cfg.clip_frames, self.preset)
-        if self.start.kind == "lora" and cfg.mode == "full":
-            dit.transformer.fuse_lora(adapter_names=[LORA_ADAPTER_NAME])
-            dit.transformer.unload_lora()
-        if cfg.mode == "lora":
-            for name, parameter in dit.transformer.named_parameters():
-                parameter.requires_grad_(".lora_" in name)
-        else:
-            dit.transformer.requires_grad_(True)
-        dit.control.requires_grad_(True)
+        _make_trainable(dit, self.start.kind, cfg.mode)
         # the critic: trained in full, prepared (and so checkpointed) before the student
         critic = self.critic.requires_grad_(True).train()
         if cfg.gradient_checkpointing:
