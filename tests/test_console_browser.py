@@ -49,6 +49,7 @@ class Watcher(Node):
         super().__init__("console_test_watcher", context=context)
         self.lock = threading.Lock()
         self.estop: dict[str, str] = {}
+        self.values: dict[str, dict[str, str]] = {}  # node -> its newest diagnostics values
         self.arm: list[tuple[float, np.ndarray]] = []
         self.sources: list[str] = []
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
@@ -61,6 +62,7 @@ class Watcher(Node):
         with self.lock:
             for st in msg.status:
                 values = {kv.key: kv.value for kv in st.values}
+                self.values[st.name] = values
                 if "estop" in values:
                     self.estop[st.name] = values["estop"]
 
@@ -69,6 +71,11 @@ class Watcher(Node):
             with self.lock:
                 self.arm.append((time.monotonic(), np.array(msg.position[:7])))
                 del self.arm[:-400]
+
+    def values_of(self, node: str) -> dict[str, str]:
+        """``node``'s newest diagnostics values (empty before its first report)."""
+        with self.lock:
+            return dict(self.values.get(node, {}))
 
     def latched(self) -> bool:
         with self.lock:

@@ -61,6 +61,11 @@ async def _request(method: str, url: str, **kwargs) -> tuple[int, str]:
             return response.status, await response.text()
 
 
+def _session(server: ConsoleServer, **headers: str) -> dict[str, str]:
+    """Headers of a request that carries the page's session secret (as the console's page sends it)."""
+    return {"X-Rynn-Session": server.session_secret, **headers}
+
+
 def test_the_page_and_its_files_are_served(served):
     server, _, _ = served()
     base = f"http://127.0.0.1:{server.port}"
@@ -80,7 +85,7 @@ def test_a_token_is_required_when_set_and_always_off_loopback(served):
     assert fake.calls == []
     assert _run(_request("GET", base + "/?token=s3cret"))[0] == 200
     assert _run(_request("POST", base + "/api/action", json={"action": "estop"},
-                         headers={"X-Rynn-Token": "s3cret"}))[0] == 200
+                         headers=_session(server, **{"X-Rynn-Token": "s3cret"})))[0] == 200
     assert fake.calls == [("estop", {})]
     assert server.requests_refused == 5
     with pytest.raises(ConsoleError, match="token"):
@@ -98,7 +103,7 @@ def test_a_token_is_required_when_set_and_always_off_loopback(served):
 def test_malformed_requests_get_400_and_change_nothing(served, body):
     server, _, fake = served()
     status, text = _run(_request("POST", f"http://127.0.0.1:{server.port}/api/action", data=body,
-                                 headers={"Content-Type": "application/json"}))
+                                 headers=_session(server, **{"Content-Type": "application/json"})))
     assert status == 400 and json.loads(text)["ok"] is False
     assert fake.calls == []
 
@@ -106,13 +111,15 @@ def test_malformed_requests_get_400_and_change_nothing(served, body):
 def test_actions_answer_with_the_stack_s_result(served):
     server, _, fake = served()
     url = f"http://127.0.0.1:{server.port}/api/action"
-    status, text = _run(_request("POST", url, json={"action": "episode start", "fields": {"task": "pick"}}))
+    headers = _session(server)
+    status, text = _run(_request("POST", url, json={"action": "episode start", "fields": {"task": "pick"}},
+                                 headers=headers))
     assert status == 200 and json.loads(text) == {"ok": True, "message": "done"}
     assert fake.calls == [("episode start", {"task": "pick"})]
     fake.answer = Result(False, "no episode is being recorded")
-    assert _run(_request("POST", url, json={"action": "episode stop"}))[0] == 409
+    assert _run(_request("POST", url, json={"action": "episode stop"}, headers=headers))[0] == 409
     fake.answer = Result(False, "start the recorder", unavailable=True)
-    assert _run(_request("POST", url, json={"action": "episode stop"}))[0] == 503
+    assert _run(_request("POST", url, json={"action": "episode stop"}, headers=headers))[0] == 503
 
 
 def _frame(value: int) -> np.ndarray:
@@ -121,9 +128,10 @@ def _frame(value: int) -> np.ndarray:
 
 @contextlib.asynccontextmanager
 async def _subscribed(server: ConsoleServer, streams: tuple[str, ...] = ("consumer",)):
-    """A WebSocket to ``server`` that has asked for ``streams``."""
+    """A WebSocket to ``server`` that said hello (with the session secret) and asked for ``streams``."""
     async with aiohttp.ClientSession() as session:
         async with session.ws_connect(f"http://127.0.0.1:{server.port}/ws") as ws:
+            await ws.send_str(json.dumps({"type": "hello", "session": server.session_secret}))
             await ws.send_str(json.dumps({"type": "subscribe", "streams": list(streams)}))
             await asyncio.sleep(0.2)
             yield ws

@@ -12,14 +12,24 @@ server runs its own asyncio loop on its own thread: the ROS side never waits for
   At most one frame per stream is in flight (a slow browser gets fewer frames, never a queue that would
   delay the state); an acknowledgement missing after :data:`ACK_TIMEOUT_S` is given up. A frame message:
   4-byte big-endian header length, a JSON header (``stream``, ``seq``, ``stamp_ns``, ``received_ms`` [Unix
-  ms], ``rate_hz``), then a JPEG. Every request but the static files needs the token when one is set
-  (``X-Rynn-Token`` header or ``token`` query); a non-loopback address always has one.
+  ms], ``rate_hz``), then a JPEG.
+
+Access (the rules: :mod:`.access`; threat model: ``docs/security.md``): every request names a host the console
+serves and, when it carries an ``Origin``, comes from the console's own page (or ``allowed_origins``);
+``POST`` requests carry the per-run session secret (``X-Rynn-Session``, which the served page holds in
+``<meta name="rynn-session">``) and a JSON body (``Content-Type: application/json``); the WebSocket's first
+message is ``{"type": "hello", "session": SECRET}`` (nothing is sent before it; a wrong one closes it with code
+4403). Every request but the static files also needs the token when one is set (``X-Rynn-Token`` header or
+``token`` query); a non-loopback address always has one. A refusal answers its HTTP status (403; 401 token; 415
+content type; 400 malformed or nested JSON) with ``{"ok": false, "reason", "message"}`` and is counted per
+reason (:attr:`ConsoleServer.refused`). Each accepted action is an :class:`~.audit.ActionRecord` (time, client
+address, Origin, action, result) in :attr:`ConsoleServer.audit`, shown on the page.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hmac
+import html
 import json
 import struct
 import threading
@@ -34,6 +44,18 @@ import cv2
 import numpy as np
 from aiohttp import WSMsgType, web
 
+from .access import (
+    AccessRules,
+    BadJson,
+    ConsoleAccess,
+    Refusal,
+    RequestInfo,
+    SessionSecret,
+    counts,
+    parse_json,
+)
+from .audit import ActionLog, ActionRecord
+
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 STREAMS = ("consumer", "physical", "generated")
 #: [px] width of each stream's JPEG (height keeps the aspect ratio; None = as received): the consumer feed is
@@ -47,6 +69,16 @@ ACK_TIMEOUT_S = 5.0
 MAX_BODY_BYTES = 16 * 1024
 MAX_FIELD_CHARS = 2000
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+HELLO_TIMEOUT_S = 5.0  # [s] a WebSocket has to send its hello (the session secret) before it is closed
+WS_REFUSED = 4403  # WebSocket close code of a refused hello (4000-4999: the application's own)
+WS_BAD_MESSAGE = 1007  # WebSocket close code of a malformed or too deeply nested message (RFC 6455: bad data)
+SHOWN_ACTIONS = 10  # newest actions in the state document (the page's action log)
+SECURITY_HEADERS = {  # on every answer: no framing (the page's keys e-stop and reset), no sniffing, no referrer
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 
 
 class ConsoleError(Exception):
@@ -114,21 +146,31 @@ class ConsoleServer:
             a worker thread.
         actions: the action names :func:`perform` knows, with the ``fields`` each accepts.
         on_decoded: (stream, latency [s]) for each frame a page reports decoded.
+        rules: the Host and Origin rules (default: those of ``host`` alone).
+        secret: the page's session secret (default: a new random one).
+        on_refused: (refusal, client) for each refused request or WebSocket, on the server's thread.
+        on_action: each accepted action's record, on the server's thread (keep it short).
     """
 
     def __init__(self, host: str, port: int, token: str, hub: FrameHub, snapshot: Callable[[], dict],
                  perform: Callable[[str, Mapping[str, str]], Any], actions: Mapping[str, tuple[str, ...]],
-                 on_decoded: Callable[[str, float], None] | None = None) -> None:
+                 on_decoded: Callable[[str, float], None] | None = None, *, rules: AccessRules | None = None,
+                 secret: SessionSecret | None = None, on_refused: Callable[[Refusal, str], None] | None = None,
+                 on_action: Callable[[ActionRecord], None] | None = None) -> None:
         if host not in LOOPBACK and not token:
             raise ConsoleError(f"the console on {host} (not loopback) needs a token")
         self.host, self.port, self.token = host, int(port), token
+        self.access = ConsoleAccess(rules if rules is not None else AccessRules(host), token, secret)
         self.hub, self.snapshot, self.perform, self.actions = hub, snapshot, perform, dict(actions)
         self.on_decoded = on_decoded or (lambda stream, latency: None)
+        self.on_refused = on_refused or (lambda refusal, client: None)
+        self.audit = ActionLog(on_record=on_action)
         self.clients = 0  # open WebSockets
         self.frames_sent = {s: 0 for s in hub.streams}
         self.frames_skipped = {s: 0 for s in hub.streams}  # newer frames came before a browser took the last
         self.acks_missed = {s: 0 for s in hub.streams}  # frames a browser did not acknowledge in ACK_TIMEOUT_S
-        self.requests_refused = 0  # bad token or malformed
+        self.refused = counts()  # refusal reason (access.REASONS) -> requests and WebSockets refused
+        self.last_refused: dict[str, Any] | None = None  # the newest refusal: time [Unix s], reason, message, client
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-encode")
         self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-action")
         self._jpeg: dict[str, tuple[int, bytes]] = {}  # stream -> (seq, header + JPEG) of the newest encoded
@@ -153,6 +195,16 @@ class ConsoleServer:
     @property
     def thread(self) -> threading.Thread | None:
         return self._thread
+
+    @property
+    def requests_refused(self) -> int:
+        """Requests and WebSockets refused, all reasons."""
+        return sum(self.refused.values())
+
+    @property
+    def session_secret(self) -> str:
+        """The secret the served page carries (tests, and a script on this machine, read it from the page)."""
+        return self.access.secret.value
 
     @property
     def url(self) -> str:
@@ -188,9 +240,9 @@ class ConsoleServer:
         for stream in self.hub.streams:
             self._new_frame[stream] = asyncio.Condition()
         self.hub.listen(self._notify)
-        app = web.Application(middlewares=[self._auth], client_max_size=MAX_BODY_BYTES)
+        app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/", self._index)
-        app.router.add_get("/favicon.ico", lambda request: web.Response(status=204))
+        app.router.add_get("/favicon.ico", _no_content)
         app.router.add_static("/static", STATIC_DIR, show_index=False)
         app.router.add_get("/api/state", self._state)
         app.router.add_post("/api/action", self._action)
@@ -218,17 +270,30 @@ class ConsoleServer:
 
     # ------------------------------------------------------------------ access
     @web.middleware
-    async def _auth(self, request: web.Request, handler):
-        if self.token and not request.path.startswith("/static/"):  # the shipped CSS/JS hold nothing private
-            given = request.headers.get("X-Rynn-Token") or request.query.get("token", "")
-            if not hmac.compare_digest(given.encode(), self.token.encode()):
-                self.requests_refused += 1
-                return web.json_response({"ok": False, "message": "a valid token is required"}, status=401)
-        return await handler(request)
+    async def _guard(self, request: web.Request, handler):
+        refusal = self.access.check(RequestInfo(request.method, request.path, request.headers, request.query))
+        response = self._refuse(request, refusal) if refusal is not None else await handler(request)
+        if not response.prepared:  # a WebSocket has answered already
+            response.headers.update(SECURITY_HEADERS)
+        return response
+
+    def _count(self, request: web.Request, refusal: Refusal) -> None:
+        client = _client(request)
+        self.refused[refusal.reason] = self.refused.get(refusal.reason, 0) + 1
+        self.last_refused = {"time": round(time.time(), 3), "reason": refusal.reason, "message": refusal.message,
+                             "client": client}
+        self.on_refused(refusal, client)
+
+    def _refuse(self, request: web.Request, refusal: Refusal) -> web.Response:
+        self._count(request, refusal)
+        return web.json_response(refusal.body(), status=refusal.status, headers={"Cache-Control": "no-store"})
 
     # ------------------------------------------------------------------ HTTP
     async def _index(self, request: web.Request) -> web.StreamResponse:
-        return web.FileResponse(STATIC_DIR / "index.html", headers={"Cache-Control": "no-store"})
+        """The page, carrying this run's session secret."""
+        page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+        page = page.replace("{{session}}", html.escape(self.session_secret, quote=True))
+        return web.Response(text=page, content_type="text/html", headers={"Cache-Control": "no-store"})
 
     async def _state(self, request: web.Request) -> web.Response:
         return web.json_response(self._state_doc())
@@ -242,38 +307,45 @@ class ConsoleServer:
             doc["streams"][s] = {"rate_hz": round(self.hub.rate_hz(s, now), 1),
                                  "age_ms": None if frame is None else round(now * 1e3 - frame.received_ms, 1)}
         doc["actions"] = {name: list(fields) for name, fields in self.actions.items()}
+        doc["access"] = {"refused": dict(self.refused), "last_refused": self.last_refused,
+                         "accepted": self.audit.accepted,
+                         "log": [r.to_dict() for r in self.audit.recent(SHOWN_ACTIONS)]}
         return doc
 
     async def _action(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError, ValueError):
-            return self._bad("the body must be a JSON object")
+            body = parse_json(await request.read())
+        except BadJson as exc:
+            return self._refuse(request, exc.refusal())
         if not isinstance(body, dict) or set(body) - {"action", "fields"}:
-            return self._bad('the body must be {"action": NAME, "fields": {...}}')
+            return self._bad(request, 'the body must be {"action": NAME, "fields": {...}}')
         name, fields = body.get("action"), body.get("fields", {})
         if not isinstance(name, str) or name not in self.actions:
-            return self._bad(f"unknown action {name!r}; actions: {', '.join(self.actions)}")
+            return self._bad(request, f"unknown action {name!r}; actions: {', '.join(self.actions)}")
         if not isinstance(fields, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in fields.items()
         ):
-            return self._bad("fields must map names to strings")
+            return self._bad(request, "fields must map names to strings")
         if unknown := sorted(set(fields) - set(self.actions[name])):
-            return self._bad(f"{name} does not take {', '.join(unknown)}")
+            return self._bad(request, f"{name} does not take {', '.join(unknown)}")
         if any(len(v) > MAX_FIELD_CHARS for v in fields.values()):
-            return self._bad(f"a field is longer than {MAX_FIELD_CHARS} characters")
+            return self._bad(request, f"a field is longer than {MAX_FIELD_CHARS} characters")
         result = await asyncio.get_running_loop().run_in_executor(self._workers, self.perform, name, fields)
         status = 200 if result.ok else (503 if result.unavailable else 409)
-        return web.json_response({"ok": bool(result.ok), "message": result.message}, status=status)
+        self.audit.add(ActionRecord(time.time(), request.remote or "", request.headers.get("Origin", ""), name,
+                                    dict(fields), bool(result.ok), status, str(result.message)))
+        return web.json_response({"ok": bool(result.ok), "message": result.message}, status=status,
+                                 headers={"Cache-Control": "no-store"})
 
-    def _bad(self, message: str) -> web.Response:
-        self.requests_refused += 1
-        return web.json_response({"ok": False, "message": message}, status=400)
+    def _bad(self, request: web.Request, message: str) -> web.Response:
+        return self._refuse(request, Refusal(400, "malformed", message))
 
     # ------------------------------------------------------------------ WebSocket
     async def _websocket(self, request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse(heartbeat=10.0, max_msg_size=MAX_BODY_BYTES)
         await ws.prepare(request)
+        if not await self._hello(request, ws):
+            return ws
         self.clients += 1
         wanted: set[str] = set()
         acked = {s: _Acks() for s in self.hub.streams}
@@ -284,9 +356,10 @@ class ConsoleServer:
                 if msg.type != WSMsgType.TEXT:
                     continue
                 try:
-                    data = json.loads(msg.data)
-                except json.JSONDecodeError:
-                    continue
+                    data = parse_json(msg.data)
+                except BadJson as exc:
+                    await self._close_refused(request, ws, exc.refusal(), WS_BAD_MESSAGE)
+                    break
                 if not isinstance(data, dict):
                     continue
                 if data.get("type") == "subscribe" and isinstance(data.get("streams"), list):
@@ -307,6 +380,37 @@ class ConsoleServer:
             for task in (*senders.values(), state):
                 task.cancel()
         return ws
+
+    async def _hello(self, request: web.Request, ws: web.WebSocketResponse) -> bool:
+        """Wait for the WebSocket's first message: True when it is the hello with the session secret; else the
+        WebSocket is closed (code :data:`WS_REFUSED`, the reason) and the refusal counted."""
+        try:
+            msg = await ws.receive(timeout=HELLO_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            refusal = Refusal(403, "session", f"no hello message within {HELLO_TIMEOUT_S:g} s")
+        else:
+            if msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED, WSMsgType.ERROR):
+                return False  # gone before saying anything
+            if msg.type != WSMsgType.TEXT:
+                refusal = Refusal(403, "session", 'the first message must be the text {"type": "hello", ...}')
+            else:
+                try:
+                    refusal = self.access.hello_refusal(parse_json(msg.data))
+                except BadJson as exc:
+                    refusal = exc.refusal()
+        if refusal is None:
+            return True
+        await self._close_refused(request, ws, refusal, WS_REFUSED if refusal.reason == "session" else WS_BAD_MESSAGE)
+        return False
+
+    async def _close_refused(self, request: web.Request, ws: web.WebSocketResponse, refusal: Refusal,
+                             code: int) -> None:
+        self._count(request, refusal)
+        reason = refusal.message.encode()[:123]  # RFC 6455: a close reason is at most 123 bytes
+        try:
+            await ws.close(code=code, message=reason)
+        except (ConnectionError, RuntimeError):
+            pass
 
     async def _send_state(self, ws: web.WebSocketResponse) -> None:
         while not ws.closed:
@@ -381,6 +485,19 @@ class ConsoleServer:
                              "received_ms": frame.received_ms, "rate_hz": round(self.hub.rate_hz(stream), 1),
                              "width": int(rgb.shape[1]), "height": int(rgb.shape[0])}).encode()
         return struct.pack(">I", len(header)) + header + jpeg.tobytes()
+
+
+async def _no_content(request: web.Request) -> web.Response:
+    return web.Response(status=204)
+
+
+def _client(request: web.Request) -> str:
+    """Who sent ``request``, for the log: address, and Origin and Host when present."""
+    parts = [request.remote or "?"]
+    for name in ("Origin", "Host"):
+        if value := request.headers.get(name):
+            parts.append(f"{name} {value[:80]}")
+    return ", ".join(parts)
 
 
 class _Acks:

@@ -6,13 +6,22 @@ keyboard shortcut) for every operator action (``nodes.operator.ACTIONS``). E-sto
 Images are kept as received (newest per stream) and JPEG-encoded only while a browser shows them, so the
 page never slows the stack. A non-loopback address needs a token (``token``, or one generated and logged).
 
+Only the console's own page may act (``console.access``; threat model ``docs/security.md``): requests naming a
+host the console does not serve (``allowed_hosts`` adds names), requests from another origin
+(``allowed_origins`` adds origins), and actions or WebSockets without the page's per-run session secret are
+refused and counted per reason. Each accepted action (time, client address, Origin, action, result) is logged,
+shown on the page, and published at once in this node's ``/diagnostics`` status (``action.last``, a JSON line),
+which the recorder writes into the episode being recorded.
+
 Topics:
     in:  ``consumer_topic``, ``physical_topic``, ``generated_topic`` (sensor_msgs/Image, SensorDataQoS),
          /diagnostics, /head_camera/active_source
-    out: /estop (std_msgs/Bool, with the drivers' e-stop services)
+    out: /estop (std_msgs/Bool, with the drivers' e-stop services), /diagnostics (also once per action)
 Diagnostics: ``url``, ``browsers``, per stream ``<stream>.sent`` / ``.skipped`` / ``.acks_missed``, the
 ``browser.<stream>`` meters (latency: ROS message received -> frame drawn), ``cpu_process_percent`` and
-``cpu_server_percent`` [% of one core].
+``cpu_server_percent`` [% of one core], ``requests_refused`` and per reason ``refused.<reason>``
+(``console.access.REASONS``), ``actions.accepted``, ``action.last``. WARN for :data:`REFUSED_WARN_S` after a
+refusal.
 """
 
 from __future__ import annotations
@@ -21,16 +30,20 @@ import ipaddress
 import secrets
 import threading
 import time
+from collections import deque
 from typing import Any
 
 import cv2
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.qos import qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Image
 
+from ..console.access import REASONS, AccessRules, Refusal
+from ..console.audit import ActionRecord
 from ..console.server import LOOPBACK, STREAMS, ConsoleError, ConsoleServer, FrameHub
-from ..core.params import Param, ParamSchema
+from ..core.params import STR_LIST, Param, ParamSchema
 from ..errors import ParameterError
 from ..recording.cdr import header_stamp_ns
 from .base import TeleopNode, run_single
@@ -38,6 +51,9 @@ from .conversions import image_array
 from .operator import ACTIONS, RECORDER_FIELDS, OperatorClient
 
 BROWSER_BUDGET_MS = 50.0  # ROS message received -> frame drawn in a browser, p99 (shown against in diagnostics)
+REFUSED_WARN_S = 60.0  # [s] the node's status stays WARN after the newest refused request
+REFUSED_LOG_S = 5.0  # [s] at most one log line per refusal reason this often (a page retrying floods no log)
+CPU_WINDOW_S = 0.5  # [s] shortest interval the CPU shares are measured over (diagnostics also go out per action)
 
 
 class ConsoleNode(TeleopNode):
@@ -48,6 +64,13 @@ class ConsoleNode(TeleopNode):
             Param("port", int, 8080, "TCP port of the page (0: any free port, logged)", min=0, max=65535),
             Param("token", str, "", "access token of the page; empty: none on loopback, else one is generated and "
                   "logged once"),
+            Param("allowed_hosts", STR_LIST, [],
+                  "host names the page may also be opened by (e.g. robot.lab; no port): requests naming any other "
+                  "host are refused (DNS rebinding); served anyway: the address, localhost, loopback addresses on "
+                  "loopback, any IP address when host is 0.0.0.0 or ::"),
+            Param("allowed_origins", STR_LIST, [],
+                  "origins (scheme://host[:port]) besides the page's own whose requests and WebSockets are accepted, "
+                  "e.g. a reverse proxy's https://teleop.lab; the console answers no CORS"),
             Param("consumer_topic", str, "/head_camera/color/image_raw", "the consumer feed (shown large)"),
             Param("physical_topic", str, "/head_camera/physical/color/image_raw", "the physical camera"),
             Param("generated_topic", str, "/head_camera/generated/color/image_raw", "the world model's feed"),
@@ -70,8 +93,15 @@ class ConsoleNode(TeleopNode):
             self.create_subscription(Image, p[f"{stream}_topic"], lambda raw, s=stream: self._on_image(s, raw),
                                      qos_profile_sensor_data, raw=True)
         actions = {name: RECORDER_FIELDS.get(name, ()) for name in ACTIONS}
+        rules = AccessRules(host, tuple(p["allowed_hosts"]), tuple(p["allowed_origins"]))  # ParameterError
+        self._records: deque[ActionRecord] = deque()  # accepted actions not yet published (server -> executor)
+        self._records_lock = threading.Lock()
+        self._current: ActionRecord | None = None  # the record being published (action.last; else the newest)
+        self._refusal_logged: dict[str, float] = {}  # reason -> monotonic time [s] of its last log line
+        self._record_ready = self.create_guard_condition(self._publish_records)
         self.server = ConsoleServer(host, p["port"], token, self.hub, self.operator.snapshot, self._perform,
-                                    actions, on_decoded=self._on_decoded)
+                                    actions, on_decoded=self._on_decoded, rules=rules,
+                                    on_refused=self._on_refused, on_action=self._on_action)
         try:
             self.server.start()
         except ConsoleError as exc:
@@ -88,10 +118,34 @@ class ConsoleNode(TeleopNode):
         self.meter(f"browser.{stream}").tick(self.now_s(), latency)
 
     def _perform(self, name: str, fields) -> Any:  # server worker thread
-        result = self.operator.perform(name, fields)
+        return self.operator.perform(name, fields)
+
+    def _on_action(self, record: ActionRecord) -> None:  # server thread: log, and publish from the executor
         log = self.get_logger()
-        (log.info if result.ok else log.warning)(f"console: {name}: {result.message}")
-        return result
+        (log.info if record.ok else log.warning)(f"console action: {record.to_json()}")
+        with self._records_lock:
+            self._records.append(record)
+        self._record_ready.trigger()
+
+    def _publish_records(self) -> None:  # executor: one diagnostics message per action, so the episode has each
+        with self.lock:
+            try:
+                while True:
+                    with self._records_lock:
+                        if not self._records:
+                            return
+                        self._current = self._records.popleft()
+                    self._publish_diagnostics()
+            finally:
+                self._current = None
+
+    def _on_refused(self, refusal: Refusal, client: str) -> None:  # server thread
+        now = time.monotonic()
+        if now - self._refusal_logged.get(refusal.reason, -REFUSED_LOG_S) >= REFUSED_LOG_S:
+            self._refusal_logged[refusal.reason] = now
+            self.get_logger().warning(f"console refused a request ({refusal.reason}, {refusal.status}) from "
+                                      f"{client}: {refusal.message} (counted in diagnostics refused.*; this "
+                                      f"reason logged at most every {REFUSED_LOG_S:g} s)")
 
     # ------------------------------------------------------------------ diagnostics
     def _server_cpu(self) -> float:
@@ -108,17 +162,31 @@ class ConsoleNode(TeleopNode):
     def diagnostic_values(self):
         now, process, server = time.monotonic(), time.process_time(), self._server_cpu()
         t0, p0, s0 = self._cpu_last
-        if now > t0:
+        if now - t0 >= CPU_WINDOW_S:
             self._cpu = (100.0 * (process - p0) / (now - t0), 100.0 * max(0.0, server - s0) / (now - t0))
-        self._cpu_last = (now, process, server)
+            self._cpu_last = (now, process, server)
         values = {"url": self.server.url.split("?")[0], "browsers": self.server.clients,
                   "cpu_process_percent": f"{self._cpu[0]:.1f}", "cpu_server_percent": f"{self._cpu[1]:.1f}",
                   "requests_refused": self.server.requests_refused}
+        refused = dict(self.server.refused)
+        for reason in REASONS:
+            values[f"refused.{reason}"] = refused.get(reason, 0)
         for s in STREAMS:
             values[f"{s}.sent"] = self.server.frames_sent[s]
             values[f"{s}.skipped"] = self.server.frames_skipped[s]
             values[f"{s}.acks_missed"] = self.server.acks_missed[s]
+        values["actions.accepted"] = self.server.audit.accepted
+        current = self._current or self.server.audit.last  # the 1 Hz status repeats the newest
+        if current is not None:
+            values["action.last"] = current.to_json()
         return values
+
+    def diagnostic_level(self):
+        last = self.server.last_refused
+        if last is not None and time.time() - last["time"] < REFUSED_WARN_S:
+            shown = ", ".join(f"{r} {n}" for r, n in self.server.refused.items() if n)
+            return DiagnosticStatus.WARN, f"refused requests ({shown}); last: {last['reason']} from {last['client']}"
+        return DiagnosticStatus.OK, "running"
 
     def destroy_node(self) -> None:
         server = getattr(self, "server", None)

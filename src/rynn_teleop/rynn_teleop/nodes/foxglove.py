@@ -11,9 +11,18 @@ Never blocking: a ROS subscription exists only while a client wants its channel,
 ``poll_period_s``, and the SDK queues per client (``client_backlog``; a full queue drops its oldest). A
 latched message is sent again when a client joins (to every client of the topic).
 
-Diagnostics: ``cpu_percent`` [% of one core] (executor, drain and SDK threads), ``url``, ``channels``,
+Exposure (threat model: ``docs/security.md``): a client sees every served topic (camera images, joint states,
+the robot description, diagnostics) and can change nothing (no services, parameters or client publishing are
+advertised). The SDK server listens on 127.0.0.1 at a free port behind a gate (``console.gate``) on
+``host``:``port``, which refuses (HTTP 403, counted) a connection whose ``Host`` is not one the node serves
+(the address, localhost, ``allowed_hosts``; DNS rebinding) or whose ``Origin`` is not in ``allowed_origins``
+(default: the Foxglove web app, https://app.foxglove.dev); a client without ``Origin`` (Foxglove desktop,
+scripts) passes. Loopback by default; there is no authentication: bind beyond it only on a trusted network.
+
+Diagnostics: ``cpu_percent`` [% of one core] (executor, drain, gate and SDK threads), ``url``, ``channels``,
 ``subscribed``, per topic ``<topic>.forwarded`` and ``<topic>.dropped`` (sent by publishers, never
-received here), ``unservable``. No authentication: bind beyond 127.0.0.1 only on a trusted network.
+received here), ``unservable``, ``clients`` (connections through the gate), ``refused.host`` /
+``refused.origin`` / ``refused.malformed``; WARN for a minute after a refusal.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from rclpy.subscription import Subscription
 
+from ..console.access import AccessRules, Refusal
+from ..console.gate import GateError, WebSocketGate
 from ..core.params import STR_LIST, Param, ParamSchema
 from ..errors import ConfigurationError, ParameterError
 from ..recording.stats import SequenceGaps
@@ -58,6 +69,9 @@ MESSAGE_ENCODING = "cdr"
 SERVER_NAME = "rynn_teleop"
 SDK_THREAD_PREFIX = "tokio-runtime"  # the foxglove-sdk server runs on a tokio runtime ("tokio-runtime-worker")
 REQUIREMENT = "foxglove-sdk"
+FOXGLOVE_WEB_APP = "https://app.foxglove.dev"  # the Origin of the Foxglove app in a browser
+GATE_THREAD = "foxglove-gate"
+REFUSED_WARN_S = 60.0  # [s] the node's status stays WARN after a refused connection
 
 
 def ros2msg_definition(type_name: str, typestore: Typestore | None = None) -> str | None:
@@ -142,6 +156,13 @@ class FoxgloveNode(TeleopNode):
                   "interface; the protocol has no authentication)"),
             Param("port", int, 8765, "TCP port of the WebSocket server (Foxglove's usual 8765; 0: any free port, "
                   "logged and in diagnostics)", min=0, max=65535),
+            Param("allowed_origins", STR_LIST, [FOXGLOVE_WEB_APP],
+                  "origins (scheme://host[:port]) of browser pages allowed to connect; a connection from any other "
+                  "page is refused (403); clients that send no Origin (Foxglove desktop, scripts) are accepted"),
+            Param("allowed_hosts", STR_LIST, [],
+                  "host names clients may also use to reach the server (e.g. robot.lab; no port); any other name "
+                  "is refused (DNS rebinding); served anyway: the address, localhost, loopback addresses on "
+                  "loopback, any IP address when host is 0.0.0.0 or ::"),
             Param("topics", STR_LIST, list(DEFAULT_TOPICS),
                   "topics served (types discovered from the graph); empty: every topic in the graph whose type "
                   "the typestore knows"),
@@ -173,24 +194,42 @@ class FoxgloveNode(TeleopNode):
         self._cpu_ids: dict[str, int] = {}  # "executor" / "drain" -> native thread id
         self._cpu_mark: tuple[float, float] | None = None  # (monotonic time [s], CPU time [s]) of the last report
         self.cpu_percent: float | None = None
+        rules = AccessRules(self.host, tuple(p["allowed_hosts"]), tuple(p["allowed_origins"]),
+                            same_origin=False)  # ParameterError naming the key
         foxglove = _import_sdk()
         self._sdk_context = foxglove.Context()
-        try:
+        try:  # on loopback only: clients reach it through the gate
             self._sdk_server = foxglove.start_server(
-                name=SERVER_NAME, host=self.host, port=p["port"], context=self._sdk_context,
+                name=SERVER_NAME, host="127.0.0.1", port=0, context=self._sdk_context,
                 server_listener=self._sdk_listener, message_backlog_size=p["client_backlog"],
             )
         except Exception as exc:  # the SDK raises its own error types; the message says why
+            raise ParameterError("port", f"cannot start the Foxglove server on 127.0.0.1 ({exc})") from exc
+        self._refusal_logged = 0.0  # monotonic time [s] of the last refusal logged
+        self.gate = WebSocketGate(self.host, p["port"], self._sdk_server.port, rules, on_refused=self._on_refused,
+                                  thread_name=GATE_THREAD)
+        try:
+            self.gate.start()
+        except GateError as exc:
+            self._sdk_server.stop()
             raise ParameterError("port", f"cannot listen on {self.host}:{p['port']} ({exc}); is the port in use? "
                                  "choose another with the parameter 'port' (0: any free port)") from exc
-        self.port = self._sdk_server.port
+        self.port = self.gate.port
         self.url = f"ws://{self.host}:{self.port}"
         if self.host not in ("127.0.0.1", "localhost", "::1"):
             self.get_logger().warning(f"serving on {self.url}: reachable from the network, without authentication")
+        origins = ", ".join(sorted(rules.origins)) or "none"
+        self.get_logger().info(f"browser pages allowed to connect: {origins} (parameter allowed_origins)")
         self.get_logger().info(f"Foxglove WebSocket server on {self.url} (Foxglove: Open connection -> {self.url})")
         self._discover()
         self.create_timer(p["discovery_period_s"], self._on_timer)
         self._loop = self.create_loop(1.0 / p["poll_period_s"], self._drain, "drain")
+
+    def _on_refused(self, refusal: Refusal, client: str) -> None:  # gate thread
+        now = time.monotonic()
+        if now - self._refusal_logged >= 5.0:  # at most one line every 5 s (a page retrying floods no log)
+            self._refusal_logged = now
+            self.get_logger().warning(f"refused a connection ({refusal.reason}) from {client}: {refusal.message}")
 
     # ------------------------------------------------------------------ graph -> channels
     def _on_timer(self) -> None:
@@ -279,7 +318,8 @@ class FoxgloveNode(TeleopNode):
     # ------------------------------------------------------------------ diagnostics
     def _cpu_share(self) -> float | None:
         """% of one core the node's threads used since the previous call (None on the first call or off Linux)."""
-        cpu = threads_cpu_s(self._cpu_ids.values(), SDK_THREAD_PREFIX)
+        ids = [*self._cpu_ids.values(), self.gate.native_id or 0]
+        cpu = threads_cpu_s(ids, SDK_THREAD_PREFIX)
         now = time.monotonic()
         if cpu is None:
             return None
@@ -295,7 +335,10 @@ class FoxgloveNode(TeleopNode):
             "cpu_percent": "n/a" if self.cpu_percent is None else f"{self.cpu_percent:.1f}",
             "channels": len(self.served),
             "subscribed": sum(1 for s in self.served.values() if s.sub is not None),
+            "clients": self.gate.connections,
         }
+        for reason, n in self.gate.refused.items():
+            values[f"refused.{reason}"] = n
         for topic, served in sorted(self.served.items()):
             values[f"{topic}.forwarded"] = served.forwarded
             values[f"{topic}.dropped"] = served.dropped
@@ -304,6 +347,10 @@ class FoxgloveNode(TeleopNode):
         return values
 
     def diagnostic_level(self):
+        last = self.gate.last_refused
+        if last is not None and time.time() - last["time"] < REFUSED_WARN_S:
+            return DiagnosticStatus.WARN, f"serving {len(self.served)} topics on {self.url}; refused " \
+                f"{self.gate.requests_refused} connection(s), last: {last['reason']} from {last['client']}"
         missing = [t for t in self.configured if t in self.unservable]
         if missing:
             return DiagnosticStatus.WARN, f"serving {len(self.served)} topics on {self.url}; not servable: " + \
@@ -313,6 +360,9 @@ class FoxgloveNode(TeleopNode):
     def destroy_node(self) -> None:
         """Stop draining, close the server (clients see the connection close), then destroy the node."""
         self.stop_loops()
+        gate = getattr(self, "gate", None)
+        if gate is not None:
+            gate.stop()
         server = getattr(self, "_sdk_server", None)
         if server is not None:
             server.stop()

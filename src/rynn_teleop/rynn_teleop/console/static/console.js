@@ -3,6 +3,9 @@
 "use strict";
 
 const token = new URLSearchParams(location.search).get("token") || "";
+// this run's session secret, carried by the page (never in a URL): actions send it in a header, the WebSocket in
+// its first message; a page of another origin cannot read it
+const session = document.querySelector('meta[name="rynn-session"]').content;
 const STREAMS = ["consumer", "physical", "generated"];
 const KEYS = {
   " ": "estop", "Escape": "estop", "r": "reset", "c": "calibrate", "e": "engage", "d": "disengage",
@@ -38,7 +41,7 @@ async function perform(action) {
   try {
     const response = await fetch("api/action", {
       method: "POST",
-      headers: { "Content-Type": "application/json", "X-Rynn-Token": token },
+      headers: { "Content-Type": "application/json", "X-Rynn-Token": token, "X-Rynn-Session": session },
       body: JSON.stringify({ action, fields: fieldsFor(action) }),
     });
     const result = await response.json();
@@ -115,6 +118,7 @@ function showState(st) {
       `${escapeHtml(n.message)}</td><td>${meters}</td></tr>`;
   }
   $("nodes").innerHTML = nodes;
+  if (st.access) showAccess(st.access);
   for (const s of STREAMS) {
     const info = st.streams[s];
     const v = views[s];
@@ -122,6 +126,25 @@ function showState(st) {
     v.info.textContent = info.age_ms === null ? "no frames" :
       `${info.rate_hz} Hz received, ${fps.toFixed(1)} fps shown, age ${info.age_ms} ms`;
   }
+}
+
+// refusals per reason (requests and WebSockets the console turned away) and the newest accepted actions
+function showAccess(access) {
+  const refused = Object.entries(access.refused).filter(([, n]) => n > 0);
+  const badge = $("refused-state");
+  badge.textContent = refused.length ? "refused: " + refused.map(([r, n]) => `${r} ${n}`).join(", ") : "no refusals";
+  badge.className = "badge " + (refused.length ? "warn" : "ok");
+  badge.dataset.refused = JSON.stringify(access.refused);
+  const last = access.last_refused;
+  $("refused").textContent = last ?
+    `last refused ${new Date(last.time * 1000).toLocaleTimeString()} (${last.reason}, ${last.client}): ${last.message}` : "";
+  let rows = "<tr><th>time</th><th>client</th><th>action</th><th>result</th></tr>";
+  for (const a of access.log) {
+    const who = a.origin ? `${a.client} (${a.origin})` : `${a.client} (no Origin)`;
+    rows += `<tr><td>${new Date(a.t * 1000).toLocaleTimeString()}</td><td>${escapeHtml(who)}</td>` +
+      `<td>${escapeHtml(a.action)}</td><td class="${a.ok ? "yes" : "no"}">${a.status} ${escapeHtml(a.result)}</td></tr>`;
+  }
+  $("action-log").innerHTML = rows;
 }
 
 function shownRate(v) {
@@ -141,10 +164,15 @@ function connect() {
   ws.binaryType = "arraybuffer";
   ws.onopen = () => {
     $("connection").textContent = "connected"; $("connection").className = "badge ok";
+    ws.send(JSON.stringify({ type: "hello", session }));  // first: the console sends nothing before it
     ws.send(JSON.stringify({ type: "subscribe", streams: STREAMS }));
   };
-  ws.onclose = () => {
+  ws.onclose = (ev) => {
     $("connection").textContent = "disconnected"; $("connection").className = "badge error";
+    if (ev.code === 4403) {  // a console restarted since this page was loaded has another secret
+      say(`refused: ${ev.reason}; reload the page`, true);
+      return;
+    }
     setTimeout(connect, 1000);
   };
   ws.onmessage = (ev) => {
