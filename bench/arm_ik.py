@@ -363,7 +363,7 @@ def measure_node_pair(seconds: float) -> dict:
 
     comp = Composition(
         ["tracker", "arm_ik"],
-        overrides={"tracker": {"source": "synthetic"},
+        overrides={"tracker": {"backend": "synthetic"},
                    "arm_ik": {"auto_calibrate": True, "auto_engage": True, "start_from": "home"}},
         domain_id=domain_id,
     )

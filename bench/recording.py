@@ -23,16 +23,23 @@ silence longer than 3 expected periods) inside the load, i.e. receive-time
 jitter. Recorder CPU = its utime + stime over the load window, in % of one
 core.
 
+The recorder runs with its defaults, MCAP CRCs on (chunk, data-section and
+summary CRCs; the recorder's ``crcs`` parameter).
+
 Throughput, measured in this same process after the load: the
 ``EpisodeWriter`` writes the same message mix (same CDR sizes, same
 proportions) as fast as it can for a few seconds, final drain and close
-included -> ``writer_mb_s``, compared with the load's ``needed_mb_s`` (goal >=
-5x). Named baseline, same run: a plain ``open(f, 'wb').write`` of the same
-byte sequence (the disk's raw sequential write here, page cache, no fsync, as
-the writer) -> ``raw_disk_mb_s`` and the writer's share of it.
+included, with CRCs on (the default) and off, alternately, twice each (best of
+two, against other load on the machine) -> ``writer_mb_s`` (CRCs on, goal >=
+5x the load's ``needed_mb_s``), ``writer_no_crc_mb_s`` and
+``crc_throughput_ratio`` (on / off: the cost of the CRCs). Named baseline, same
+run: a plain ``open(f, 'wb').write`` of the same byte sequence (the disk's raw
+sequential write here, page cache, no fsync, as the writer) ->
+``raw_disk_mb_s`` and the writer's share of it.
 
 The last line is one JSON object with ``dropped`` (per topic), ``needed_mb_s``,
-``writer_mb_s``, ``cpu_percent`` (then extras).
+``writer_mb_s``, ``writer_no_crc_mb_s``, ``crc_throughput_ratio``,
+``cpu_percent`` (then extras).
 """
 
 from __future__ import annotations
@@ -236,15 +243,17 @@ def one_second_of_load(streams: list[Stream], cdr: dict[str, list[bytes]]) -> li
     return items
 
 
-def writer_throughput(schedule, out_dir: Path, seconds: float) -> tuple[float, int, int, float]:
-    """The EpisodeWriter fed the load's mix as fast as it takes it for ``seconds`` s, then drained and closed.
+def writer_throughput(schedule, out_dir: Path, seconds: float, *, crcs: bool = True) -> tuple[float, int, int, float]:
+    """The EpisodeWriter (with or without MCAP CRCs) fed the load's mix as fast as it takes it for ``seconds``
+    s, then drained and closed.
 
     Returns (MB/s incl. close, bytes written, load-seconds written, time [s]).
     """
     from rynn_teleop.recording import EpisodeWriter
 
     bag = out_dir / "writer_bench"
-    writer = EpisodeWriter(bag, queue_max_bytes=1 << 40, queue_max_messages=10**8)  # items share the same bytes
+    # items share the same bytes
+    writer = EpisodeWriter(bag, queue_max_bytes=1 << 40, queue_max_messages=10**8, crcs=crcs)
     writer.open()
     backlog = 256e6  # keep about this much queued so the writer thread never waits for us
     base = time.time_ns()
@@ -417,9 +426,15 @@ def main() -> None:
     else:
         shutil.rmtree(episodes, ignore_errors=True)
 
-    # writer throughput on the same mix, then the raw-write baseline on the same bytes
+    # writer throughput on the same mix, CRCs on and off alternately (best of two each), then the raw-write
+    # baseline on the same bytes
     schedule = one_second_of_load(streams, cdr)
-    writer_mb_s, writer_bytes, rounds, writer_span = writer_throughput(schedule, work, args.writer_seconds)
+    runs: dict[bool, list[tuple[float, int, int, float]]] = {True: [], False: []}
+    for crcs in (True, False, True, False):
+        runs[crcs].append(writer_throughput(schedule, work, args.writer_seconds, crcs=crcs))
+    writer_mb_s, writer_bytes, rounds, writer_span = max(runs[True])
+    no_crc_mb_s = max(runs[False])[0]
+    crc_ratio = writer_mb_s / no_crc_mb_s
     raw_mb_s = raw_write_throughput(schedule, work, rounds)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
@@ -439,8 +454,9 @@ def main() -> None:
     print(f"recorder: CPU {cpu_percent:.1f} % of one core over the load (incl. the 1 s after it: "
           f"{100.0 * (cpu2 - cpu0) / (t_stop - w0):.1f} %), peak RSS {rss:.0f} MB, stop+close {stop_s:.2f} s, "
           f"bag {bag_mb:.0f} MB")
-    print(f"writer: {writer_mb_s:.1f} MB/s ({writer_bytes / 1e6:.0f} MB = {rounds} s of load in {writer_span:.2f} s, "
-          f"close included) = {ratio:.1f}x the needed {needed:.2f} MB/s; baseline raw open().write of the same "
+    print(f"writer: {writer_mb_s:.1f} MB/s with CRCs ({writer_bytes / 1e6:.0f} MB = {rounds} s of load in "
+          f"{writer_span:.2f} s, close included) = {ratio:.1f}x the needed {needed:.2f} MB/s; without CRCs "
+          f"{no_crc_mb_s:.1f} MB/s (CRCs keep {crc_ratio:.0%} of it); baseline raw open().write of the same "
           f"bytes: {raw_mb_s:.1f} MB/s, writer = {writer_mb_s / raw_mb_s:.0%} of it")
     print(f"goal 0 drops: {'met' if dropped_total == 0 else f'NOT met ({dropped_total} dropped)'}; "
           f"goal writer >= 5x needed: {'met' if ratio >= 5.0 else 'NOT met'} ({ratio:.1f}x)")
@@ -448,6 +464,8 @@ def main() -> None:
         "dropped": dropped,
         "needed_mb_s": round(needed, 3),
         "writer_mb_s": round(writer_mb_s, 1),
+        "writer_no_crc_mb_s": round(no_crc_mb_s, 1),
+        "crc_throughput_ratio": round(crc_ratio, 3),
         "cpu_percent": round(cpu_percent, 1),
         "dropped_total": dropped_total,
         "queue_dropped_total": sum(r["queue_dropped"] for r in rows.values()),

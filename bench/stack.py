@@ -229,6 +229,7 @@ def main() -> None:
 
     from rynn_teleop import demo, host_stalls
     from rynn_teleop.core.stats import RateMeter
+    from rynn_teleop.core.status import ArmIKStatus, RecorderStatus
     from rynn_teleop.nodes import node_class
     from rynn_teleop.nodes.process import use_transport_profile
     from rynn_teleop.recording.inspect import episode_info
@@ -249,9 +250,12 @@ def main() -> None:
             comp.add_node(probe)
             demo.spawn_groups(demo.DEMO_GROUPS, overrides, work, probe, procs)
             rated = sum(1 for r in topics.values() if r)
-            ready = demo._wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
-                               and probe.diagnostics.get("recorder", {}).get("topics_flowing") == f"{rated}/{rated}",
-                               90.0)
+
+            def flowing() -> bool:  # the arms engaged and every recorded topic flowing
+                arm, rec = probe.status("arm_ik", ArmIKStatus), probe.status("recorder", RecorderStatus)
+                return arm is not None and arm.engaged and rec is not None and rec.topics_flowing == (rated, rated)
+
+            ready = demo._wait(flowing, 90.0)
             if not ready:
                 sys.exit(f"bench/stack.py: the stack did not come up within 90 s; logs in {work}")
             # the host probes start before the settle time: their own start-up (a Python process each) must
@@ -267,7 +271,7 @@ def main() -> None:
                 pubs = {t for t, _ in probe.get_publisher_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
                 subs = {t for t, _ in probe.get_subscriber_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
                 graph[name] = (pubs, subs)
-            probe.trigger("/recorder/start_episode")
+            probe.episode("episode start")
             before = {p.pid: cpu_seconds(p.pid) for p in procs}
             steal_before = _steal_ticks()
             t0 = time.monotonic()
@@ -275,11 +279,10 @@ def main() -> None:
             used = {p.pid: cpu_seconds(p.pid) - before[p.pid] for p in procs}
             elapsed = time.monotonic() - t0
             steal = (_steal_ticks() - steal_before) / CLK_TCK / (elapsed * os.cpu_count())
-            stopped = probe.trigger("/recorder/stop_episode", timeout=60.0)
+            episode = probe.episode("episode stop", timeout=60.0)
     finally:
         demo.stop_groups(procs)
     reference_result = _reference_result(reference)
-    episode = Path(stopped.split(" | ")[0])
     info = episode_info(episode)
     episode_start_s = yaml.safe_load((episode / "episode.yaml").read_text())["start_ns"] * 1e-9
     store = get_typestore(Stores.ROS2_JAZZY)

@@ -1,15 +1,17 @@
 """The whole teleoperation stack, real or digital, built from the bringup table (``rynn_teleop.bringup``).
 
-    ros2 launch rynn_teleop bringup.launch.py [mode:=digital|real] [camera:=generated|real]
-        [record:=false] [console:=false] [foxglove:=false] [tracker_source:=synthetic] [glove_source:=synthetic]
-        [world_model_backend:=render] [rviz:=false] [robot_state_publisher:=true]
+    ros2 launch rynn_teleop bringup.launch.py [mode:=digital|real] [camera:=generated|physical]
+        [record:=false] [console:=false] [foxglove:=false] [tracker_backend:=synthetic]
+        [hand_retarget_backend:=synthetic] [world_model_backend:=render] [rviz:=false] [robot_state_publisher:=true]
 
-``ros2 launch rynn_teleop bringup.launch.py --show-args`` lists every argument with its choices; a value outside
-them stops the launch before any node starts. The nodes, their optional arguments and per-mode backends are the
-same as ``rynn-teleop run --mode``. Every other parameter comes from config/<node>.yaml in the package share
-directory; each is read and checked before any node starts. A node that exits is started again after
-``bringup.RESPAWN_DELAY_S`` unless it talks to hardware (arm_driver, hand_driver, head_camera: a device error
-stays visible) or it refused to start (exit code 2: a bad parameter comes back the same at every restart).
+``ros2 launch rynn_teleop bringup.launch.py --show-args`` lists every argument with its choices (a backend
+argument's are the node's registered backends); a value outside them stops the launch before any node starts,
+and so does a former argument name (tracker_source, glove_source), naming the new one. The nodes, their
+optional arguments and per-mode backends are the same as ``rynn-teleop run --mode``. Every other parameter
+comes from config/<node>.yaml in the package share directory; each is read and checked before any node starts.
+A node that exits is started again after ``bringup.RESPAWN_DELAY_S`` unless it talks to hardware (arm_driver,
+hand_driver, head_camera: a device error stays visible) or it refused to start (exit code 2: a bad parameter
+comes back the same at every restart).
 Processes get config/fastdds_profile.xml unless FASTDDS_DEFAULT_PROFILES_FILE is already set.
 """
 
@@ -52,9 +54,11 @@ def _lookup(table):
 
 
 def _check_config_files(context):
-    """Read and validate the parameter file of every node this launch starts (a bad one stops it, named)."""
+    """Refuse former argument names; read and validate the parameter file of every node this launch starts (a
+    bad one stops it, named)."""
     from rynn_teleop.nodes import node_class  # imports rclpy
 
+    bringup.check_renamed(context.launch_configurations)
     config = Path(FindPackageShare(PKG).perform(context)) / "config"
     for name in bringup.started_nodes(context.launch_configurations):
         node_class(name).SCHEMA.load_yaml(config / f"{name}.yaml")

@@ -10,7 +10,7 @@ trap 'rm -rf "$TMP"' EXIT
 "$PY" -m venv "$TMP/venv"
 "$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
   -r "$ROOT/requirements/ros-pypi.txt" -r "$ROOT/requirements/core.txt" \
-  -r "$ROOT/requirements/dev.txt" -r "$ROOT/requirements/bench.txt" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+  -r "$ROOT/requirements/dev.txt" -r "$ROOT/requirements/bench.txt" -r "$ROOT/requirements/docs.txt" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 {
   echo "# Every package version CI tested, resolved from requirements/*.txt (scripts/bootstrap.sh installs with"
   echo "# these constraints). Refresh: ./scripts/lock.sh, then ./scripts/test.sh, then commit both together."

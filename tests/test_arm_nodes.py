@@ -90,7 +90,7 @@ def test_synthetic_trackers_drive_arm_commands(ros_domain_id, tmp_path):
     comp = Composition(
         ["tracker", "arm_ik"],
         overrides={
-            "tracker": {"source": "synthetic", "synthetic.hold_s": 3.0},
+            "tracker": {"backend": "synthetic", "synthetic.hold_s": 3.0},
             "arm_ik": {"start_from": "home", "calibration_file": str(cal_file)},
         },
         domain_id=ros_domain_id,
@@ -181,13 +181,13 @@ def test_motion_limits_above_the_robot_are_refused(ros_domain_id):
 def test_openvr_source_without_steamvr_is_a_clear_error(ros_domain_id, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))  # no SteamVR path registry
     with pytest.raises(HardwareUnavailableError, match="SteamVR|OpenVR"):
-        Composition(["tracker"], overrides={"tracker": {"source": "openvr"}}, domain_id=ros_domain_id)
+        Composition(["tracker"], overrides={"tracker": {"backend": "openvr"}}, domain_id=ros_domain_id)
 
 
 def test_replay_of_a_missing_session_is_a_clear_error(ros_domain_id, tmp_path):
     with pytest.raises(ConfigurationError, match="no_such_bag"):
         Composition(
-            ["tracker"], overrides={"tracker": {"source": "replay", "replay.path": str(tmp_path / "no_such_bag")}},
+            ["tracker"], overrides={"tracker": {"backend": "replay", "replay.path": str(tmp_path / "no_such_bag")}},
             domain_id=ros_domain_id,
         )
 
@@ -212,7 +212,7 @@ def test_auto_calibration_and_the_clutch_topic(ros_domain_id, tmp_path):
     comp = Composition(
         ["tracker", "arm_ik"],
         overrides={
-            "tracker": {"source": "synthetic", "synthetic.hold_s": 5.0},
+            "tracker": {"backend": "synthetic", "synthetic.hold_s": 5.0},
             "arm_ik": {"start_from": "home", "calibration_file": str(tmp_path / "cal.yaml"),
                        "auto_calibrate": True, "auto_engage": True, "auto_calibrate_delay_s": 0.5},
         },
@@ -295,7 +295,7 @@ def test_a_failed_calibration_save_keeps_the_old_calibration(ros_domain_id, tmp_
     blocker.write_text("not a folder")
     comp = Composition(
         ["tracker", "arm_ik"],
-        overrides={"tracker": {"source": "synthetic", "synthetic.hold_s": 30.0},
+        overrides={"tracker": {"backend": "synthetic", "synthetic.hold_s": 30.0},
                    "arm_ik": {"start_from": "home", "calibration_file": str(blocker / "cal.yaml")}},
         domain_id=ros_domain_id,
     )
@@ -315,7 +315,7 @@ def test_a_role_without_a_serial_is_refused(ros_domain_id, tmp_path, monkeypatch
         Composition(["tracker"], overrides={"tracker": {"serials.left_wrist": ""}}, domain_id=ros_domain_id)
     monkeypatch.setenv("HOME", str(tmp_path))  # openvr: the runtime is missing, so that error comes first
     with pytest.raises(RynnTeleopError):
-        Composition(["tracker"], overrides={"tracker": {"source": "openvr", "serials.chest": ""}},
+        Composition(["tracker"], overrides={"tracker": {"backend": "openvr", "serials.chest": ""}},
                     domain_id=ros_domain_id)
 
 
@@ -327,7 +327,7 @@ def test_a_recorded_session_replays_through_the_tracker_node(ros_domain_id, tmp_
 
     recorded: list[tuple[int, bytes]] = []
     lock = threading.Lock()
-    comp = Composition(["tracker"], overrides={"tracker": {"source": "synthetic", "synthetic.seed": 7}},
+    comp = Composition(["tracker"], overrides={"tracker": {"backend": "synthetic", "synthetic.seed": 7}},
                        domain_id=ros_domain_id)
     try:
         node = Node("recorder", context=comp.context)
@@ -351,7 +351,7 @@ def test_a_recorded_session_replays_through_the_tracker_node(ros_domain_id, tmp_
             writer.write(conn, t_ns, raw)
     original = [deserialize_message(raw, PoseArray) for _, raw in rows]
 
-    comp = Composition(["tracker"], overrides={"tracker": {"source": "replay", "replay.path": str(bag),
+    comp = Composition(["tracker"], overrides={"tracker": {"backend": "replay", "replay.path": str(bag),
                                                            "max_lag_s": 1.0}},
                        domain_id=ros_domain_id)
     try:
@@ -383,7 +383,7 @@ def test_a_tracker_dropout_is_reported_stale_and_the_arm_holds_then_resumes(ros_
     comp = Composition(
         ["tracker", "arm_ik"],
         overrides={
-            "tracker": {"source": "synthetic", "synthetic.hold_s": 2.0, "synthetic.dropouts": ["left_wrist:4.0:5.0"]},
+            "tracker": {"backend": "synthetic", "synthetic.hold_s": 2.0, "synthetic.dropouts": ["left_wrist:4.0:5.0"]},
             "arm_ik": {"start_from": "home", "calibration_file": str(tmp_path / "cal.yaml"),
                        "auto_calibrate": True, "auto_engage": True, "auto_calibrate_delay_s": 0.3},
         },

@@ -11,6 +11,7 @@ from rynn_teleop.core.arm_teleop import DEFAULT_HOME, ArmTeleop
 from rynn_teleop.core.calibration import Calibration
 from rynn_teleop.core.layout import ROLES
 from rynn_teleop.core.robot_model import GROUPS, RobotModel, arm_joint_names
+from rynn_teleop.core.status import ArmIKStatus
 from rynn_teleop.core.trackers import TrackerSet, group_frames
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.sources.trackers import SyntheticOperator
@@ -234,6 +235,10 @@ def test_frames_drive_the_controller_and_a_missing_wrist_goes_stale(robot):
     assert not session.ctl.sides["left"].stale
     values = session.diagnostic_values()
     assert values["tracker_frames"] > 200 and values["tracker_frames_malformed"] == 0
+    # the typed status the console reads, decoded from the values as a subscriber gets them
+    status = ArmIKStatus.decode({k: str(v) for k, v in values.items()})
+    assert status == session.arm_status() and status.engaged and status.calibrated
+    assert status.following == {"left": True, "right": True}
     assert values["left.stale_events"] == 1 and values["cycles"] == session.ctl.cycles
     session.add_frame(3.0, np.eye(4))  # not a frame
     assert session.diagnostic_values()["tracker_frames_malformed"] == 1

@@ -94,7 +94,7 @@ def test_replay_of_an_image_folder(ros_domain_id, tmp_path):
         img[..., 2] = 200  # red in OpenCV's BGR
         img[:, : 40 * (k + 1), 1] = 255
         cv2.imwrite(str(tmp_path / f"frame{k}.png"), img)
-    comp = Composition(["head_camera"], overrides={"head_camera": {"source": "replay", "replay.path": str(tmp_path),
+    comp = Composition(["head_camera"], overrides={"head_camera": {"backend": "replay", "replay.path": str(tmp_path),
                                                                    "replay.rate_hz": 20.0}},
                        domain_id=ros_domain_id)
     try:
@@ -113,7 +113,7 @@ def test_replay_without_a_path_and_bad_profiles_name_their_key(ros_domain_id):
     from rynn_teleop.errors import ParameterError
 
     with pytest.raises(ParameterError, match="replay.path"):
-        Composition(["head_camera"], overrides={"head_camera": {"source": "replay"}}, domain_id=ros_domain_id)
+        Composition(["head_camera"], overrides={"head_camera": {"backend": "replay"}}, domain_id=ros_domain_id)
     with pytest.raises(ParameterError, match="synthetic.profile"):
         Composition(["head_camera"], overrides={"head_camera": {"synthetic.profile": "640x480"}},
                     domain_id=ros_domain_id)
@@ -140,7 +140,7 @@ def test_a_failing_read_is_reported_and_the_camera_keeps_running(ros_domain_id):
 def test_realsense_without_a_device_is_a_clear_error(ros_domain_id):
     t0 = time.monotonic()
     with pytest.raises(HardwareUnavailableError, match="RealSense|pyrealsense2"):
-        Composition(["head_camera"], overrides={"head_camera": {"source": "realsense"}}, domain_id=ros_domain_id)
+        Composition(["head_camera"], overrides={"head_camera": {"backend": "realsense"}}, domain_id=ros_domain_id)
     assert time.monotonic() - t0 < 10.0  # fails fast, no hang
 
 

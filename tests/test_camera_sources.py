@@ -29,8 +29,7 @@ from rynn_teleop.core.camera import (
 from rynn_teleop.core.image import decode_image
 from rynn_teleop.errors import ConfigurationError, HardwareUnavailableError
 from rynn_teleop.sources.camera import (
-    CAMERA_KINDS,
-    CAMERA_SOURCES,
+    CAMERA_BACKENDS,
     CameraSource,
     ReplayCamera,
     SyntheticScene,
@@ -548,11 +547,12 @@ def test_replay_errors_for_missing_empty_or_unreadable_paths(tmp_path):
 
 
 def test_make_camera_source_builds_each_kind_and_rejects_bad_requests(tmp_path):
-    assert set(CAMERA_SOURCES) == set(CAMERA_KINDS) == {"synthetic", "replay", "realsense"}
+    assert set(CAMERA_BACKENDS) == {"synthetic", "replay", "realsense"}
     assert isinstance(make_camera_source("synthetic", width=64, height=48), SyntheticScene)
     assert isinstance(make_camera_source("replay", path=tmp_path), ReplayCamera)
     assert isinstance(make_camera_source("realsense", serial="123"), RealSenseCamera)  # no SDK needed yet
-    with pytest.raises(ConfigurationError, match="'usb'; choose one of realsense, replay, synthetic"):
+    with pytest.raises(ConfigurationError, match="'usb': unknown head_camera backend; known: realsense, replay, "
+                                                 "synthetic"):
         make_camera_source("usb")
     with pytest.raises(ConfigurationError, match="'synthetic'.*colour"):
         make_camera_source("synthetic", colour=True)

@@ -25,6 +25,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 
 from rynn_teleop.core.robot_model import arm_joint_names
+from rynn_teleop.core.session import DRIVERS
+from rynn_teleop.core.status import DriverStatus
 from rynn_teleop.runner import Composition
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -48,7 +50,7 @@ class Watcher(Node):
     def __init__(self, context) -> None:
         super().__init__("console_test_watcher", context=context)
         self.lock = threading.Lock()
-        self.estop: dict[str, str] = {}
+        self.estop: dict[str, bool] = {}  # driver -> e-stop latched (its typed status)
         self.values: dict[str, dict[str, str]] = {}  # node -> its newest diagnostics values
         self.arm: list[tuple[float, np.ndarray]] = []
         self.sources: list[str] = []
@@ -63,8 +65,8 @@ class Watcher(Node):
             for st in msg.status:
                 values = {kv.key: kv.value for kv in st.values}
                 self.values[st.name] = values
-                if "estop" in values:
-                    self.estop[st.name] = values["estop"]
+                if st.name in DRIVERS:
+                    self.estop[st.name] = DriverStatus.decode(values).estop
 
     def _on_joints(self, msg) -> None:
         if list(msg.name[:7]) == ARM:
@@ -79,11 +81,11 @@ class Watcher(Node):
 
     def latched(self) -> bool:
         with self.lock:
-            return self.estop.get("arm_driver") == "True" and self.estop.get("hand_driver") == "True"
+            return self.estop.get("arm_driver") is True and self.estop.get("hand_driver") is True
 
     def released(self) -> bool:
         with self.lock:
-            return self.estop.get("arm_driver") == "False" and self.estop.get("hand_driver") == "False"
+            return self.estop.get("arm_driver") is False and self.estop.get("hand_driver") is False
 
     def arm_motion(self, seconds: float) -> float:
         """Largest change of a measured arm joint over the last ``seconds`` [rad]."""

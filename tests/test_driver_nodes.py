@@ -16,6 +16,7 @@ from std_srvs.srv import Trigger
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.robot_model import arm_joint_names, hand_joint_names
+from rynn_teleop.core.status import DriverStatus
 from rynn_teleop.errors import HardwareUnavailableError
 from rynn_teleop.runner import Composition
 
@@ -158,11 +159,16 @@ def test_a_backend_failure_latches_the_estop_and_the_node_stays_reachable(ros_do
         assert wait_for(lambda: driver.safety.estopped, 5.0)
         assert stops  # the backend was told to stop
         assert "cable pulled" in driver.diagnostic_level()[1]
+        # what the console reads: the typed status, decoded from the values the node publishes
+        status = DriverStatus.decode({k: str(v) for k, v in driver.diagnostic_values().items()})
+        assert status.estop and "cable pulled" in status.latched_by and status.backend == "sim"
         assert probe.call("/arm_driver/estop").success  # services still answer
         driver.backend.read = real_read  # the cable is back
         assert probe.call("/arm_driver/reset").success
         assert wait_for(lambda: driver.safety.mode == "waiting", 5.0)  # running again, waiting for commands
         assert driver.loop_errors > 0
+        status = DriverStatus.decode({k: str(v) for k, v in driver.diagnostic_values().items()})
+        assert not status.estop and status.latched_by == "" and status.faults == ()
     finally:
         comp.shutdown()
     assert not comp.errors

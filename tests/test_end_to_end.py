@@ -17,6 +17,7 @@ import pytest
 from rosbags.typesys import Stores, get_typestore
 
 from rynn_teleop.core.robot_model import RobotModel, arm_joint_names
+from rynn_teleop.core.status import ArmIKStatus
 from rynn_teleop.demo import DEMO_TOPICS
 from rynn_teleop.recording.inspect import episode_info
 from rynn_teleop.sources.playback import open_bag
@@ -33,6 +34,7 @@ def demo(module_ros_env, tmp_path_factory):
     episode = Path(proc.stdout.strip().splitlines()[-1])  # the episode directory is the last line printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episode"] == str(episode)
+    assert summary["arms"] == {"engaged": True, "calibrated": True}
     messages: dict[str, list] = defaultdict(list)
     store = get_typestore(Stores.ROS2_JAZZY)
     reader = open_bag(episode, "end-to-end test")
@@ -92,10 +94,11 @@ def test_ik_ran_and_the_operator_was_followed(demo):
     statuses = [st for _, m in demo["messages"]["/diagnostics"] for st in m.status if st.name == "arm_ik"]
     assert statuses, "no arm_ik diagnostics in the episode"
     values = [{kv.key: kv.value for kv in st.values} for st in statuses]
-    assert all(v.get("engaged") == "True" for v in values)
+    typed = [ArmIKStatus.decode(v) for v in values]  # what the console reads
+    assert all(s.engaged and s.calibrated for s in typed)
     assert any("ik_time_p50_ms" in v for v in values)
     for side in ("left", "right"):
-        assert any(v.get(f"{side}.active") == "True" for v in values), f"the {side} arm never followed"
+        assert any(s.following[side] for s in typed), f"the {side} arm never followed"
 
 
 def test_generated_frames_at_the_rate_with_command_stamps(demo):

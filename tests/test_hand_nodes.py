@@ -40,7 +40,7 @@ class Probe:
 
 
 def test_synthetic_glove_drives_both_hands_on_the_input_grid(ros_domain_id):
-    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "synthetic", "rate_hz": 90.0}},
+    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"backend": "synthetic", "rate_hz": 90.0}},
                        domain_id=ros_domain_id)
     try:
         probe = Probe(comp)
@@ -80,7 +80,7 @@ def test_synthetic_glove_drives_both_hands_on_the_input_grid(ros_domain_id):
 
 
 def test_skeleton_topic_input_and_bad_frames_are_held(ros_domain_id):
-    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "skeleton", "sides": ["right"],
+    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"backend": "skeleton", "sides": ["right"],
                                                                       "ema_alpha": 1.0}},
                        domain_id=ros_domain_id)
     try:
@@ -136,7 +136,7 @@ def test_skeleton_topic_input_and_bad_frames_are_held(ros_domain_id):
 
 def test_manus_source_without_the_vendor_package_is_a_clear_error(ros_domain_id):
     with pytest.raises(HardwareUnavailableError, match="manus_ros2_msgs"):
-        Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "manus"}}, domain_id=ros_domain_id)
+        Composition(["hand_retarget"], overrides={"hand_retarget": {"backend": "manus"}}, domain_id=ros_domain_id)
 
 
 def test_a_recorded_session_replays_through_the_node(ros_domain_id, tmp_path):
@@ -146,7 +146,7 @@ def test_a_recorded_session_replays_through_the_node(ros_domain_id, tmp_path):
 
     recorded: list[tuple[str, int, bytes]] = []
     lock = threading.Lock()
-    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"source": "synthetic", "sides": ["left"]}},
+    comp = Composition(["hand_retarget"], overrides={"hand_retarget": {"backend": "synthetic", "sides": ["left"]}},
                        domain_id=ros_domain_id)
     try:
         node = Node("recorder", context=comp.context)
@@ -169,7 +169,7 @@ def test_a_recorded_session_replays_through_the_node(ros_domain_id, tmp_path):
                 writer.write(conn, t_ns, raw)
 
     comp = Composition(["hand_retarget"], overrides={"hand_retarget": {
-        "source": "replay", "replay.path": str(bag), "sides": ["left"]}}, domain_id=ros_domain_id)
+        "backend": "replay", "replay.path": str(bag), "sides": ["left"]}}, domain_id=ros_domain_id)
     try:
         probe = Probe(comp)
         assert wait_for(lambda: len(probe.commands) >= 60, 15.0)

@@ -19,7 +19,7 @@ from rynn_teleop.core.hand_skeleton import BONES, CHAINS, FINGERS, N_POINTS, TIP
 from rynn_teleop.core.layout import SIDES
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.sources.hands import (
-    HAND_SOURCES,
+    HAND_BACKENDS,
     KEY_POSES,
     HandSample,
     HandSource,
@@ -661,16 +661,16 @@ def test_replay_read_before_start(tmp_path):
 
 
 def test_factory_builds_each_kind(tmp_path):
-    assert set(HAND_SOURCES) == {"synthetic", "replay"}
+    assert set(HAND_BACKENDS) == {"synthetic", "replay", "skeleton", "manus"}
     glove = make_hand_source("synthetic", seed=2, sides=("left",))
-    assert isinstance(glove, SyntheticGlove) and glove.kind == "synthetic" and glove.seed == 2
+    assert isinstance(glove, SyntheticGlove) and glove.name == "synthetic" and glove.seed == 2
     replay = make_hand_source("replay", path=tmp_path, rate_scale=2.0)
-    assert isinstance(replay, ReplayHands) and isinstance(replay, HandSource) and replay.kind == "replay"
+    assert isinstance(replay, ReplayHands) and isinstance(replay, HandSource) and replay.name == "replay"
 
 
 def test_factory_errors():
-    with pytest.raises(ConfigurationError, match="replay, synthetic"):
-        make_hand_source("manus")
+    with pytest.raises(ConfigurationError, match="known: manus, replay, skeleton, synthetic"):
+        make_hand_source("leap")
     with pytest.raises(ConfigurationError, match="serials"):
         make_hand_source("synthetic", serials={})
     with pytest.raises(ConfigurationError, match="path"):

@@ -24,7 +24,7 @@ FILES = sorted(LAUNCH_DIR.glob("*.launch.py"))
 BRINGUP = LAUNCH_DIR / "bringup.launch.py"
 DESCRIPTION = LAUNCH_DIR / "description.launch.py"
 #: the arguments that choose parameter values (the others are on/off switches)
-VALUE_ARGUMENTS = ("mode", "camera", "tracker_source", "glove_source", "world_model_backend")
+VALUE_ARGUMENTS = ("mode", "camera", "tracker_backend", "hand_retarget_backend", "world_model_backend")
 SWITCHES = tuple(a.name for a in bringup.ARGUMENTS if a.choices == bringup.SWITCH)
 
 
@@ -58,17 +58,31 @@ def test_arguments_their_choices_and_defaults():
         assert arg.description and arg.default in arg.choices and len(set(arg.choices)) == len(arg.choices), arg
     assert bringup.argument("mode").choices == bringup.MODES
     assert bringup.argument("camera").choices == ("", *bringup.CAMERAS)  # "": by mode
-    for arg, node, key in [("tracker_source", "tracker", "source"), ("glove_source", "hand_retarget", "source"),
-                           ("world_model_backend", "world_model", "backend")]:
-        assert set(bringup.argument(arg).choices) == set(node_class(node).SCHEMA.params[key].choices), arg
+    # a backend argument is <node>_backend, its choices the node's registered backends
+    assert set(bringup.BACKEND_ARGUMENTS) == {"tracker_backend", "hand_retarget_backend", "world_model_backend"}
+    for arg, node in bringup.BACKEND_ARGUMENTS.items():
+        assert arg == f"{node}_backend"
+        assert bringup.argument(arg).choices == node_class(node).SCHEMA.params["backend"].choices, arg
     # every switch of a node is an on/off argument, and every on/off argument starts something
     switched = {s.switch for s in bringup.NODES if s.switch} | {o.switch for o in bringup.OTHER_NODES}
     assert switched == set(SWITCHES)
     assert all(s.started_when in bringup.SWITCH for s in bringup.NODES)
     # a plain launch needs no hardware
     defaults = {a.name: a.default for a in bringup.ARGUMENTS}
-    assert defaults["mode"] == "digital" and defaults["tracker_source"] == defaults["glove_source"] == "synthetic"
+    assert defaults["mode"] == "digital" and defaults["tracker_backend"] == defaults["hand_retarget_backend"] == \
+        "synthetic"
     assert [n for n in SWITCHES if defaults[n] == "true"] == ["robot_state_publisher"]
+
+
+def test_a_former_argument_name_is_refused_naming_the_new_one():
+    from rynn_teleop.errors import ConfigurationError
+
+    assert bringup.RENAMED_ARGUMENTS == {"tracker_source": "tracker_backend", "glove_source": "hand_retarget_backend"}
+    for old, new in bringup.RENAMED_ARGUMENTS.items():
+        with pytest.raises(ConfigurationError, match=f"launch argument '{old}' was renamed '{new}': give {new}:=manus"):
+            bringup.check_renamed({old: "manus"})
+    bringup.check_renamed({"tracker_backend": "openvr", "mode": "real"})
+    assert "real" not in bringup.CAMERAS and bringup.DEFAULT_CAMERA["real"] == "physical"
 
 
 def test_nodes_are_registered_have_a_config_file_and_hardware_never_respawns():
@@ -98,7 +112,8 @@ def test_each_modes_backends_are_values_their_nodes_accept():
 
 
 def test_declared_override_keys_are_the_ones_mode_overrides_sets():
-    full = bringup.mode_overrides("real", camera="real", tracker_source="x", glove_source="y", world_model_backend="z")
+    full = bringup.mode_overrides("real", camera="physical", tracker_backend="x", hand_retarget_backend="y",
+                                  world_model_backend="z")
     declared = {s.name: set(s.overrides) for s in bringup.NODES if s.overrides}
     assert {name: set(values) for name, values in full.items()} == declared
     for spec in bringup.NODES:
@@ -116,7 +131,7 @@ def test_the_lookup_tables_give_what_mode_overrides_gives_for_every_launch():
         for t in tables:
             looked_up.setdefault(t.node, {})[t.key] = t.values[tuple(values[a] for a in t.arguments)]
         assert looked_up == bringup.launch_overrides(values), values
-    synthetic = bringup.launch_overrides({"tracker_source": "synthetic"})["arm_ik"]
+    synthetic = bringup.launch_overrides({"tracker_backend": "synthetic"})["arm_ik"]
     assert synthetic == {"auto_calibrate": True, "auto_engage": True}
     assert bringup.launch_overrides({"mode": "real"})["camera_switch"] == {"active_source": "physical"}
     assert bringup.launch_overrides({"mode": "real", "camera": "generated"})["camera_switch"] == {
@@ -290,7 +305,7 @@ def test_launch_description_loads_and_every_argument_is_described_with_choices(p
 
 
 @pytest.mark.parametrize(("name", "value"), [("record", "maybe"), ("rviz", "yes"), ("robot_state_publisher", "maybe"),
-                                             ("mode", "lab"), ("camera", "depth"), ("tracker_source", "vive")])
+                                             ("mode", "lab"), ("camera", "real"), ("tracker_backend", "vive")])
 def test_a_bad_argument_value_stops_the_launch_before_any_node_naming_the_argument(name, value):
     _upstream()
     from launch import LaunchContext
@@ -312,7 +327,7 @@ def test_bringup_resolves_per_mode(mode, camera, record):
     description = _load(BRINGUP).generate_launch_description()
     context = LaunchContext()
     given = {"mode": mode, "camera": camera, "record": record, "robot_state_publisher": "false",
-             "tracker_source": "openvr", "glove_source": "manus", "world_model_backend": "diffusion"}
+             "tracker_backend": "openvr", "hand_retarget_backend": "manus", "world_model_backend": "diffusion"}
     _declare(description, context, given)
     started, overrides = [], {}
     for action in description.entities:
@@ -327,8 +342,8 @@ def test_bringup_resolves_per_mode(mode, camera, record):
             on_exit = action._ExecuteLocal__on_exit  # private: the restart policy wired to this node
             assert (on_exit is not None) is bringup.node(action.node_executable).respawn
     assert tuple(started) == bringup.started_nodes(given) == bringup.mode_nodes(record=record == "true")
-    assert overrides == bringup.mode_overrides(mode, camera=camera or None, tracker_source="openvr",
-                                               glove_source="manus", world_model_backend="diffusion")
+    assert overrides == bringup.mode_overrides(mode, camera=camera or None, tracker_backend="openvr",
+                                               hand_retarget_backend="manus", world_model_backend="diffusion")
 
 
 def test_bringup_restart_policy_with_upstream_events():

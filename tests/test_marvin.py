@@ -298,7 +298,7 @@ def test_parse_feedback_converts_to_si() -> None:
 # ---------------------------------------------------------------------- construction
 def test_interface_and_joint_names(sdk: Path) -> None:
     b = make(sdk)
-    assert isinstance(b, JointBackend) and b.kind == "marvin"
+    assert isinstance(b, JointBackend) and b.name == "marvin"
     assert b.joint_names == arm_joint_names("left") + arm_joint_names("right")
     assert make(sdk, sides=("right",)).joint_names == arm_joint_names("right")
 

@@ -64,13 +64,16 @@ def test_each_command_reaches_its_node(stack, ros_env):
     started = call(ros_env, "episode", "start", "--task", "pick the red cube", "--operator", "ada")
     assert started.returncode == 0, started.stderr
     assert recorder.recorder.active
+    episode = out_dir / "episode_0001"
+    assert started.stdout.splitlines()[-1] == str(episode)  # the typed directory, last (from /recorder/episode)
     status = call(ros_env, "status")
     assert status.returncode == 0
     assert "recording episode_0001" in status.stdout and "camera feed: generated" in status.stdout
     assert "arm_driver released" in status.stdout and "hand_driver not running" in status.stdout
     stopped = call(ros_env, "episode", "stop", "--outcome", "success", "--notes", "clean grasp")
     assert stopped.returncode == 0, stopped.stderr
-    doc = yaml.safe_load((out_dir / "episode_0001" / "episode.yaml").read_text())
+    assert stopped.stdout.splitlines()[-1] == str(episode)  # the episode kept
+    doc = yaml.safe_load((episode / "episode.yaml").read_text())
     assert (doc["task"], doc["operator"], doc["outcome"], doc["notes"]) == ("pick the red cube", "ada", "success",
                                                                           "clean grasp")
     assert recorder.get_parameter("outcome").value == ""  # the label was this episode's only

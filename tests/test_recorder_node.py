@@ -21,8 +21,10 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from rynn_teleop.core.status import Count, RecorderStatus
 from rynn_teleop.nodes.base import Taken
 from rynn_teleop.nodes.camera_switch import LATCHED
+from rynn_teleop.nodes.recorder import EPISODE_QOS, EPISODE_TOPIC
 from rynn_teleop.runner import Composition
 from rynn_teleop.sources.playback import open_bag
 
@@ -36,6 +38,30 @@ def call(node: Node, name: str) -> Trigger.Response:
     future = client.call_async(Trigger.Request())
     assert wait_for(future.done, 15.0)
     return future.result()
+
+
+class EpisodeTopic:
+    """The recorder's latched ``~/episode`` as a client sees it: the directory each start and stop announces."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.values: list[str] = []
+        node.create_subscription(String, EPISODE_TOPIC, lambda m: self.values.append(m.data), EPISODE_QOS)
+
+    def call(self, service: str) -> tuple[Trigger.Response, str | None]:
+        """Call the recorder's ``service``; its response and the directory then announced (None: nothing)."""
+        assert wait_for(lambda: self.values, 10.0), "the recorder announces no episode directory"
+        seen = len(self.values)
+        response = call(self.node, service)
+        if not response.success:
+            return response, None
+        assert wait_for(lambda: len(self.values) > seen, 5.0), f"{service}: nothing announced on {EPISODE_TOPIC}"
+        return response, self.values[-1]
+
+
+def status(rec) -> RecorderStatus:
+    """The recorder's typed status, read from its diagnostics values as a subscriber gets them."""
+    return RecorderStatus.decode({k: str(v) for k, v in rec.diagnostic_values().items()})
 
 
 def recorder(ros_domain_id, out: Path, **extra) -> Composition:
@@ -96,9 +122,13 @@ def test_round_trip_bytes_and_counts_identical_in_rosbags_and_mcap(ros_domain_id
         # sees it): warm-up messages, before the episode, so not recorded
         assert wait_for(lambda: joints.publish(JointState(name=["warm-up"])) or "/test/joints" in rec.flowing(), 10.0)
         time.sleep(0.1)
-        response = call(pub_node, "/recorder/start_episode")
+        announced = EpisodeTopic(pub_node)
+        response, directory = announced.call("/recorder/start_episode")
         assert response.success, response.message
-        episode = Path(response.message)
+        episode = Path(directory)
+        st = status(rec)
+        assert st.recording and st.episode == directory and st.name == "episode_0001"
+        assert st.topics_subscribed == Count(3, 4) and st.output_dir == str(tmp_path)
         sent: dict[str, list] = {"/test/joints": [], "/test/image": []}
         for k in range(100):
             msg = JointState(name=["a", "b"], position=[0.01 * k, -0.01 * k])
@@ -111,8 +141,11 @@ def test_round_trip_bytes_and_counts_identical_in_rosbags_and_mcap(ros_domain_id
                 sent["/test/image"].append(img)
             time.sleep(0.01)
         time.sleep(0.3)
-        response = call(pub_node, "/recorder/stop_episode")
-        assert response.success and "/test/never" in response.message  # never appeared: reported at stop
+        response, kept = announced.call("/recorder/stop_episode")
+        assert response.success and "/test/never" in response.message  # never appeared: reported at stop (for people)
+        assert kept == directory
+        st = status(rec)
+        assert not st.recording and st.episode == "" and st.messages == 0
 
         reader = open_bag(episode, "test")
         got: dict[str, list[bytes]] = {}
@@ -180,12 +213,14 @@ def test_discard_removes_the_episode_and_the_next_one_is_numbered_again(ros_doma
     try:
         probe = Node("probe", context=comp.context)
         comp.add_node(probe)
-        first = Path(call(probe, "/recorder/start_episode").message)
+        announced = EpisodeTopic(probe)
+        first = Path(announced.call("/recorder/start_episode")[1])
         assert call(probe, "/recorder/discard_episode").success
         assert not first.exists()
-        second = Path(call(probe, "/recorder/start_episode").message)
+        assert wait_for(lambda: announced.values[-1] == "", 5.0)  # no episode any more
+        second = Path(announced.call("/recorder/start_episode")[1])
         assert second.name == first.name == "episode_0001"
-        assert call(probe, "/recorder/stop_episode").success
+        assert announced.call("/recorder/stop_episode")[1] == str(second)
         assert (second / "metadata.yaml").is_file()
     finally:
         comp.shutdown()
@@ -206,15 +241,16 @@ def test_sigkill_mid_episode_keeps_all_but_the_last_second_after_recover(ros_dom
         pub = node.create_publisher(JointState, "/test/joints", 100)
         flowing = []
         node.create_subscription(DiagnosticArray, "/diagnostics", lambda m: flowing.extend(
-            kv.value for st in m.status if st.name == "recorder" for kv in st.values if kv.key == "topics_flowing"), 10)
+            RecorderStatus.decode({kv.key: kv.value for kv in st.values}).topics_flowing
+            for st in m.status if st.name == "recorder"), 10)
         assert wait_for(lambda: pub.get_subscription_count() > 0, 20.0), "the recorder never subscribed"
         # The publisher may see the subscription before the recorder's reader has matched it (then the first
         # messages never arrive: DDS, not the recorder). Warm up until the recorder says the topic flows.
         deadline = time.monotonic() + 20.0
-        while "1/1" not in flowing and time.monotonic() < deadline:
+        while Count(1, 1) not in flowing and time.monotonic() < deadline:
             pub.publish(JointState(name=["a"], position=[-1.0]))
             time.sleep(0.01)
-        assert "1/1" in flowing, "the recorder never received the topic"
+        assert Count(1, 1) in flowing, "the recorder never received the topic"
         sent: list[tuple[float, JointState]] = []
         t_end = time.monotonic() + 3.0
         k = 0
@@ -267,7 +303,8 @@ def test_messages_published_but_never_received_count_as_dropped(ros_domain_id, t
         for _ in range(3):  # the recorder knows the publisher's sequence from here on (several in its first drain)
             joints.publish(JointState(name=["warm-up"]))
         assert wait_for(lambda: rec._sequence, 5.0)
-        response = call(pub_node, "/recorder/start_episode")
+        announced = EpisodeTopic(pub_node)
+        response, _ = announced.call("/recorder/start_episode")
         assert response.success, response.message
         # 400 messages in a few ms: whatever the drain timer's phase, at most one drain falls inside the burst,
         # and the 100-message queue overflows either way
@@ -275,12 +312,13 @@ def test_messages_published_but_never_received_count_as_dropped(ros_domain_id, t
         for k in range(published):
             joints.publish(JointState(name=["a"], position=[float(k)]))
         time.sleep(0.5)
-        summary_text = call(pub_node, "/recorder/stop_episode").message
+        response, kept = announced.call("/recorder/stop_episode")
+        summary_text = response.message  # for people: the problems
         stats = rec.last_summary.stats.topics["/test/joints"]
         assert stats.dropped > 0, "a 400-message burst into a 100-message queue lost nothing?"
         assert stats.received + stats.dropped == published
         assert "/test/joints" in summary_text and "not recorded (dropped)" in summary_text
-        reader = open_bag(Path(summary_text.split(" | ")[0]), "test")
+        reader = open_bag(Path(kept), "test")
         try:
             positions = [deserialize_message(raw, JointState).position[0] for conn, _, raw in reader.messages()
                          if conn.topic == "/test/joints"]

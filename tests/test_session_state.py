@@ -1,27 +1,42 @@
-"""core.session: the operator's view of a session, folded from the nodes' diagnostics (no ROS)."""
+"""core.session: the operator's view of a session, folded from the nodes' diagnostics (no ROS).
+
+The diagnostics are written here as the nodes write them: with the typed statuses of ``core.status``."""
 
 from __future__ import annotations
 
 import json
 
 from rynn_teleop.core.session import SessionState
+from rynn_teleop.core.status import (
+    ArmIKStatus,
+    Count,
+    DriverStatus,
+    FeedStatus,
+    Meter,
+    RecorderStatus,
+    encode_meters,
+)
+
+
+def driver(estop: bool, **kw) -> dict[str, str]:
+    return DriverStatus(**{"backend": "sim", "mode": "estop" if estop else "track", "estop": estop,
+                           "latched_by": "", "faults": (), **kw}).encode()
 
 
 def _state() -> SessionState:
     st = SessionState(stale_after_s=3.0)
-    st.on_diagnostics("arm_ik", 0, "following", {"calibrated": "True", "engaged": "True", "left.active": "True",
-                                                  "right.active": "False", "command.rate_hz": "199.0",
-                                                  "command.nominal_hz": "200", "command.latency_p50_ms": "4.00",
-                                                  "command.latency_p99_ms": "8.10", "command.latency_budget_ms": "10"},
-                    now=10.0)
-    st.on_diagnostics("arm_driver", 2, "e-stop latched", {"estop": "True", "joint_states.rate_hz": "150.0",
-                                                         "joint_states.nominal_hz": "200"}, now=10.0)
-    st.on_diagnostics("hand_driver", 0, "running", {"estop": "False"}, now=10.0)
-    st.on_diagnostics("camera_switch", 0, "forwarding generated", {"active_source": "generated"}, now=10.0)
-    st.on_diagnostics("recorder", 0, "recording", {"recording": "True", "episode": "/data/episode_0003",
-                                                   "episode_elapsed_s": "12.5", "episode_messages": "4200",
-                                                   "episode_problems": "/joint_states: 2 dropped",
-                                                   "output_dir": "/data"}, now=10.0)
+    arm = ArmIKStatus(calibrated=True, engaged=True, started=True, following={"left": True, "right": False})
+    st.on_diagnostics("arm_ik", 0, "following", {**arm.values({"cycles": 12}), **encode_meters(
+        [Meter("command", 199.0, 200.0, 4.0, 8.1, 10.0)])}, now=10.0)
+    st.on_diagnostics("arm_driver", 2, "e-stop latched", {**driver(True), **encode_meters(
+        [Meter("joint_states", 150.0, 200.0)])}, now=10.0)
+    st.on_diagnostics("hand_driver", 0, "running", driver(False), now=10.0)
+    st.on_diagnostics("camera_switch", 0, "forwarding generated",
+                      FeedStatus("generated", "generated", False).encode(), now=10.0)
+    st.on_diagnostics("recorder", 0, "recording", RecorderStatus(
+        recording=True, episode="/data/episode_0003", output_dir="/data", elapsed_s=12.5, messages=4200,
+        problems=("/joint_states: 2 dropped",), topics_subscribed=Count(12, 12), topics_flowing=Count(9, 9),
+        failure="").encode(), now=10.0)
     return st
 
 
@@ -68,3 +83,29 @@ def test_snapshot_is_json_and_summary_readable():
     assert "recording episode_0003 (12.5 s, 4200 messages; problems: /joint_states: 2 dropped)" in text
     empty = SessionState().summary(0.0)
     assert "recorder not running" in empty and "camera_switch not running" in empty
+
+
+def test_drivers_state_in_the_snapshot_and_the_summary():
+    st = _state()
+    st.on_diagnostics("arm_driver", 2, "e-stop latched", driver(True, latched_by="backend fault: overcurrent J3",
+                                                               faults=("overcurrent J3",)), now=10.0)
+    doc = st.snapshot(10.5)
+    assert doc["drivers"]["arm_driver"] == {"backend": "sim", "mode": "estop", "estop": True,
+                                            "latched_by": "backend fault: overcurrent J3", "faults": ["overcurrent J3"]}
+    assert doc["drivers"]["hand_driver"]["mode"] == "track"
+    text = st.summary(10.5)
+    assert "arm_driver sim (estop; latched by backend fault: overcurrent J3; faults: overcurrent J3)" in text
+
+
+def test_a_status_the_reader_cannot_read_is_shown_as_an_error_not_read_as_a_default():
+    """A node of another version (a key renamed): its state reads unknown and its health says what is missing."""
+    st = _state()
+    values = DriverStatus("sim", "track", True, "", ()).encode()
+    values["estopped"] = values.pop("estop")  # a renamed key
+    st.on_diagnostics("arm_driver", 0, "running", values, now=10.0)
+    assert st.estop(10.5)["arm_driver"] is None  # unknown, never "released"
+    (health,) = [n for n in st.health(10.5) if n["name"] == "arm_driver"]
+    assert health["level"] == "error" and "'estop'" in health["message"] and "estopped" in health["message"]
+    assert "status unreadable: arm_driver" in st.summary(10.5)
+    st.on_diagnostics("camera_switch", 0, "running", {"active_source": "physical"}, now=10.0)  # keys missing
+    assert st.active_source(10.5) == ""  # unknown (no latched topic value either)

@@ -656,7 +656,7 @@ def test_openvr_init_failure_is_hardware_unavailable():
     msg = str(err.value)
     assert "SteamVR" in msg and "OpenVR runtime" in msg
     assert "NoServerForBackgroundApp" in msg
-    assert "source:=synthetic" in msg and "replay" in msg
+    assert "backend:=synthetic" in msg and "replay" in msg
     src.close()
     assert ("shutdown",) not in ov.calls
 
@@ -686,7 +686,7 @@ def test_openvr_real_package_without_runtime_raises_hardware_unavailable(tmp_pat
     if "STARTED" in proc.stdout:
         pytest.skip("an OpenVR runtime is running on this machine")
     assert proc.returncode == 0, proc.stderr
-    assert "UNAVAILABLE" in proc.stdout and "source:=synthetic" in proc.stdout
+    assert "UNAVAILABLE" in proc.stdout and "backend:=synthetic" in proc.stdout
 
 
 # --------------------------------------------------------------------------------------------- factory
@@ -697,7 +697,7 @@ def test_factory_builds_each_kind(tmp_path):
     assert isinstance(make_tracker_source("replay", path=tmp_path, serials=SERIALS), ReplaySource)
     src = make_tracker_source("openvr", universe="raw")
     assert isinstance(src, OpenVRSource) and isinstance(src, TrackerSource)
-    assert src.kind == "openvr"
+    assert src.name == "openvr"
 
 
 def test_factory_errors():

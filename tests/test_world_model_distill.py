@@ -185,13 +185,13 @@ def test_teacher_of_another_base_is_refused(setup, tmp_path):
 def test_config_checks_the_teacher_grid_and_the_example_file(tmp_path):
     with pytest.raises(RunConfigError, match="teacher_steps.*miss some of the student's timesteps"):
         DistillConfig(dataset="d", base_dir="b", prompt_file="p", output="o", teacher="t", teacher_steps=6)
-    with pytest.raises(RunConfigError, match="key 'output'.*the teacher's folder"):
+    with pytest.raises(RunConfigError, match="parameter 'output'.*the teacher's folder"):
         DistillConfig(dataset="d", base_dir="b", prompt_file="p", output="t/", teacher="t")
-    with pytest.raises(RunConfigError, match="key 'stage'.*one of \\['ode', 'dmd'\\]"):
+    with pytest.raises(RunConfigError, match="parameter 'stage'.*one of \\['ode', 'dmd'\\]"):
         DistillConfig(dataset="d", base_dir="b", prompt_file="p", output="o", teacher="t", stage="dmd2")
     path = ROOT / "config" / "world_model_distill.yaml"
     DistillConfig.from_file(path)
-    assert set(yaml.safe_load(path.read_text())) == set(DistillConfig.specs())
+    assert set(yaml.safe_load(path.read_text())) == set(DistillConfig.schema().params)
 
 
 class TrueVelocity:
@@ -233,10 +233,10 @@ def test_dmd_keys_are_checked():
                           ({"dmd_timestep_max": 1.5}, "dmd_timestep_max.*out of range"),
                           ({"critic_steps_per_step": 0}, "critic_steps_per_step.*out of range"),
                           ({"critic_learning_rate": -1e-4}, "critic_learning_rate.*out of range"),
-                          ({"init": "o/"}, "key 'output'.*the init folder")):
+                          ({"init": "o/"}, "parameter 'output'.*the init folder")):
         with pytest.raises(RunConfigError, match=match):
             DistillConfig(**required, stage="dmd", **values)
-    with pytest.raises(RunConfigError, match="key 'init'.*only stage dmd"):
+    with pytest.raises(RunConfigError, match="parameter 'init'.*only stage dmd"):
         DistillConfig(**required, init="a")
 
 

@@ -195,7 +195,7 @@ def test_joint_names_are_canonical_per_side_in_order(sdk):
         "left"
     )
     assert WujiBackend(sides=["right"], sdk=sdk).joint_names == hand_joint_names("right")
-    assert WujiBackend.kind == "wuji"
+    assert WujiBackend.name == "wuji"
 
 
 @pytest.mark.parametrize(
@@ -330,12 +330,13 @@ def test_effort_missing_on_old_firmware_is_nan_for_that_hand_and_none_for_all(ba
 # ---------------------------------------------------------------------- enable / write
 def test_enable_holds_the_measured_position(backend, sdk):
     backend.enable()
-    for hand in sdk.hands:
+    for k, hand in enumerate(sdk.hands):
         names = hand.names()
         assert names == ["enter", "set", "enabled", "set"]  # target at the measurement, on, again
         assert ("enabled", True) in hand.calls
-        for target in hand.targets():
-            np.testing.assert_array_equal(target, hand.actual)
+        lower, upper = (v[20 * k:20 * (k + 1)].reshape(5, 4) for v in (backend._lower, backend._upper))
+        for target in hand.targets():  # within the limits (tests/test_wuji_hold.py: a joint measured outside)
+            np.testing.assert_array_equal(target, np.clip(hand.actual, lower, upper))
     assert backend.status()["accepting_writes"] is True
 
 

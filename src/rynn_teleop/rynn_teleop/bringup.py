@@ -9,7 +9,12 @@ backends; every other parameter comes from the same ``config/<node>.yaml`` files
 * ``real``: vendor backends (Marvin arms, Wuji hands, RealSense camera), the feed switch on the physical
   stream; the world model may still run as a preview.
 
-Operator input is chosen separately (``tracker_source``, ``glove_source``): ``synthetic`` needs nothing.
+Every node that can run different implementations has a ``backend`` parameter (its choices: the node's
+backend registry, :mod:`rynn_teleop.core.plugins`); a mode sets the drivers' and the head camera's. The
+operator input and the world model are chosen separately, each by the launch argument ``<node>_backend``
+(:data:`BACKEND_ARGUMENTS`: ``tracker_backend``, ``hand_retarget_backend``, ``world_model_backend``), whose
+choices are the registered backends; ``synthetic`` needs nothing. The feeds are named as the camera switch
+names them: ``generated`` and ``physical``.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .errors import ConfigurationError
+
 MODES = ("digital", "real")
-CAMERAS = ("generated", "real")  # the camera argument's words ("" = by mode)
-SWITCH_SOURCE = {"generated": "generated", "real": "physical"}  # camera word -> camera_switch active_source
-DEFAULT_CAMERA = {"digital": "generated", "real": "real"}  # the feed shown first when no camera is given
+CAMERAS = ("generated", "physical")  # the camera argument's words ("" = by mode): the camera_switch's feeds
+DEFAULT_CAMERA = {"digital": "generated", "real": "physical"}  # the feed shown first when no camera is given
 SWITCH = ("true", "false")  # the choices of an on/off launch argument
 RESPAWN_DELAY_S = 2.0  # [s] a launch file restarts a respawning node this long after it exited
 
@@ -31,13 +37,26 @@ BACKENDS: dict[str, dict[str, dict[str, Any]]] = {
     "digital": {
         "arm_driver": {"backend": "sim"},
         "hand_driver": {"backend": "sim"},
-        "head_camera": {"source": "synthetic"},
+        "head_camera": {"backend": "synthetic"},
     },
     "real": {
         "arm_driver": {"backend": "marvin"},
         "hand_driver": {"backend": "wuji"},
-        "head_camera": {"source": "realsense"},
+        "head_camera": {"backend": "realsense"},
     },
+}
+
+#: launch arguments that choose a node's backend: ``<node>_backend`` -> node
+BACKEND_ARGUMENTS: dict[str, str] = {
+    "tracker_backend": "tracker",
+    "hand_retarget_backend": "hand_retarget",
+    "world_model_backend": "world_model",
+}
+
+#: former launch arguments -> their names now (a launch given a former one stops, naming the new one)
+RENAMED_ARGUMENTS: dict[str, str] = {
+    "tracker_source": "tracker_backend",
+    "glove_source": "hand_retarget_backend",
 }
 
 
@@ -50,28 +69,47 @@ class Argument(NamedTuple):
     description: str
 
 
-ARGUMENTS: tuple[Argument, ...] = (
-    Argument("mode", "digital", MODES, "digital: sim drivers, synthetic camera, world model feed; "
-             "real: Marvin arms, Wuji hands, RealSense camera"),
-    Argument("camera", "", ("", *CAMERAS), "feed shown first: generated (world model) or real (physical camera); "
-             "empty: by mode (digital -> generated, real -> real)"),
-    Argument("record", "false", SWITCH, "start the recorder (episodes start and stop by its services)"),
-    Argument("console", "false", SWITCH, "start the operator console: a web page (config/console.yaml: host, port; "
-             "default http://127.0.0.1:8080/) with the camera feeds, state and every operator control"),
-    Argument("foxglove", "false", SWITCH, "serve the topics to the Foxglove app with this package's foxglove node "
-             "(config/foxglove.yaml; ws://127.0.0.1:8765), e.g. where foxglove_bridge is not installed"),
-    Argument("tracker_source", "synthetic", ("synthetic", "replay", "openvr"), "tracker input: synthetic "
-             "(no hardware), replay (replay.path in config/tracker.yaml) or openvr (Vive trackers through SteamVR)"),
-    Argument("glove_source", "synthetic", ("synthetic", "replay", "skeleton", "manus"), "hand input of "
-             "hand_retarget: synthetic (no hardware), replay, skeleton (PoseArray hand trackers) or manus "
-             "(Manus gloves)"),
-    Argument("world_model_backend", "render", ("render", "diffusion"), "world model: render (robot drawn over the "
-             "reference frame) or diffusion (needs diffusion.base_dir and diffusion.prompt_file in "
-             "config/world_model.yaml)"),
-    Argument("rviz", "false", SWITCH, "start RViz (config/rynn_teleop.rviz: robot, camera feed, tracker poses)"),
-    Argument("robot_state_publisher", "true", SWITCH, "use robot_state_publisher (tf + /robot_description; needs "
-             "a ROS install); false: this package's robot_description node"),
-)
+def arguments() -> tuple[Argument, ...]:
+    """Every launch argument (also :data:`ARGUMENTS`); a backend argument's choices are the node's registered
+    backends (their modules are imported on the first call, not at import of this module)."""
+    from .sources.hands import HAND_BACKENDS
+    from .sources.trackers import TRACKER_BACKENDS
+    from .world_model.generator import WORLD_MODEL_BACKENDS
+
+    return _arguments(TRACKER_BACKENDS.names(), HAND_BACKENDS.names(), WORLD_MODEL_BACKENDS.names())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ARGUMENTS":  # the launch arguments, computed on first use (:func:`arguments`)
+        return arguments()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _arguments(trackers: tuple[str, ...], hands: tuple[str, ...],
+               world_models: tuple[str, ...]) -> tuple[Argument, ...]:
+    return (
+        Argument("mode", "digital", MODES, "digital: sim drivers, synthetic camera, world model feed; "
+                 "real: Marvin arms, Wuji hands, RealSense camera"),
+        Argument("camera", "", ("", *CAMERAS), "feed shown first: generated (world model) or physical (head camera); "
+                 "empty: by mode (digital -> generated, real -> physical)"),
+        Argument("record", "false", SWITCH, "start the recorder (episodes start and stop by its services)"),
+        Argument("console", "false", SWITCH, "start the operator console: a web page (config/console.yaml: host, port; "
+                 "default http://127.0.0.1:8080/) with the camera feeds, state and every operator control"),
+        Argument("foxglove", "false", SWITCH, "serve the topics to the Foxglove app with this package's foxglove node "
+                 "(config/foxglove.yaml; ws://127.0.0.1:8765), e.g. where foxglove_bridge is not installed"),
+        Argument("tracker_backend", "synthetic", trackers, "tracker input (the tracker node's backend): synthetic "
+                 "(no hardware), replay (replay.path in config/tracker.yaml), openvr (Vive trackers through "
+                 "SteamVR), or another registered backend"),
+        Argument("hand_retarget_backend", "synthetic", hands, "hand input (the hand_retarget node's "
+                 "backend): synthetic (no hardware), replay, skeleton (PoseArray hand trackers), manus (Manus gloves), "
+                 "or another registered backend"),
+        Argument("world_model_backend", "render", world_models, "world model: render (robot drawn "
+                 "over the reference frame), diffusion (needs diffusion.base_dir and diffusion.prompt_file in "
+                 "config/world_model.yaml), or another registered backend"),
+        Argument("rviz", "false", SWITCH, "start RViz (config/rynn_teleop.rviz: robot, camera feed, tracker poses)"),
+        Argument("robot_state_publisher", "true", SWITCH, "use robot_state_publisher (tf + /robot_description; needs "
+                 "a ROS install); false: this package's robot_description node"),
+    )
 
 
 @dataclass(frozen=True)
@@ -112,12 +150,13 @@ class OtherNode(NamedTuple):
 #: this package's nodes in start order
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec("robot_description", "drivers", switch="robot_state_publisher", started_when="false"),
-    NodeSpec("tracker", "tracker", overrides={"source": ("tracker_source",)}),
-    NodeSpec("arm_ik", "arm_ik", overrides={"auto_calibrate": ("tracker_source",), "auto_engage": ("tracker_source",)}),
-    NodeSpec("hand_retarget", "hand_retarget", overrides={"source": ("glove_source",)}),
+    NodeSpec("tracker", "tracker", overrides={"backend": ("tracker_backend",)}),
+    NodeSpec("arm_ik", "arm_ik", overrides={"auto_calibrate": ("tracker_backend",),
+                                            "auto_engage": ("tracker_backend",)}),
+    NodeSpec("hand_retarget", "hand_retarget", overrides={"backend": ("hand_retarget_backend",)}),
     NodeSpec("arm_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}),
     NodeSpec("hand_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}),
-    NodeSpec("head_camera", "camera", hardware=True, overrides={"source": ("mode",)}),
+    NodeSpec("head_camera", "camera", hardware=True, overrides={"backend": ("mode",)}),
     NodeSpec("world_model", "world_model", overrides={"backend": ("world_model_backend",)}),
     NodeSpec("camera_switch", "camera", overrides={"active_source": ("mode", "camera")}),
     NodeSpec("robot_markers", "robot_markers"),
@@ -139,10 +178,21 @@ HARDWARE_NODES = tuple(spec.name for spec in NODES if spec.hardware)
 
 def argument(name: str) -> Argument:
     """The launch argument called ``name`` (KeyError if there is none)."""
-    for arg in ARGUMENTS:
+    for arg in arguments():
         if arg.name == name:
             return arg
     raise KeyError(name)
+
+
+def check_renamed(arguments: Mapping[str, Any]) -> None:
+    """Refuse former launch argument names.
+
+    Raises:
+        ConfigurationError: naming the former argument and its name now.
+    """
+    for old, new in RENAMED_ARGUMENTS.items():
+        if old in arguments:
+            raise ConfigurationError(f"launch argument {old!r} was renamed {new!r}: give {new}:={arguments[old]}")
 
 
 def node(name: str) -> NodeSpec:
@@ -153,9 +203,9 @@ def node(name: str) -> NodeSpec:
     raise KeyError(name)
 
 
-def _with_defaults(arguments: Mapping[str, str]) -> dict[str, str]:
-    """Every launch argument's value: ``arguments``, then the defaults for the rest."""
-    return {arg.name: arg.default for arg in ARGUMENTS} | dict(arguments)
+def _with_defaults(given: Mapping[str, str]) -> dict[str, str]:
+    """Every launch argument's value: ``given``, then the defaults for the rest."""
+    return {arg.name: arg.default for arg in arguments()} | dict(given)
 
 
 def started_nodes(arguments: Mapping[str, str]) -> tuple[str, ...]:
@@ -186,17 +236,18 @@ def mode_overrides(
     mode: str,
     *,
     camera: str | None = None,
-    tracker_source: str | None = None,
-    glove_source: str | None = None,
+    tracker_backend: str | None = None,
+    hand_retarget_backend: str | None = None,
     world_model_backend: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per-node parameter overrides of ``mode`` (on top of the YAML files).
 
     Args:
         mode: "digital" or "real".
-        camera: the feed shown first ("generated" or "real"; None or "": :data:`DEFAULT_CAMERA` of the mode).
-        tracker_source, glove_source, world_model_backend: None keeps the YAML's value. A given
-            tracker_source also sets arm_ik's auto_calibrate/auto_engage (on only for "synthetic").
+        camera: the feed shown first ("generated" or "physical"; None or "": :data:`DEFAULT_CAMERA` of the mode).
+        tracker_backend, hand_retarget_backend, world_model_backend: the ``backend`` of that node (None keeps
+            the YAML's value; the node checks the name against its registry). A given tracker_backend also sets
+            arm_ik's auto_calibrate/auto_engage (on only for "synthetic").
 
     Raises:
         ValueError: an unknown mode or camera.
@@ -207,24 +258,24 @@ def mode_overrides(
     if camera not in CAMERAS:
         raise ValueError(f"unknown camera {camera!r}; cameras are {', '.join(CAMERAS)}")
     out = {name: dict(values) for name, values in BACKENDS[mode].items()}
-    out["camera_switch"] = {"active_source": SWITCH_SOURCE[camera]}
-    if tracker_source is not None:
-        out["tracker"] = {"source": tracker_source}
+    out["camera_switch"] = {"active_source": camera}
+    if tracker_backend is not None:
         # nobody can call ~/calibrate for a synthetic operator: it calibrates and engages on its own posture
-        synthetic = tracker_source == "synthetic"
+        synthetic = tracker_backend == "synthetic"
         out["arm_ik"] = {"auto_calibrate": synthetic, "auto_engage": synthetic}
-    if glove_source is not None:
-        out["hand_retarget"] = {"source": glove_source}
-    if world_model_backend is not None:
-        out["world_model"] = {"backend": world_model_backend}
+    chosen = {"tracker_backend": tracker_backend, "hand_retarget_backend": hand_retarget_backend,
+              "world_model_backend": world_model_backend}
+    for name, node_name in BACKEND_ARGUMENTS.items():
+        if chosen[name] is not None:
+            out[node_name] = {"backend": chosen[name]}
     return out
 
 
 def launch_overrides(arguments: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """:func:`mode_overrides` of a launch with these argument values (defaults for the rest)."""
     values = _with_defaults(arguments)
-    return mode_overrides(values["mode"], camera=values["camera"], tracker_source=values["tracker_source"],
-                          glove_source=values["glove_source"], world_model_backend=values["world_model_backend"])
+    return mode_overrides(values["mode"], camera=values["camera"],
+                          **{name: values[name] for name in BACKEND_ARGUMENTS})
 
 
 class LookupTable(NamedTuple):

@@ -3,17 +3,24 @@
     rynn-teleop urdf [--config OVERLAY.yaml] [--output FILE | --compare FILE]
     rynn-teleop params NODE           print NODE's parameter file with every key documented
     rynn-teleop run NODE [NODE ...] [--duration S] [--config-dir DIR] [-p NODE.KEY=VALUE ...]
-    rynn-teleop run --mode digital|real [--camera generated|real] [--record] [--tracker-source S] ...
+    rynn-teleop run --mode digital|real [--camera generated|physical] [--record] [--tracker-backend NAME] ...
     rynn-teleop demo [--duration S] [--out DIR]
-    rynn-teleop episodes list|info|check|recover PATH   recorded episodes (counts, rates, gaps, plot, preview)
+    rynn-teleop episodes list|info|check|recover|export PATH   recorded episodes (integrity, counts, rates, gaps,
+                                      plot, preview, salvage, LeRobot export)
     rynn-teleop world-model encode-prompt BASE_DIR "PROMPT" OUT   the world model's fixed prompt, encoded once
     rynn-teleop world-model dataset|tiny-base|train|distill|eval ...   make and judge world-model weights
+
+Exit codes: 0 done; 1 the data is at fault (a damaged or unreadable episode, a failed check); 2 the request
+(bad arguments, a path that does not exist or is of the wrong kind, an output that cannot be written); 130
+interrupted. Errors are one line on standard error, never a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 from typing import Any
 
@@ -24,20 +31,34 @@ from .errors import REFUSED_EXIT_CODE, RynnTeleopError
 
 
 def _cmd_urdf(args: argparse.Namespace) -> int:
+    from xml.etree.ElementTree import ParseError
+
     from .core.urdf_builder import build_urdf
 
     text = build_urdf(args.config)
     if args.compare:
         from .core.urdf_compare import urdf_differences
 
-        with open(args.compare, encoding="utf-8") as f:
-            differences = urdf_differences(text, f.read())
+        try:
+            with open(args.compare, encoding="utf-8") as f:
+                other = f.read()
+        except UnicodeDecodeError as exc:
+            raise RynnTeleopError(f"--compare {args.compare}: not a URDF (not UTF-8 text: {exc})") from None
+        except OSError as exc:
+            raise RynnTeleopError(f"cannot read --compare {args.compare}: {exc.strerror or exc}") from None
+        try:
+            differences = urdf_differences(text, other)
+        except ParseError as exc:
+            raise RynnTeleopError(f"--compare {args.compare}: not a URDF (XML: {exc})") from None
         for line in differences:
             print(f"{args.compare}: {line}", file=sys.stderr)
         return 1 if differences else 0
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            raise RynnTeleopError(f"cannot write --output {args.output}: {exc.strerror or exc}") from None
     else:
         sys.stdout.write(text)
     return 0
@@ -56,15 +77,55 @@ def _cmd_params(args: argparse.Namespace) -> int:
     return 0
 
 
+class _ValueLoader(yaml.SafeLoader):
+    """YAML as ``yaml.safe_load`` reads it, plus the numbers users write that YAML 1.1 reads as strings:
+    exponents without a dot or without a sign (``1e9``, ``1.5e3``, ``2.0E-3``, ``.5e1``)."""
+
+
+_ValueLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def parse_value(text: str) -> Any:
+    """A ``-p NODE.KEY=VALUE`` value as a user writes it: YAML (``true``, ``[1, 2]``, ``'text'``), with numbers
+    in any usual form (``1e9``, ``2.0E-3``, ``.5``, ``-3``) as numbers; the node's schema range-checks them.
+
+    Raises:
+        RynnTeleopError: the text is not YAML (the message says where).
+    """
+    try:
+        return yaml.load(text, Loader=_ValueLoader)  # a SafeLoader subclass: no arbitrary objects
+    except yaml.YAMLError as exc:
+        raise RynnTeleopError(f"cannot read the value {text!r}: {exc}".replace("\n", " ")) from None
+
+
 def _parse_overrides(items: list[str]) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for item in items:
         key, sep, value = item.partition("=")
         node, dot, param = key.partition(".")
-        if not sep or not dot:
+        if not sep or not dot or not node or not param:
             raise RynnTeleopError(f"-p expects NODE.KEY=VALUE, got {item!r}")
-        out.setdefault(node, {})[param] = yaml.safe_load(value)
+        out.setdefault(node, {})[param] = parse_value(value)
     return out
+
+
+def _check_overrides(nodes: list[str], overrides: dict[str, dict[str, Any]]) -> None:
+    """Every override names a started node and a parameter of it, with a value its schema accepts (type and
+    range), before anything starts.
+
+    Raises:
+        RynnTeleopError: naming the node, key and range.
+    """
+    from .nodes import node_class
+
+    for node, values in overrides.items():
+        if node not in nodes:
+            raise RynnTeleopError(f"-p {node}.*: node {node!r} is not started (started: {', '.join(nodes)})")
+        node_class(node).SCHEMA.validate(values)
 
 
 def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, Any]]]:
@@ -74,9 +135,8 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
     nodes = list(args.nodes)
     if args.mode:
         try:
-            overrides = bringup.mode_overrides(args.mode, camera=args.camera, tracker_source=args.tracker_source,
-                                               glove_source=args.glove_source,
-                                               world_model_backend=args.world_model_backend)
+            overrides = bringup.mode_overrides(args.mode, camera=args.camera,
+                                               **{name: getattr(args, name) for name in bringup.BACKEND_ARGUMENTS})
         except ValueError as exc:
             raise RynnTeleopError(str(exc)) from None
         nodes = nodes or list(bringup.mode_nodes(record=args.record, console=args.console, foxglove=args.foxglove))
@@ -85,6 +145,9 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
     overrides = {n: v for n, v in overrides.items() if n in nodes}  # a subset of a mode keeps its backends
     for node, values in _parse_overrides(args.param).items():
         overrides.setdefault(node, {}).update(values)
+    if args.config_dir is not None and not os.path.isdir(args.config_dir):
+        raise RynnTeleopError(f"--config-dir {args.config_dir}: not a folder (it should hold <node>.yaml files)")
+    _check_overrides(nodes, overrides)
     return nodes, overrides
 
 
@@ -130,6 +193,27 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_docs(args: argparse.Namespace) -> int:
+    """Serve (or build) the documentation site of a source tree with MkDocs (its reference pages are generated
+    from the code at every build by docs/gen_reference.py)."""
+    import importlib.util
+    import subprocess
+
+    from .paths import share_dir
+
+    config = share_dir() / "mkdocs.yml"  # the repository root in a source tree; an installed package has none
+    if not config.is_file():
+        raise RynnTeleopError(f"the documentation site is built from a source tree, and {config} does not exist")
+    if importlib.util.find_spec("mkdocs") is None:
+        raise RynnTeleopError("mkdocs is not installed: pip install -c requirements/constraints.txt "
+                              "-r requirements/docs.txt (./scripts/bootstrap.sh does)")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}
+    if args.build:
+        return subprocess.call([sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(config)], env=env)
+    return subprocess.call([sys.executable, "-m", "mkdocs", "serve", "-f", str(config),
+                            "-a", f"127.0.0.1:{args.port}"], env=env)
+
+
 def _cmd_encode_prompt(args: argparse.Namespace) -> int:
     from .world_model.diffusion.weights import encode_prompt  # imports torch and transformers
 
@@ -167,6 +251,28 @@ def _cmd_call(args: argparse.Namespace) -> int:
     return call_main(args.args)
 
 
+def _seconds(text: str) -> float:
+    """A duration argument [s]: a number as a user writes it (``20``, ``1e3``, ``.5``), finite and > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: a duration must be a finite number of seconds > 0")
+    return value
+
+
+def _port(text: str) -> int:
+    """A TCP port argument: an integer in 1..65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port is an integer in 1..65535")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rynn-teleop", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -193,11 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
                    "(web page, default http://127.0.0.1:8080/)")
     p.add_argument("--foxglove", action="store_true", help="with --mode: also serve the topics to the Foxglove app "
                    "(ws://127.0.0.1:8765; no foxglove_bridge needed)")
-    for name, what in (("tracker_source", "tracker input"), ("glove_source", "hand input"),
-                       ("world_model_backend", "world model backend")):
-        p.add_argument("--" + name.replace("_", "-"), choices=bringup.argument(name).choices,
-                       help=f"{what} (default: the YAML's)")
-    p.add_argument("--duration", type=float, default=None, help="stop after S seconds (default: until Ctrl-C)")
+    for name in bringup.BACKEND_ARGUMENTS:  # --tracker-backend, --hand-retarget-backend, --world-model-backend
+        arg = bringup.argument(name)
+        p.add_argument("--" + name.replace("_", "-"), choices=arg.choices,
+                       help=f"{arg.description} (default: the YAML's)")
+    p.add_argument("--duration", type=_seconds, default=None, help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--config-dir", default=None, help="folder with <node>.yaml files (default: the package's config/)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NODE.KEY=VALUE", help="override a parameter")
     p.set_defaults(func=_cmd_run)
@@ -227,13 +333,17 @@ def build_parser() -> argparse.ArgumentParser:
         t.set_defaults(func=_cmd_training)
 
     p = sub.add_parser("demo", help="the most complete end-to-end run that needs no hardware")
-    p.add_argument("--duration", type=float, default=None,
+    p.add_argument("--duration", type=_seconds, default=None,
                    help="seconds of the episode (default 20); --interactive: of the run (default: until Ctrl-C)")
     p.add_argument("--out", default=None, help="output folder (default: a new folder under ./demo_runs)")
     p.add_argument("--interactive", action="store_true", help="run the stack with the operator console until "
                    "Ctrl-C (--duration: stop after S seconds); you record episodes from the page")
-    p.add_argument("--port", type=int, default=8080, help="--interactive: the console's port on 127.0.0.1")
+    p.add_argument("--port", type=_port, default=8080, help="--interactive: the console's port on 127.0.0.1")
     p.set_defaults(func=_cmd_demo)
+    p = sub.add_parser("docs", help="serve the documentation site on http://127.0.0.1:8000/ (rebuilt on change)")
+    p.add_argument("--port", type=_port, default=8000, help="port on 127.0.0.1 (default 8000)")
+    p.add_argument("--build", action="store_true", help="build the site into site/ (strict) instead, and exit")
+    p.set_defaults(func=_cmd_docs)
     return parser
 
 
@@ -253,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except RynnTeleopError as exc:
         print(f"rynn-teleop: error: {exc}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", REFUSED_EXIT_CODE))  # 1 for data errors (recording.errors)
+    except OSError as exc:  # a file or folder the system refuses (missing, permissions, read-only, a folder)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"rynn-teleop: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return REFUSED_EXIT_CODE
     except KeyboardInterrupt:
         return 130

@@ -35,16 +35,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TypeVar
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
 from std_msgs.msg import String
-from std_srvs.srv import Trigger
 
 from . import bringup
+from .core.status import ArmIKStatus, ConsoleStatus, RecorderStatus, Status, decode_meters
 from .errors import RynnTeleopError
 from .host_stalls import REALTIME_POLICY, HostProbes, Stall, overlaps, rows, within
 from .nodes.camera_switch import LATCHED
+from .nodes.operator import OperatorClient, Result
 from .nodes.process import use_transport_profile
 from .nodes.recorder import DEFAULT_TOPICS
 from .recording.inspect import episode_info, plot_joints, video_preview
@@ -57,8 +59,9 @@ DEMO_NODES = tuple(n for n in bringup.mode_nodes(record=True) if n not in LEFT_O
 #: one composed-runner process per group of the bringup table (``bringup.NodeSpec.group``)
 DEMO_GROUPS: tuple[tuple[str, ...], ...] = bringup.process_groups(DEMO_NODES)
 _PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
-PROBE_SERVICES = ("/recorder/start_episode", "/recorder/stop_episode", "/camera_switch/use_physical",
-                  "/camera_switch/use_generated")
+S = TypeVar("S", bound=Status)
+#: the operator actions the demo performs (``nodes.operator.ACTIONS``), whose services it waits for up front
+PROBE_ACTIONS = ("episode start", "episode stop", "feed physical", "feed generated")
 SETTLE_S = 2.0  # between "every topic flows" and the episode start: the processes' start-up transients pass
 TOGGLE_AT = (0.4, 0.6)  # fractions of the episode: to the physical feed, back to the generated one
 #: what the demo records and the rate each topic must have [Hz] (0: no rate; the camera colour only: depth is off)
@@ -70,8 +73,8 @@ DEMO_TOPICS = {
 
 def demo_overrides(out: Path) -> dict:
     """Per-node parameters of the demo: the digital mode with synthetic input, then demo settings."""
-    overrides = bringup.mode_overrides("digital", camera="generated", tracker_source="synthetic",
-                                       glove_source="synthetic", world_model_backend="render")
+    overrides = bringup.mode_overrides("digital", camera="generated", tracker_backend="synthetic",
+                                       hand_retarget_backend="synthetic", world_model_backend="render")
     demo = {
         # time to calibrate: a loaded machine may take a DDS announcement period (about 3 s) to connect arm_ik
         "tracker": {"synthetic.hold_s": 5.0},
@@ -154,7 +157,9 @@ def stop_groups(procs: list[subprocess.Popen], timeout: float = 15.0) -> None:
 
 
 class _Probe(Node):
-    """Toggles the feed and watches the robot like an external client would."""
+    """Records, toggles the feed and watches the robot like an external client would: the operator's actions
+    through :class:`~.nodes.operator.OperatorClient` (the console's and ``rynn-teleop call``'s), the nodes'
+    state as their typed status (``core.status``)."""
 
     def __init__(self, context) -> None:
         super().__init__("demo_probe", context=context)
@@ -164,8 +169,8 @@ class _Probe(Node):
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, 50)
         self.create_subscription(String, "/robot_description", self._on_desc, LATCHED)
         self.create_subscription(String, "/head_camera/active_source", self._on_active, LATCHED)
-        # clients made up front: a client created mid-episode sends discovery traffic to every process
-        self.service_clients = {name: self.create_client(Trigger, name) for name in PROBE_SERVICES}
+        # its clients are made up front: a client created mid-episode sends discovery traffic to every process
+        self.operator = OperatorClient(self)
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         for status in msg.status:
@@ -177,29 +182,41 @@ class _Probe(Node):
     def _on_active(self, msg: String) -> None:
         self.active_sources.append(msg.data)
 
-    def trigger(self, service: str, timeout: float = 5.0) -> str:
-        """Call a std_srvs/Trigger service (this node is spun by the composition); its message."""
-        client = self.service_clients.get(service) or self.create_client(Trigger, service)
-        if not client.wait_for_service(timeout_sec=timeout):
-            return f"{service} unavailable"
-        future = client.call_async(Trigger.Request())
-        deadline = time.monotonic() + timeout
-        while not future.done() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return future.result().message if future.done() else f"{service} timed out"
+    def status(self, node: str, kind: type[S]) -> S | None:
+        """``node``'s typed status from its newest diagnostics (None before its first report).
+
+        Raises:
+            StatusError: its diagnostics do not hold that status (the node and this demo disagree).
+        """
+        values = self.diagnostics.get(node)
+        return None if values is None else kind.decode(values)
+
+    def act(self, action: str, timeout: float = 5.0) -> Result:
+        """Perform an operator action (this node is spun by the composition)."""
+        return self.operator.perform(action, timeout=timeout)
+
+    def episode(self, action: str, timeout: float = 5.0) -> Path:
+        """``episode start`` or ``episode stop``: the episode's directory (the recorder's typed answer).
+
+        Raises:
+            RynnTeleopError: the recorder refused, or named no directory.
+        """
+        result = self.act(action, timeout)
+        if not result.ok or not result.episode:
+            raise RynnTeleopError(f"demo: {action} failed: {result.message}")
+        return Path(result.episode)
+
+    def wait_for_services(self, timeout: float) -> None:
+        """Wait (at most ``timeout`` [s] each) for the services of :data:`PROBE_ACTIONS`."""
+        for action in PROBE_ACTIONS:
+            self.operator.wait_for_action(action, timeout)
 
 
 def node_rows(diagnostics: dict[str, dict[str, str]]) -> list[dict]:
     """Rate [Hz] and latency percentiles [ms] of every meter the nodes report in /diagnostics (their last 5 s)."""
-    rows = []
-    for node, values in sorted(diagnostics.items()):
-        for key, rate in values.items():
-            if key.endswith(".rate_hz"):
-                meter = key[: -len(".rate_hz")]
-                rows.append({"node": node, "meter": meter, "rate_hz": float(rate),
-                             "latency_p50_ms": float(values.get(f"{meter}.latency_p50_ms", "nan")),
-                             "latency_p99_ms": float(values.get(f"{meter}.latency_p99_ms", "nan"))})
-    return rows
+    return [{"node": node, "meter": m.name, "rate_hz": m.rate_hz, "latency_p50_ms": m.latency_p50_ms,
+             "latency_p99_ms": m.latency_p99_ms}
+            for node, values in sorted(diagnostics.items()) for m in decode_meters(values)]
 
 
 def _wait(pred, timeout: float) -> bool:
@@ -220,10 +237,14 @@ def _wait_for_recording(probe: _Probe, procs: list[subprocess.Popen], out: Path,
         RynnTeleopError: not within ``timeout`` [s]; names the group processes that exited.
     """
     rated = sum(1 for r in DEMO_TOPICS.values() if r)
-    recorder = lambda: probe.diagnostics.get("recorder", {})  # noqa: E731
-    if not _wait(lambda: probe.diagnostics.get("arm_ik", {}).get("engaged") == "True"
-                 and recorder().get("topics_subscribed") == f"{len(DEMO_TOPICS)}/{len(DEMO_TOPICS)}"
-                 and recorder().get("topics_flowing") == f"{rated}/{rated}", timeout):
+
+    def ready() -> bool:
+        arm, rec = probe.status("arm_ik", ArmIKStatus), probe.status("recorder", RecorderStatus)
+        return (arm is not None and arm.engaged and rec is not None
+                and rec.topics_subscribed == (len(DEMO_TOPICS), len(DEMO_TOPICS))
+                and rec.topics_flowing == (rated, rated))
+
+    if not _wait(ready, timeout):
         dead = ["+".join(g) for g, p in zip(DEMO_GROUPS, procs) if p.poll() is not None]
         raise RynnTeleopError(f"{who}: the nodes did not come up within {timeout:g} s (exited: {dead}); logs in {out}")
 
@@ -246,10 +267,10 @@ def run_interactive(out_dir: str | Path | None = None, port: int = 8080, duratio
             probe = _Probe(comp.context)
             comp.add_node(probe)
             spawn_groups(groups, overrides, out, probe, procs)
-            if not _wait(lambda: "url" in probe.diagnostics.get(bringup.CONSOLE, {}), 60.0):
+            if not _wait(lambda: probe.status(bringup.CONSOLE, ConsoleStatus) is not None, 60.0):
                 dead = ["+".join(g) for g, p in zip(groups, procs) if p.poll() is not None]
                 raise RynnTeleopError(f"demo: the console did not come up within 60 s (exited: {dead}); logs in {out}")
-            print(f"console: {probe.diagnostics[bringup.CONSOLE]['url']}  (episodes go to {out}; Ctrl-C stops)",
+            print(f"console: {probe.status(bringup.CONSOLE, ConsoleStatus).url}  (episodes go to {out}; Ctrl-C stops)",
                   flush=True)
             comp.spin(duration)
     finally:
@@ -271,37 +292,34 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
             comp.add_node(probe)
             spawn_groups(DEMO_GROUPS, overrides, out, probe, procs)
             _wait_for_recording(probe, procs, out, "demo")
-            for client in probe.service_clients.values():
-                client.wait_for_service(timeout_sec=10.0)
+            probe.wait_for_services(10.0)
             host = HostProbes(SETTLE_S + duration + 120.0)  # before the settle time: its start-up is not the episode's
             time.sleep(SETTLE_S)
-            probe.trigger("/recorder/start_episode")
+            probe.episode("episode start")
             t0 = time.monotonic()
             toggles = []
-            for fraction, service in zip(TOGGLE_AT, ("/camera_switch/use_physical", "/camera_switch/use_generated")):
+            for fraction, action in zip(TOGGLE_AT, ("feed physical", "feed generated")):
                 time.sleep(max(0.0, t0 + fraction * duration - time.monotonic()))
-                toggles.append({"at_s": round(time.monotonic() - t0, 2), "service": service,
-                                "response": probe.trigger(service)})
+                toggles.append({"at_s": round(time.monotonic() - t0, 2), "action": action,
+                                "response": probe.act(action).message})
             time.sleep(max(0.0, t0 + duration - time.monotonic()))
             rows = node_rows(probe.diagnostics)
-            stopped = probe.trigger("/recorder/stop_episode", timeout=30.0)
+            episode = probe.episode("episode stop", timeout=30.0)
             description, active_sources = probe.description, list(probe.active_sources)
-            diagnostics = dict(probe.diagnostics)
+            arm_ik = probe.status("arm_ik", ArmIKStatus)
             host_policy, stalls = host.finish()
     finally:
         stop_groups(procs)
         if host is not None:
             host.stop()
-    episode = Path(stopped.split(" | ")[0])
     if not (episode / "metadata.yaml").is_file():
-        raise RynnTeleopError(f"demo: the episode was not stopped cleanly: {stopped}")
+        raise RynnTeleopError(f"demo: the episode was not stopped cleanly: {episode} has no metadata.yaml")
     info = episode_info(episode)
     host_report = host_stall_report(host_policy, stalls, info)
     plot_joints(episode, out / "joints.png")
     video_preview(episode, out / "preview.mp4", topic="/head_camera/color/image_raw")
-    arm_ik = diagnostics.get("arm_ik", {})
-    summary = {"duration_s": duration, "groups": [list(g) for g in DEMO_GROUPS], "meters": rows,
-               "arms": {"engaged": arm_ik.get("engaged"), "calibrated": arm_ik.get("calibrated")},
+    arms = {"engaged": arm_ik.engaged if arm_ik else None, "calibrated": arm_ik.calibrated if arm_ik else None}
+    summary = {"duration_s": duration, "groups": [list(g) for g in DEMO_GROUPS], "meters": rows, "arms": arms,
                "toggles": toggles, "active_sources_seen": active_sources, "episode": str(episode),
                "episode_problems": info.problems, "host_stalls": host_report,
                "robot_description_received": description is not None}
@@ -311,7 +329,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     print("-" * len(header))
     for r in rows:
         print(f"{r['node']:<18} {r['meter']:<22} {r['rate_hz']:>8} {r['latency_p50_ms']:>8} {r['latency_p99_ms']:>8}")
-    print(f"arms calibrated: {arm_ik.get('calibrated')}, engaged: {arm_ik.get('engaged')}; "
+    print(f"arms calibrated: {arms['calibrated']}, engaged: {arms['engaged']}; "
           f"feed: {' -> '.join(active_sources)}")
     print(f"episode: {info.stats.message_count if info.stats else '?'} messages, "
           f"{len(info.problems)} problem(s); joints.png and preview.mp4 in {out}")
@@ -350,16 +368,15 @@ def record_episodes(count: int, duration: float, out_dir: str | Path, *, gap: fl
             comp.add_node(probe)
             spawn_groups(DEMO_GROUPS, overrides, out, probe, procs)
             _wait_for_recording(probe, procs, out, "record")
-            for client in probe.service_clients.values():
-                client.wait_for_service(timeout_sec=10.0)
+            probe.wait_for_services(10.0)
             time.sleep(SETTLE_S)
             for _ in range(count):
-                probe.trigger("/recorder/start_episode")
+                probe.episode("episode start")
                 time.sleep(duration)
-                stopped = probe.trigger("/recorder/stop_episode", timeout=30.0)
-                episode = Path(stopped.split(" | ")[0])
+                episode = probe.episode("episode stop", timeout=30.0)
                 if not (episode / "metadata.yaml").is_file():
-                    raise RynnTeleopError(f"record: the episode was not stopped cleanly: {stopped}")
+                    raise RynnTeleopError(f"record: the episode was not stopped cleanly: {episode} has no "
+                                          f"metadata.yaml")
                 episodes.append(episode)
                 time.sleep(gap)
     finally:

@@ -7,6 +7,15 @@ server runs its own asyncio loop on its own thread: the ROS side never waits for
 * ``GET /`` the page (``console/static``, no CDN); ``GET /api/state`` the state as JSON, also sent on the
   WebSocket every :data:`STATE_PERIOD_S`; ``POST /api/action`` ``{"action": ..., "fields": {...}}``:
   200 done, 409 refused by the stack, 503 a node is missing, 400 malformed (nothing is done).
+* ``GET /xr``: the XR headset's page (``static/xr.html``, WebXR; same rules, same secret, same API). Over the
+  WebSocket it sends one ``{"type": "xr_frame", ...}`` per XR frame (``core.xr.parse_frame``: head pose, 25
+  joints per tracked hand, the frame's time): each is checked and handed to ``on_xr_frame`` with its stamp on
+  this machine's clock (``core.xr.FrameClock``), on the server's loop. One headset at a time is the XR input
+  (the first that streams, until it closes or is silent for :data:`XR_OWNER_IDLE_S`); a frame refused (a
+  second headset, malformed, not finite, larger than :data:`XR_FRAME_MAX_BYTES`, faster than
+  :data:`XR_MAX_RATE_HZ`, out of order) is dropped whole, counted per reason (:attr:`ConsoleServer.xr_refused`,
+  ``core.xr.XR_REASONS``) and answered ``{"type": "xr_refused", "reason", "message"}`` (at most once a second
+  per reason); nothing else changes. A message over 16 kB closes that WebSocket (code 1009), as any.
 * ``GET /ws``: the page subscribes (``{"type": "subscribe", "streams": [...]}``) and acknowledges each frame
   (``{"type": "decoded", "stream", "seq"}``, plus ``received_ms`` and ``t_ms`` once drawn: the latency).
   At most one frame per stream is in flight (a slow browser gets fewer frames, never a queue that would
@@ -31,6 +40,8 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import math
+import ssl
 import struct
 import threading
 import time
@@ -44,6 +55,7 @@ import cv2
 import numpy as np
 from aiohttp import WSMsgType, web
 
+from ..core.xr import XR_REASONS, FrameClock, XRFrame, XRFrameError, parse_frame
 from .access import (
     AccessRules,
     BadJson,
@@ -73,6 +85,12 @@ HELLO_TIMEOUT_S = 5.0  # [s] a WebSocket has to send its hello (the session secr
 WS_REFUSED = 4403  # WebSocket close code of a refused hello (4000-4999: the application's own)
 WS_BAD_MESSAGE = 1007  # WebSocket close code of a malformed or too deeply nested message (RFC 6455: bad data)
 SHOWN_ACTIONS = 10  # newest actions in the state document (the page's action log)
+XR_FRAME_MAX_BYTES = 8 * 1024  # a frame with both hands is about 4 kB of JSON
+XR_OWNER_IDLE_S = 2.0  # [s] a headset silent this long is no longer the XR input (another may take over)
+XR_MAX_RATE_HZ = 250.0  # [Hz] sustained XR frames accepted from a headset (displays run at 72-120 Hz)
+XR_BURST = 25  # [frames] accepted back to back above that rate (frames bunched by the network)
+XR_TELL_S = 1.0  # [s] a headset is told each refusal reason at most this often
+WS_TOO_BIG = 1009  # WebSocket close code of a message over the size limit (aiohttp closes it)
 SECURITY_HEADERS = {  # on every answer: no framing (the page's keys e-stop and reset), no sniffing, no referrer
     "Content-Security-Policy": "frame-ancestors 'none'",
     "X-Frame-Options": "DENY",
@@ -142,21 +160,27 @@ class ConsoleServer:
         token: required from every request when not empty.
         hub: the video frames.
         snapshot: -> the session state (plain data), called on the server's thread.
-        perform: (action, fields) -> an object with ``ok``, ``message``, ``unavailable``; blocking, called on
-            a worker thread.
+        perform: (action, fields) -> an object with ``ok``, ``message``, ``unavailable`` (and, for an episode
+            action, ``episode``: its directory, answered as ``episode``); blocking, called on a worker thread.
         actions: the action names :func:`perform` knows, with the ``fields`` each accepts.
         on_decoded: (stream, latency [s]) for each frame a page reports decoded.
         rules: the Host and Origin rules (default: those of ``host`` alone).
         secret: the page's session secret (default: a new random one).
-        on_refused: (refusal, client) for each refused request or WebSocket, on the server's thread.
+        on_refused: (refusal, client) for each refused request or WebSocket (and XR frame), on the server's thread.
         on_action: each accepted action's record, on the server's thread (keep it short).
+        on_xr_frame: (frame, stamp [s] on ``clock``) for each accepted XR frame, on the server's thread (keep it
+            short); None: XR input is off (frames refused, reason ``disabled``).
+        clock: this machine's clock [s] XR frames are stamped on (the node's clock).
+        ssl_context: serve HTTPS with it (None: plain HTTP).
     """
 
     def __init__(self, host: str, port: int, token: str, hub: FrameHub, snapshot: Callable[[], dict],
                  perform: Callable[[str, Mapping[str, str]], Any], actions: Mapping[str, tuple[str, ...]],
                  on_decoded: Callable[[str, float], None] | None = None, *, rules: AccessRules | None = None,
                  secret: SessionSecret | None = None, on_refused: Callable[[Refusal, str], None] | None = None,
-                 on_action: Callable[[ActionRecord], None] | None = None) -> None:
+                 on_action: Callable[[ActionRecord], None] | None = None,
+                 on_xr_frame: Callable[[XRFrame, float], None] | None = None, clock: Callable[[], float] = time.time,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         if host not in LOOPBACK and not token:
             raise ConsoleError(f"the console on {host} (not loopback) needs a token")
         self.host, self.port, self.token = host, int(port), token
@@ -171,6 +195,12 @@ class ConsoleServer:
         self.acks_missed = {s: 0 for s in hub.streams}  # frames a browser did not acknowledge in ACK_TIMEOUT_S
         self.refused = counts()  # refusal reason (access.REASONS) -> requests and WebSockets refused
         self.last_refused: dict[str, Any] | None = None  # the newest refusal: time [Unix s], reason, message, client
+        self.on_xr_frame, self.clock, self.ssl_context = on_xr_frame, clock, ssl_context
+        self.xr_frames = 0  # XR frames accepted
+        self.xr_refused = {r: 0 for r in XR_REASONS}  # XR frames refused, per reason
+        self.xr_last_refused: dict[str, Any] | None = None  # time [Unix s], reason, message, client
+        self._xr_owner: _XRClient | None = None  # the headset that is the XR input
+        self._xr_times: list[float] = []  # monotonic times [s] of the accepted frames, last 2 s
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-encode")
         self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-action")
         self._jpeg: dict[str, tuple[int, bytes]] = {}  # stream -> (seq, header + JPEG) of the newest encoded
@@ -209,7 +239,14 @@ class ConsoleServer:
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
+        scheme = "https" if self.ssl_context is not None else "http"
+        return f"{scheme}://{host}:{self.port}/" + (f"?token={self.token}" if self.token else "")
+
+    @property
+    def xr_url(self) -> str:
+        """The XR headset's page."""
+        base, _, query = self.url.partition("?")
+        return base + "xr" + (f"?{query}" if query else "")
 
     def stop(self) -> None:
         loop = self._loop
@@ -242,6 +279,7 @@ class ConsoleServer:
         self.hub.listen(self._notify)
         app = web.Application(middlewares=[self._guard], client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/", self._index)
+        app.router.add_get("/xr", self._xr_page)
         app.router.add_get("/favicon.ico", _no_content)
         app.router.add_static("/static", STATIC_DIR, show_index=False)
         app.router.add_get("/api/state", self._state)
@@ -249,7 +287,7 @@ class ConsoleServer:
         app.router.add_get("/ws", self._websocket)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port)
+        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         if self.port == 0:
             self.port = site._server.sockets[0].getsockname()[1]  # aiohttp has no public getter
@@ -291,7 +329,14 @@ class ConsoleServer:
     # ------------------------------------------------------------------ HTTP
     async def _index(self, request: web.Request) -> web.StreamResponse:
         """The page, carrying this run's session secret."""
-        page = (STATIC_DIR / "index.html").read_text(encoding="utf-8")
+        return self._page("index.html")
+
+    async def _xr_page(self, request: web.Request) -> web.StreamResponse:
+        """The XR headset's page, carrying this run's session secret."""
+        return self._page("xr.html")
+
+    def _page(self, name: str) -> web.Response:
+        page = (STATIC_DIR / name).read_text(encoding="utf-8")
         page = page.replace("{{session}}", html.escape(self.session_secret, quote=True))
         return web.Response(text=page, content_type="text/html", headers={"Cache-Control": "no-store"})
 
@@ -310,7 +355,22 @@ class ConsoleServer:
         doc["access"] = {"refused": dict(self.refused), "last_refused": self.last_refused,
                          "accepted": self.audit.accepted,
                          "log": [r.to_dict() for r in self.audit.recent(SHOWN_ACTIONS)]}
+        doc["xr"] = self.xr_state()
         return doc
+
+    def xr_state(self) -> dict[str, Any]:
+        """The XR input: which headset streams (if any), frames accepted and refused."""
+        owner = self._xr_owner
+        live = owner is not None and time.monotonic() - owner.last_seen < XR_OWNER_IDLE_S
+        return {"enabled": self.on_xr_frame is not None, "streaming": live,
+                "client": owner.address if live else None, "since": round(owner.since, 3) if live else None,
+                "frames": self.xr_frames, "rate_hz": round(self.xr_rate_hz(), 1), "refused": dict(self.xr_refused),
+                "last_refused": self.xr_last_refused}
+
+    def xr_rate_hz(self) -> float:
+        """XR frames accepted per second over the last 2 s."""
+        times = [t for t in list(self._xr_times) if t >= time.monotonic() - 2.0]
+        return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 and times[-1] > times[0] else 0.0
 
     async def _action(self, request: web.Request) -> web.Response:
         try:
@@ -334,8 +394,10 @@ class ConsoleServer:
         status = 200 if result.ok else (503 if result.unavailable else 409)
         self.audit.add(ActionRecord(time.time(), request.remote or "", request.headers.get("Origin", ""), name,
                                     dict(fields), bool(result.ok), status, str(result.message)))
-        return web.json_response({"ok": bool(result.ok), "message": result.message}, status=status,
-                                 headers={"Cache-Control": "no-store"})
+        answer = {"ok": bool(result.ok), "message": result.message}
+        if getattr(result, "episode", ""):  # episode start / stop: the directory (typed, not in the message)
+            answer["episode"] = str(result.episode)
+        return web.json_response(answer, status=status, headers={"Cache-Control": "no-store"})
 
     def _bad(self, request: web.Request, message: str) -> web.Response:
         return self._refuse(request, Refusal(400, "malformed", message))
@@ -347,6 +409,7 @@ class ConsoleServer:
         if not await self._hello(request, ws):
             return ws
         self.clients += 1
+        xr = _XRClient(_client(request))
         wanted: set[str] = set()
         acked = {s: _Acks() for s in self.hub.streams}
         senders = {s: asyncio.ensure_future(self._send_stream(ws, s, wanted, acked[s])) for s in self.hub.streams}
@@ -362,7 +425,9 @@ class ConsoleServer:
                     break
                 if not isinstance(data, dict):
                     continue
-                if data.get("type") == "subscribe" and isinstance(data.get("streams"), list):
+                if data.get("type") == "xr_frame":
+                    await self._xr_frame(ws, xr, data, len(msg.data))
+                elif data.get("type") == "subscribe" and isinstance(data.get("streams"), list):
                     wanted.clear()
                     wanted.update(s for s in data["streams"] if s in self.hub.streams)
                     for s in wanted:
@@ -379,7 +444,60 @@ class ConsoleServer:
             self.clients -= 1
             for task in (*senders.values(), state):
                 task.cancel()
+            if ws.close_code == WS_TOO_BIG and xr.frames:
+                self._xr_refuse(xr, XRFrameError("oversized", "a message over the WebSocket's size limit: closed"))
+            if self._xr_owner is xr:
+                self._xr_owner = None  # another headset may stream now
         return ws
+
+    # ------------------------------------------------------------------ XR frames
+    async def _xr_frame(self, ws: web.WebSocketResponse, xr: _XRClient, data: dict, size: int) -> None:
+        """One ``xr_frame`` message of ``xr``'s WebSocket: checked, stamped, handed on; or refused (see the module)."""
+        now = time.monotonic()
+        xr.frames += 1
+        try:
+            if self.on_xr_frame is None:
+                raise XRFrameError("disabled", "XR input is off on this console (parameter xr.enabled)")
+            if size > XR_FRAME_MAX_BYTES:
+                raise XRFrameError("oversized", f"an XR frame of {size} bytes; at most {XR_FRAME_MAX_BYTES}")
+            owner = self._xr_owner
+            if owner is not None and owner is not xr and now - owner.last_seen < XR_OWNER_IDLE_S:
+                since = time.strftime("%H:%M:%S", time.localtime(owner.since))
+                raise XRFrameError("busy", f"another headset ({owner.address}) is the XR input since {since}; this "
+                                   "one's frames are refused until it stops streaming")
+            frame = parse_frame(data)
+            if frame.t_ms <= xr.last_t_ms:
+                raise XRFrameError("order", f"frame time {frame.t_ms} ms is not after the previous frame's")
+            if not xr.take(now):
+                raise XRFrameError("rate", f"more than {XR_MAX_RATE_HZ:g} XR frames per second")
+        except XRFrameError as exc:
+            message = self._xr_refuse(xr, exc)
+            if message is not None:
+                try:
+                    await ws.send_str(json.dumps(message))
+                except (ConnectionError, RuntimeError):
+                    pass
+            return
+        if self._xr_owner is not xr:  # this headset becomes the XR input: its clock starts afresh
+            self._xr_owner, xr.since, xr.clock = xr, time.time(), FrameClock()
+        xr.last_t_ms, xr.last_seen = frame.t_ms, now
+        self.xr_frames += 1
+        self._xr_times.append(now)
+        while self._xr_times and self._xr_times[0] < now - 2.0:
+            self._xr_times.pop(0)
+        self.on_xr_frame(frame, xr.clock.stamp(frame.t_ms, self.clock()))
+
+    def _xr_refuse(self, xr: _XRClient, exc: XRFrameError) -> dict[str, Any] | None:
+        """Count a refused XR frame; the message to tell its headset (None: told this reason within XR_TELL_S)."""
+        self.xr_refused[exc.reason] = self.xr_refused.get(exc.reason, 0) + 1
+        self.xr_last_refused = {"time": round(time.time(), 3), "reason": exc.reason, "message": str(exc),
+                                "client": xr.address}
+        self.on_refused(Refusal(400, f"xr {exc.reason}", f"XR frame refused: {exc}"), xr.address)
+        now = time.monotonic()
+        if now - xr.told.get(exc.reason, -math.inf) < XR_TELL_S:
+            return None
+        xr.told[exc.reason] = now
+        return {"type": "xr_refused", "reason": exc.reason, "message": str(exc)}
 
     async def _hello(self, request: web.Request, ws: web.WebSocketResponse) -> bool:
         """Wait for the WebSocket's first message: True when it is the hello with the session secret; else the
@@ -498,6 +616,30 @@ def _client(request: web.Request) -> str:
         if value := request.headers.get(name):
             parts.append(f"{name} {value[:80]}")
     return ", ".join(parts)
+
+
+class _XRClient:
+    """One WebSocket's XR frames (used on the server's loop)."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address  # who, for messages
+        self.frames = 0  # xr_frame messages received, accepted or not
+        self.since = 0.0  # [Unix s] when it became the XR input
+        self.last_seen = -math.inf  # [s, monotonic] its newest accepted frame
+        self.last_t_ms = -math.inf  # [ms, browser clock] its newest accepted frame's time
+        self.clock = FrameClock()
+        self.told: dict[str, float] = {}  # refusal reason -> when it was last told [s, monotonic]
+        self._tokens = float(XR_BURST)  # token bucket of the rate limit
+        self._filled = -math.inf  # [s, monotonic]
+
+    def take(self, now: float) -> bool:
+        """One frame at ``now`` [s, monotonic] within the rate limit (XR_MAX_RATE_HZ, bursts of XR_BURST)."""
+        self._tokens = min(float(XR_BURST), self._tokens + (now - self._filled) * XR_MAX_RATE_HZ)
+        self._filled = now
+        if self._tokens < 1.0:
+            return False
+        self._tokens -= 1.0
+        return True
 
 
 class _Acks:

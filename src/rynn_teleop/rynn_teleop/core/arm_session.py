@@ -28,6 +28,7 @@ from .calibration import StillnessDetector
 from .joint_state import JointStateBuffer
 from .layout import SIDES
 from .robot_model import GROUPS
+from .status import ArmIKStatus
 from .trackers import ChestRelativeArms
 
 NOTICE_REPEAT = 2.0  # [s] a repeated warning of the same kind is reported at most this often
@@ -258,14 +259,17 @@ class ArmSession:
         self._say("info", message)
 
     # ------------------------------------------------------------------ diagnostics
+    def arm_status(self) -> ArmIKStatus:
+        """The session's typed status (what the console, ``rynn-teleop call status`` and the demo read)."""
+        ctl = self.ctl
+        return ArmIKStatus(calibrated=not ctl.calibration.is_default, engaged=ctl.clutch.engaged,
+                           started=self.started, following={side: st.active for side, st in ctl.sides.items()})
+
     def diagnostic_values(self) -> dict[str, Any]:
-        """Counters and flags for diagnostics (``cycles`` / ``stale_cycles``: control cycles run, and those in
-        which an engaged side was stale)."""
+        """:meth:`arm_status` encoded, then counters and flags for people (``cycles`` / ``stale_cycles``:
+        control cycles run, and those in which an engaged side was stale)."""
         ctl = self.ctl
         values: dict[str, Any] = {
-            "engaged": ctl.clutch.engaged,
-            "calibrated": not ctl.calibration.is_default,
-            "started": self.started,
             "ruckig_errors": ctl.follower.errors,
             "cycles": ctl.cycles,
             "stale_cycles": ctl.stale_cycles,
@@ -274,7 +278,6 @@ class ArmSession:
             "tracker_poses_rejected": self.operator.trackers.rejected,
         }
         for side, st in ctl.sides.items():
-            values[f"{side}.active"] = st.active
             values[f"{side}.stale"] = st.stale
             values[f"{side}.unreachable"] = st.unreachable
             values[f"{side}.rejected"] = st.rejected
@@ -283,7 +286,7 @@ class ArmSession:
             values[f"{side}.unreachable_count"] = st.unreachable_count
             values[f"{side}.ik_reseeds"] = st.ik_reseeds
             values[f"{side}.stale_events"] = st.stale_events
-        return values
+        return self.arm_status().values(values)
 
     def status(self, joint_states_topic: str = "joint states") -> SessionStatus:
         """The session's health: an error while the start is blocked or Ruckig failed, a warning while

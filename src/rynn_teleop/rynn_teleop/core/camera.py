@@ -134,3 +134,12 @@ def parse_profile(text: str) -> Profile:
             f"bad camera profile {text!r}: expected WIDTHxHEIGHTxFPS with positive integers, e.g. '640x480x30'"
         )
     return Profile(*values)
+
+
+def profile_problem(text: str) -> str | None:
+    """A :attr:`~.params.Param.check` of a profile parameter: None if :func:`parse_profile` reads it."""
+    try:
+        parse_profile(text)
+    except ConfigurationError:
+        return "is not WIDTHxHEIGHTxFPS with positive integers, e.g. '640x480x30'"
+    return None

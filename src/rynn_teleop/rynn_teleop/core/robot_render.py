@@ -19,62 +19,47 @@ The result depends only on (image, poses): the same inputs give a bit-identical 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import cv2
 import numpy as np
 
-from ..errors import ParameterError
 from .camera import CameraIntrinsics
 from .camera_view import DEFAULT_CAMERA_FRAME, SUBPIXEL, SUBPIXEL_BITS, CameraView, fixed_point
 from .robot_geometry import Primitive, RobotGeometry
 from .robot_model import RobotModel
+from .settings import Settings, setting
+
+
+def _direction_problem(light: list[float]) -> str | None:
+    return "is not a direction (its length is zero)" if np.linalg.norm(light) < 1e-9 else None
 
 
 @dataclass(frozen=True)
-class Shading:
-    """How the primitives are lit and tessellated.
+class Shading(Settings):
+    """How the primitives are lit and tessellated (each field declared as a parameter: :mod:`.settings`).
 
     Raises:
         ParameterError: a bad field; ``key`` (and the message) name it.
     """
 
-    light: tuple[float, float, float] = (-0.3, -0.6, -0.75)  # direction towards the light, camera optical frame
-    ambient: float = 0.35  # [-] share of the colour every face gets
-    diffuse: float = 0.7  # [-] Lambertian share, times max(0, n . light)
-    cylinder_segments: int = 16  # [-] facets around a cylinder (and vertices of its caps)
-    antialias: bool = True  # anti-aliased silhouettes (each primitive's outline is drawn with cv2.LINE_AA)
-    near: float = 0.02  # [m] near clip plane in the optical frame
+    SETTINGS_NAME: ClassVar[str] = "shading"
+
+    light: tuple[float, float, float] = setting((-0.3, -0.6, -0.75), "direction towards the light, camera optical "
+                                                "frame (normalised)", length=3, min=-1e6, max=1e6,
+                                                check=_direction_problem)
+    ambient: float = setting(0.35, "share of the colour every face gets", min=0.0, max=2.0)
+    diffuse: float = setting(0.7, "Lambertian share, times max(0, n . light)", min=0.0, max=2.0)
+    cylinder_segments: int = setting(16, "facets around a cylinder (and vertices of its caps)", min=3, max=128)
+    antialias: bool = setting(True, "anti-aliased silhouettes (each primitive's outline is drawn with cv2.LINE_AA)")
+    near: float = setting(0.02, "near clip plane in the optical frame", units="m", min=1e-6, max=1e3)
 
     def __post_init__(self) -> None:
-        try:
-            light = np.asarray(self.light, dtype=float)
-        except (TypeError, ValueError):
-            light = np.empty(0)
-        if light.shape != (3,) or not np.all(np.isfinite(light)) or np.linalg.norm(light) < 1e-9:
-            raise ParameterError("light", f"shading: light must be a non-zero direction (x, y, z), got {self.light!r}")
+        super().__post_init__()
+        light = np.asarray(self.light, dtype=float)
         object.__setattr__(self, "light", tuple(float(v) for v in light / np.linalg.norm(light)))
-        for name in ("ambient", "diffuse"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and 0.0 <= v <= 2.0):
-                raise ParameterError(name, f"shading: {name} must be a number in [0, 2], got {v!r}")
-            object.__setattr__(self, name, float(v))
-        n = self.cylinder_segments
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not 3 <= n <= 128:
-            raise ParameterError(
-                "cylinder_segments", f"shading: cylinder_segments must be an integer in 3..128, got {n!r}"
-            )
-        object.__setattr__(self, "cylinder_segments", int(n))
-        if not isinstance(self.antialias, (bool, np.bool_)):
-            raise ParameterError("antialias", f"shading: antialias must be a bool, got {self.antialias!r}")
-        object.__setattr__(self, "antialias", bool(self.antialias))
-        v = self.near
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0.0):
-            raise ParameterError("near", f"shading: near must be a number > 0 [m], got {v!r}")
-        object.__setattr__(self, "near", float(v))
 
 
 def _box_mesh(size: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -1,16 +1,15 @@
 """The state of a teleoperation session, as the operator sees it, from the nodes' diagnostics (ROS-free).
 
 Every node publishes ``/diagnostics`` once a second (``nodes.base.TeleopNode``): a level, a message and
-key/value strings. :class:`SessionState` folds those (and the latched active camera source) into what an
-operator needs: calibrated / engaged per arm, e-stop latched or not, the active feed, the episode being
-recorded, and each node's health (rates against their nominal values, latency percentiles). The console
-node and ``rynn-teleop call status`` both read it; neither parses diagnostics itself.
+key/value strings. :class:`SessionState` decodes each node's typed status from those (``core.status``: the
+same classes the nodes write them with, by node name :data:`~.status.STATUS_OF_NODE`) and folds them, with
+the latched active camera source, into what an operator needs: calibrated / engaged / following per arm,
+e-stop latched or not and each driver's state, the active feed, the episode being recorded, and each node's
+health (rates against their nominal values, latency percentiles). The console node and ``rynn-teleop call
+status`` both read it; neither parses diagnostics itself.
 
-Keys read (written by the nodes): ``arm_ik``: ``calibrated``, ``engaged``, ``<side>.active``;
-``arm_driver`` / ``hand_driver``: ``estop``, ``latched_by``; ``camera_switch``: ``active_source``;
-``recorder``: ``recording``, ``episode``, ``episode_elapsed_s``, ``episode_messages``,
-``episode_problems``, ``output_dir``; every node: ``<meter>.rate_hz``, ``<meter>.nominal_hz``,
-``<meter>.latency_p50_ms``, ``<meter>.latency_p99_ms``, ``<meter>.latency_budget_ms``.
+A node whose diagnostics do not hold its status (another version's keys) is shown as such: its health is an
+error naming what is missing, and what it would tell reads unknown; nothing is read as a default.
 """
 
 from __future__ import annotations
@@ -18,57 +17,61 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, TypeVar
 
 from .layout import SIDES
+from .status import (
+    SLOW_SHARE,
+    STATUS_OF_NODE,
+    ArmIKStatus,
+    DriverStatus,
+    FeedStatus,
+    Meter,
+    RecorderStatus,
+    Status,
+    StatusError,
+    decode_meters,
+)
 
 DRIVERS = ("arm_driver", "hand_driver")
 LEVELS = ("ok", "warn", "error", "stale")  # diagnostic_msgs/DiagnosticStatus levels 0-3, by name
 #: a node whose diagnostics are older than this is shown as not running [s] (it publishes at 1 Hz)
 STALE_AFTER_S = 3.0
-#: a meter below this share of its nominal rate is flagged slow
-SLOW_SHARE = 0.9
-
-
-class MeterHealth(NamedTuple):
-    """One rate/latency meter of a node."""
-
-    name: str
-    rate_hz: float  # measured [Hz]
-    nominal_hz: float  # [Hz] what it should show; NaN when the node does not say
-    latency_p50_ms: float  # [ms]; NaN when the meter has no latency
-    latency_p99_ms: float  # [ms]
-    latency_budget_ms: float  # [ms] the p99 it should stay under; NaN when the node does not say
-
-    @property
-    def slow(self) -> bool:
-        """Below :data:`SLOW_SHARE` of its nominal rate."""
-        return not math.isnan(self.nominal_hz) and self.rate_hz < SLOW_SHARE * self.nominal_hz
-
-    @property
-    def late(self) -> bool:
-        """Its p99 latency is over its budget."""
-        return not math.isnan(self.latency_budget_ms) and self.latency_p99_ms > self.latency_budget_ms
+MeterHealth = Meter  # one rate/latency meter of a node (core.status)
+__all__ = ["DRIVERS", "LEVELS", "SLOW_SHARE", "STALE_AFTER_S", "MeterHealth", "NodeHealth", "SessionState"]
+S = TypeVar("S", bound=Status)
 
 
 @dataclass
 class NodeHealth:
-    """The newest diagnostics of one node."""
+    """The newest diagnostics of one node, and its typed status where the node has one."""
 
     name: str
     level: int  # 0 ok, 1 warn, 2 error, 3 stale (DiagnosticStatus)
     message: str
     values: dict[str, str]
     received: float  # [s] when they arrived (the caller's clock)
+    status: Status | None = None  # decoded (STATUS_OF_NODE); None: the node has none, or it is unreadable
+    meters: list[Meter] = field(default_factory=list)  # its rate/latency meters, by name
+    status_error: str = ""  # why its status or meters could not be read ("" when they could)
 
-    def meters(self) -> list[MeterHealth]:
-        """The node's meters, by name."""
-        names = sorted(k[: -len(".rate_hz")] for k in self.values if k.endswith(".rate_hz"))
-        v = self.values
-        return [MeterHealth(n, _float(v.get(f"{n}.rate_hz")), _float(v.get(f"{n}.nominal_hz")),
-                            _float(v.get(f"{n}.latency_p50_ms")), _float(v.get(f"{n}.latency_p99_ms")),
-                            _float(v.get(f"{n}.latency_budget_ms")))
-                for n in names]
+    @classmethod
+    def decode(cls, name: str, level: int, message: str, values: Mapping[str, str], received: float) -> NodeHealth:
+        """The health of node ``name``, its status and meters decoded (a decoding error is kept, not raised)."""
+        health = cls(name, int(level), str(message), dict(values), float(received))
+        kind = STATUS_OF_NODE.get(name)
+        errors = []
+        try:
+            if kind is not None:
+                health.status = kind.decode(health.values)
+        except StatusError as exc:
+            errors.append(str(exc))
+        try:
+            health.meters = decode_meters(health.values)
+        except StatusError as exc:
+            errors.append(str(exc))
+        health.status_error = "; ".join(errors)
+        return health
 
 
 @dataclass
@@ -85,7 +88,7 @@ class SessionState:
     # ------------------------------------------------------------------ input
     def on_diagnostics(self, name: str, level: int, message: str, values: Mapping[str, str], now: float) -> None:
         """One node's status at ``now`` [s]."""
-        self.nodes[name] = NodeHealth(name, int(level), str(message), dict(values), float(now))
+        self.nodes[name] = NodeHealth.decode(name, level, message, values, now)
 
     def on_active_source(self, source: str) -> None:
         """The latched active camera source."""
@@ -97,20 +100,30 @@ class SessionState:
         node = self.nodes.get(name)
         return node is not None and now - node.received <= self.stale_after_s
 
-    def _value(self, node: str, key: str, now: float) -> str | None:
-        return self.nodes[node].values.get(key) if self.alive(node, now) else None
+    def status(self, name: str, kind: type[S], now: float) -> S | None:
+        """Node ``name``'s typed status; None when it is not running or its status is unreadable (then
+        :meth:`health` says why)."""
+        if not self.alive(name, now):
+            return None
+        status = self.nodes[name].status
+        return status if isinstance(status, kind) else None
 
     def arms(self, now: float) -> dict[str, dict[str, bool | None]]:
         """Per side: ``calibrated`` (one calibration serves both arms), ``engaged`` (the clutch) and
         ``following`` (engaged and tracked this cycle); None when arm_ik is not running."""
-        calibrated = _bool(self._value("arm_ik", "calibrated", now))
-        engaged = _bool(self._value("arm_ik", "engaged", now))
-        return {s: {"calibrated": calibrated, "engaged": engaged,
-                    "following": _bool(self._value("arm_ik", f"{s}.active", now))} for s in SIDES}
+        arm = self.status("arm_ik", ArmIKStatus, now)
+        if arm is None:
+            return {s: {"calibrated": None, "engaged": None, "following": None} for s in SIDES}
+        return {s: {"calibrated": arm.calibrated, "engaged": arm.engaged, "following": arm.following[s]}
+                for s in SIDES}
+
+    def drivers(self, now: float) -> dict[str, DriverStatus | None]:
+        """Driver -> its status (None: not running, or its status unreadable)."""
+        return {d: self.status(d, DriverStatus, now) for d in DRIVERS}
 
     def estop(self, now: float) -> dict[str, bool | None]:
         """Driver -> e-stop latched (None: the driver is not running)."""
-        return {d: _bool(self._value(d, "estop", now)) for d in DRIVERS}
+        return {d: None if st is None else st.estop for d, st in self.drivers(now).items()}
 
     def estop_latched(self, now: float) -> bool:
         """Any running driver is e-stopped."""
@@ -118,38 +131,44 @@ class SessionState:
 
     def active_source(self, now: float) -> str:
         """The feed on the consumer topic ("" when unknown)."""
-        return self._value("camera_switch", "active_source", now) or self.active_source_topic
+        feed = self.status("camera_switch", FeedStatus, now)
+        return feed.active_source if feed is not None else self.active_source_topic
 
     def episode(self, now: float) -> dict[str, Any]:
-        """The recorder: ``running``, ``recording``, ``name``, ``elapsed_s``, ``messages``, ``problems``,
-        ``output_dir``."""
-        if not self.alive("recorder", now):
+        """The recorder: ``running``, ``recording``, ``output_dir``; while recording ``name``, ``path`` (its
+        directory), ``elapsed_s``, ``messages``, ``problems``."""
+        rec = self.status("recorder", RecorderStatus, now)
+        if rec is None:
             return {"running": False, "recording": False}
-        v = self.nodes["recorder"].values
-        recording = _bool(v.get("recording")) is True
-        out: dict[str, Any] = {"running": True, "recording": recording, "output_dir": v.get("output_dir", "")}
-        if recording:
-            problems = v.get("episode_problems", "")
-            out.update(name=v.get("episode", "").rsplit("/", 1)[-1], path=v.get("episode", ""),
-                       elapsed_s=_float(v.get("episode_elapsed_s")), messages=int(_float(v.get("episode_messages"), 0)),
-                       problems=[p for p in problems.split("; ") if p])
+        out: dict[str, Any] = {"running": True, "recording": rec.recording, "output_dir": rec.output_dir}
+        if rec.recording:
+            out.update(name=rec.name, path=rec.episode, elapsed_s=rec.elapsed_s, messages=rec.messages,
+                       problems=list(rec.problems))
         return out
 
     def health(self, now: float) -> list[dict[str, Any]]:
-        """Every node seen: level name (``stale`` when it stopped reporting), message, meters."""
+        """Every node seen: level name (``stale`` when it stopped reporting), message, meters. A node whose
+        status (or a meter) cannot be read is an error that says why."""
         out = []
         for name in sorted(self.nodes):
             node = self.nodes[name]
             level = node.level if self.alive(name, now) else 3
-            out.append({"name": name, "level": LEVELS[min(max(level, 0), 3)], "message": node.message,
+            message = node.message
+            if node.status_error:
+                level = max(level, 2)  # stale (3) stays stale
+                message = f"status unreadable: {node.status_error}" + (f" ({message})" if message else "")
+            out.append({"name": name, "level": LEVELS[min(max(level, 0), 3)], "message": message,
                         "age_s": round(now - node.received, 1),
-                        "meters": [{**m._asdict(), "slow": m.slow, "late": m.late} for m in node.meters()]})
+                        "meters": [{**m._asdict(), "slow": m.slow, "late": m.late} for m in node.meters]})
         return out
 
     def snapshot(self, now: float) -> dict[str, Any]:
         """Everything above as plain data (JSON-serialisable; NaN as None)."""
+        drivers = {d: None if st is None else {"backend": st.backend, "mode": st.mode, "estop": st.estop,
+                                               "latched_by": st.latched_by, "faults": list(st.faults)}
+                   for d, st in self.drivers(now).items()}
         return _jsonable({"arms": self.arms(now), "estop": self.estop(now), "estop_latched": self.estop_latched(now),
-                          "active_source": self.active_source(now), "episode": self.episode(now),
+                          "drivers": drivers, "active_source": self.active_source(now), "episode": self.episode(now),
                           "nodes": self.health(now)})
 
     def summary(self, now: float) -> str:
@@ -161,6 +180,11 @@ class SessionState:
         estop = self.estop(now)
         lines.append("e-stop: " + ", ".join(f"{d} {'LATCHED' if v else ('released' if v is False else 'not running')}"
                                            for d, v in estop.items()))
+        drivers = [f"{d} {st.backend} ({st.mode}" + (f"; latched by {st.latched_by}" if st.latched_by else "")
+                   + (f"; faults: {'; '.join(st.faults)}" if st.faults else "") + ")"
+                   for d, st in self.drivers(now).items() if st is not None]
+        if drivers:
+            lines.append("drivers: " + ", ".join(drivers))
         lines.append(f"camera feed: {self.active_source(now) or 'unknown (camera_switch not running)'}")
         ep = self.episode(now)
         if not ep["running"]:
@@ -171,18 +195,10 @@ class SessionState:
                          f"problems: {problems})")
         else:
             lines.append(f"episode: not recording (output {ep['output_dir']})")
+        unreadable = [f"{n.name}: {n.status_error}" for n in self.nodes.values()
+                      if n.status_error and self.alive(n.name, now)]
+        lines += [f"status unreadable: {u}" for u in unreadable]
         return "\n".join(lines)
-
-
-def _float(text: str | None, default: float = math.nan) -> float:
-    try:
-        return float(text) if text not in (None, "") else default
-    except ValueError:
-        return default
-
-
-def _bool(text: str | None) -> bool | None:
-    return None if text is None else text.strip().lower() == "true"
 
 
 def _word(value: bool | None) -> str:

@@ -5,15 +5,27 @@ A driver node owns one backend and, every control cycle, calls :meth:`JointBacke
 :meth:`JointBackend.write` with the target actually sent. Joint order is the
 backend's :attr:`joint_names` (canonical names); units are SI (radians, rad/s,
 N·m or A for effort), whatever the vendor uses inside.
+
+The arm_driver and hand_driver nodes choose their backend by name (``backend`` parameter) from
+:data:`ARM_BACKENDS` and :data:`HAND_BACKENDS`. A new backend is a module of this package (or an entry point
+of group ``rynn_teleop.arm_driver`` / ``rynn_teleop.hand_driver``) with a subclass of :class:`JointBackend`
+decorated ``@ARM_BACKENDS.register`` (or ``HAND_BACKENDS``): it sets ``name`` and its ``SETTINGS`` and builds
+itself from them and the :class:`DriverContext` (:meth:`~rynn_teleop.core.plugins.Backend.from_settings`).
+A vendor SDK is imported in :meth:`JointBackend.connect`, not at import.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
+
+from ..core.plugins import Backend, BackendRegistry
+
+if TYPE_CHECKING:
+    from ..core.robot_model import JointLimits
 
 
 class JointReading(NamedTuple):
@@ -25,7 +37,16 @@ class JointReading(NamedTuple):
     stamp: float  # [s] capture time (the caller's clock)
 
 
-class JointBackend(ABC):
+class DriverContext(NamedTuple):
+    """What a driver node tells the backend it builds."""
+
+    joint_names: tuple[str, ...]  # the joints driven, canonical names, in the backend's order
+    limits: JointLimits  # their limits (position [rad], velocity [rad/s], acceleration [rad/s^2])
+    sides: tuple[str, ...]  # the arms or hands driven, in joint order
+    rate_hz: float  # [Hz] the node's control rate (read and write once per cycle)
+
+
+class JointBackend(Backend, ABC):
     """Hardware (or simulated hardware) for a fixed list of joints.
 
     Life cycle: ``connect()`` (raises ``HardwareUnavailableError`` naming what is
@@ -35,7 +56,7 @@ class JointBackend(ABC):
     shutdown (idempotent). Usable as a context manager (``__exit__`` closes).
     """
 
-    kind: ClassVar[str]  # e.g. "sim", "marvin", "wuji"
+    name: ClassVar[str]  # the backend name, e.g. "sim", "marvin", "wuji"
     joint_names: tuple[str, ...]
 
     @abstractmethod
@@ -79,3 +100,10 @@ class JointBackend(ABC):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+#: the arm_driver node's backends: every module of this package, and entry points of group ``rynn_teleop.arm_driver``
+ARM_BACKENDS = BackendRegistry("arm_driver", "arm_driver backend", package=__package__, base=JointBackend)
+#: the hand_driver node's backends: every module of this package, and entry points of group
+#: ``rynn_teleop.hand_driver``
+HAND_BACKENDS = BackendRegistry("hand_driver", "hand_driver backend", package=__package__, base=JointBackend)

@@ -19,18 +19,20 @@ import logging
 import math
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType, ModuleType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import numpy as np
 
 from ..core.layout import N_ARM, SIDES
+from ..core.params import STR_LIST, Param
 from ..core.robot_model import arm_joint_names
-from ..errors import ConfigurationError, HardwareUnavailableError, ParameterError
-from .base import JointBackend, JointReading
+from ..core.settings import Settings, setting
+from ..errors import ConfigurationError, HardwareUnavailableError
+from .base import ARM_BACKENDS, DriverContext, JointBackend, JointReading
 
 _LOG = logging.getLogger(__name__)
 
@@ -153,8 +155,20 @@ def _in_error(fb: ArmFeedback) -> bool:
 
 
 # ---------------------------------------------------------------------- settings
+def _ipv4_problem(text: str) -> str | None:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return "is not an IPv4 address like 192.168.1.190"
+    return None
+
+
+def _sides_problem(sides: list[str]) -> str | None:
+    return None if sides and len(set(sides)) == len(sides) else "must be distinct sides, at least one"
+
+
 @dataclass(frozen=True)
-class MarvinConfig:
+class MarvinConfig(Settings):
     """Settings of a :class:`MarvinBackend`, validated on construction.
 
     Attributes:
@@ -177,64 +191,42 @@ class MarvinConfig:
 
     Raises:
         ParameterError: an invalid field (a :class:`~rynn_teleop.errors.ConfigurationError`); ``key`` and the
-            message name it and its allowed values.
+            message name it and its allowed values (the fields are declared as :mod:`~rynn_teleop.core.settings`).
     """
 
-    sdk_path: str
-    ip: str = "192.168.1.190"
+    SETTINGS_NAME: ClassVar[str] = "marvin"
+
+    sdk_path: str = setting(description="the SDK's SDK_PYTHON folder (fx_robot.py, libMarvinSDK.so)", type=str)
+    ip: str = setting("192.168.1.190", "controller address (IPv4)", check=_ipv4_problem)
     arm_map: Mapping[str, str] = field(default_factory=lambda: DEFAULT_ARM_MAP)
-    sides: tuple[str, ...] = SIDES
-    vel_ratio: float = 30.0
-    acc_ratio: float = 30.0
-    feedback_timeout: float = 1.0
-    rate_limit_hz: float = 200.0
-    module_name: str = "fx_robot"
-    effort_field: str = "fb_joint_sToq"
+    sides: tuple[str, ...] = setting(SIDES, "sides in use, in joint-vector order", type=STR_LIST, choices=SIDES,
+                                     check=_sides_problem)
+    vel_ratio: float = setting(30.0, "controller joint velocity limit", units="%", min=1.0, max=100.0)
+    acc_ratio: float = setting(30.0, "controller joint acceleration limit", units="%", min=1.0, max=100.0)
+    feedback_timeout: float = setting(1.0, "a frame_serial unchanged this long is a fault", units="s", min=0.001,
+                                      max=3600.0)
+    rate_limit_hz: float = setting(200.0, "most targets sent per second on average", units="Hz", min=0.001,
+                                   max=1e6)
+    module_name: str = setting("fx_robot", "the wrapper module inside sdk_path",
+                               check=lambda v: None if v.isidentifier() else "is not a Python module name")
+    effort_field: str = setting("fb_joint_sToq", "feedback field published as effort", choices=EFFORT_FIELDS)
 
     def __post_init__(self) -> None:
-        sides = tuple(self.sides)
-        if not sides or len(set(sides)) != len(sides) or any(s not in SIDES for s in sides):
-            raise ParameterError("sides", f"marvin: sides must be distinct values of {SIDES}, got {sides!r}")
+        super().__post_init__()
+        object.__setattr__(self, "arm_map", MappingProxyType(dict(self.arm_map)))
+
+    def _problems(self) -> Iterator[tuple[str, str]]:
         try:
             arm_map = dict(self.arm_map)
-        except (TypeError, ValueError) as exc:
-            raise ParameterError(
-                "arm_map", f"marvin: arm_map must be a mapping side -> 'A' / 'B', got {self.arm_map!r}"
-            ) from exc
-        missing = [s for s in sides if s not in arm_map]
+        except (TypeError, ValueError):
+            yield "arm_map", f"{self.arm_map!r} is not a mapping side -> 'A' / 'B'"
+            return
+        missing = [s for s in self.sides if s not in arm_map]
         if missing:
-            raise ParameterError("arm_map", f"marvin: arm_map has no arm for side(s) {missing}; got {arm_map!r}")
-        arms = tuple(arm_map[s] for s in sides)
+            yield "arm_map", f"{arm_map!r} has no arm for side(s) {missing}"
+        arms = tuple(arm_map.get(s) for s in self.sides)
         if any(a not in ARMS for a in arms) or len(set(arms)) != len(arms):
-            raise ParameterError(
-                "arm_map", f"marvin: arm_map must map each side to a different arm, 'A' or 'B'; got {arm_map!r}"
-            )
-        try:
-            ipaddress.IPv4Address(self.ip)
-        except ValueError as exc:
-            raise ParameterError(
-                "ip", f"marvin: ip must be an IPv4 address like 192.168.1.190, got {self.ip!r}"
-            ) from exc
-        for name in ("vel_ratio", "acc_ratio"):
-            value = getattr(self, name)
-            if not (isinstance(value, (int, float)) and 1.0 <= value <= 100.0):
-                raise ParameterError(name, f"marvin: {name} must be a percentage in [1, 100], got {value!r}")
-        timeout = self.feedback_timeout
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ParameterError("feedback_timeout", f"marvin: feedback_timeout must be > 0 s, got {timeout!r}")
-        rate = self.rate_limit_hz
-        if not (isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0):
-            raise ParameterError("rate_limit_hz", f"marvin: rate_limit_hz must be > 0 Hz, got {rate!r}")
-        if not (isinstance(self.module_name, str) and self.module_name.isidentifier()):
-            raise ParameterError(
-                "module_name", f"marvin: module_name must be a Python module name, got {self.module_name!r}"
-            )
-        if self.effort_field not in EFFORT_FIELDS:
-            raise ParameterError(
-                "effort_field", f"marvin: effort_field must be one of {EFFORT_FIELDS}, got {self.effort_field!r}"
-            )
-        object.__setattr__(self, "sides", sides)
-        object.__setattr__(self, "arm_map", MappingProxyType(arm_map))
+            yield "arm_map", f"{arm_map!r} must map each side to a different arm, 'A' or 'B'"
 
     @property
     def arms(self) -> tuple[str, ...]:
@@ -243,8 +235,9 @@ class MarvinConfig:
 
 
 # ---------------------------------------------------------------------- backend
+@ARM_BACKENDS.register
 class MarvinBackend(JointBackend):
-    """Both (or one) Marvin M6 arms of one controller (``kind = "marvin"``).
+    """Both (or one) Marvin M6 arms of one controller (``name = "marvin"``).
 
     Joints: ``arm_joint_names(side)`` for each side in ``sides`` order (7 each).
     Life cycle as :class:`JointBackend`; :meth:`write` sends only between
@@ -259,7 +252,23 @@ class MarvinBackend(JointBackend):
         sent_writes, skipped_writes, refused_writes, failed_sends: write counters (see :meth:`status`).
     """
 
-    kind = "marvin"
+    name = "marvin"
+    SETTINGS = (
+        Param("sdk_path", str, "", "the SDK's SDK_PYTHON folder (fx_robot.py, libMarvinSDK.so)"),
+        Param("ip", str, "192.168.1.190", "controller address", check=_ipv4_problem),
+        Param("arm_a_side", str, "left", "which side the controller's arm 'A' is", choices=SIDES),
+        Param("vel_ratio", float, 30.0, "controller velocity ratio", "%", min=1.0, max=100.0),
+        Param("acc_ratio", float, 30.0, "controller acceleration ratio", "%", min=1.0, max=100.0),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: DriverContext) -> MarvinBackend:
+        """Both arms of one controller, targets rate-limited to the node's control rate."""
+        a = settings["arm_a_side"]
+        return cls(MarvinConfig(settings["sdk_path"], ip=settings["ip"], sides=context.sides,
+                                arm_map={a: "A", ("right" if a == "left" else "left"): "B"},
+                                vel_ratio=settings["vel_ratio"], acc_ratio=settings["acc_ratio"],
+                                rate_limit_hz=context.rate_hz))
 
     def __init__(
         self,

@@ -14,15 +14,23 @@ from typing import Any
 
 import numpy as np
 
+from ..core.arm_teleop import DEFAULT_HOME
+from ..core.params import FLOAT_LIST, Param
 from ..core.robot_model import JointLimits
 from ..errors import ConfigurationError
-from .base import JointBackend, JointReading
+from .base import ARM_BACKENDS, HAND_BACKENDS, DriverContext, JointBackend, JointReading
+
+#: the settings of the simulation in either driver
+SIM_SETTINGS = (
+    Param("bandwidth_hz", float, 10.0, "tracking bandwidth", "Hz", min=0.1, max=200.0),
+    Param("latency_s", float, 0.005, "command latency", "s", min=0.0, max=1.0),
+)
 
 
 class SimBackend(JointBackend):
-    """Kinematic joint simulation (``kind = "sim"``)."""
+    """Kinematic joint simulation (``name = "sim"``)."""
 
-    kind = "sim"
+    name = "sim"
 
     def __init__(
         self,
@@ -169,3 +177,31 @@ class SimBackend(JointBackend):
 
     def status(self) -> Mapping[str, Any]:
         return {"bandwidth_hz": self.bandwidth_hz, "latency_s": self.latency_s, "stopped": self._stopped}
+
+
+@ARM_BACKENDS.register
+class SimArms(SimBackend):
+    """The arm_driver's simulation: both arms, starting at ``initial_position``."""
+
+    SETTINGS = (
+        *SIM_SETTINGS,
+        Param("initial_position", FLOAT_LIST, list(DEFAULT_HOME), "starting arm joints, left 1-7 then right", "rad",
+              min=-3.2, max=3.2, length=14),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: DriverContext) -> SimArms:
+        return cls(context.joint_names, context.limits, np.array(settings["initial_position"]),
+                   bandwidth_hz=settings["bandwidth_hz"], latency_s=settings["latency_s"])
+
+
+@HAND_BACKENDS.register
+class SimHands(SimBackend):
+    """The hand_driver's simulation: the hands driven, starting open (all joints at 0)."""
+
+    SETTINGS = SIM_SETTINGS
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: DriverContext) -> SimHands:
+        return cls(context.joint_names, context.limits, np.zeros(len(context.joint_names)),
+                   bandwidth_hz=settings["bandwidth_hz"], latency_s=settings["latency_s"])

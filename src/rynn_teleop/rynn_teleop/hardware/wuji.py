@@ -30,9 +30,10 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..core.layout import N_HAND, SIDES
+from ..core.params import Param
 from ..core.robot_model import hand_joint_names
 from ..errors import ConfigurationError, HardwareUnavailableError
-from .base import JointBackend, JointReading
+from .base import HAND_BACKENDS, DriverContext, JointBackend, JointReading
 
 _log = logging.getLogger(__name__)
 
@@ -69,6 +70,28 @@ def from_sdk(a54: np.ndarray) -> np.ndarray:
     return a.reshape(N_HAND).copy()
 
 
+def _position_limits(names: Sequence[str], limits: tuple[np.ndarray, np.ndarray] | None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """(lower, upper) [rad] of the joints ``names``: ``limits`` checked, else the default robot's.
+
+    Raises:
+        ConfigurationError: limits of the wrong shape, not finite, or lower above upper.
+    """
+    if limits is None:
+        from ..core.robot_model import RobotModel
+
+        robot = RobotModel.default()
+        found = robot.limits[robot.indices(list(names))]
+        return np.asarray(found.lower, float), np.asarray(found.upper, float)
+    lower, upper = (np.asarray(v, dtype=float) for v in limits)
+    n = len(names)
+    if lower.shape != (n,) or upper.shape != (n,) or not (np.isfinite(lower).all() and np.isfinite(upper).all()) \
+            or (lower > upper).any():
+        raise ConfigurationError(f"wuji: position_limits must be two finite (n,) arrays with lower <= upper for the "
+                                 f"{n} joints, got shapes {lower.shape} and {upper.shape}")
+    return lower, upper
+
+
 # ---------------------------------------------------------------------- state
 class HandHealth(NamedTuple):
     """What the connection probe last found for one hand."""
@@ -96,10 +119,24 @@ class _Link:
 
 
 # ---------------------------------------------------------------------- backend
+@HAND_BACKENDS.register
 class WujiBackend(JointBackend):
     """One or two WUJI hands (20 joints each) through ``wujihandpy``'s realtime controller."""
 
-    kind = "wuji"
+    name = "wuji"
+    SETTINGS = (
+        Param("serial_left", str, "", "left hand serial number (empty: open by side)"),
+        Param("serial_right", str, "", "right hand serial number (empty: open by side)"),
+        Param("filter_cutoff_hz", float, 5.0, "realtime controller low-pass cutoff", "Hz", min=0.1, max=500.0),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: DriverContext) -> WujiBackend:
+        """The node's hands, each opened by its serial number when one is given (else by side)."""
+        serials = {s: settings[f"serial_{s}"] for s in context.sides if settings[f"serial_{s}"]}
+        return cls(sides=context.sides, serial_numbers=serials or None,
+                   filter_cutoff_hz=settings["filter_cutoff_hz"],
+                   position_limits=(context.limits.lower, context.limits.upper))
 
     def __init__(
         self,
@@ -108,6 +145,7 @@ class WujiBackend(JointBackend):
         filter_cutoff_hz: float = 5.0,
         voltage_period_s: float = 1.0,
         sdk: Any = None,
+        position_limits: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
         """
         Args:
@@ -119,6 +157,9 @@ class WujiBackend(JointBackend):
             voltage_period_s: period of the connection probe [s].
             sdk: a module-like stand-in for ``wujihandpy`` (tests); default:
                 ``import wujihandpy`` in :meth:`connect`.
+            position_limits: (lower, upper) position limits [rad] of the driven joints, in joint order. The
+                holds this backend sets itself (:meth:`enable`, :meth:`stop`) target the measured position
+                kept within them (default: the default robot description's limits of these joints).
         """
         sides = tuple(sides)
         if not sides or len(set(sides)) != len(sides) or any(s not in SIDES for s in sides):
@@ -138,6 +179,7 @@ class WujiBackend(JointBackend):
         self.filter_cutoff_hz = float(filter_cutoff_hz)
         self.voltage_period_s = float(voltage_period_s)
         self.joint_names = sum((hand_joint_names(s) for s in sides), ())
+        self._lower, self._upper = _position_limits(self.joint_names, position_limits)
         self._sdk = sdk
         self._links: dict[str, _Link] = {}
         self._rt_lock = threading.Lock()  # realtime calls and the accepting flag; never held across I/O
@@ -309,8 +351,8 @@ class WujiBackend(JointBackend):
             self._refusal_warned = False
             for link in links:
                 try:
-                    target = link.controller.get_joint_actual_position()
-                    link.controller.set_joint_target_position(to_sdk(from_sdk(target)))
+                    target = self._hold_target(link, from_sdk(link.controller.get_joint_actual_position()))
+                    link.controller.set_joint_target_position(to_sdk(target))
                 except Exception as exc:  # noqa: BLE001 - an e-stop must reach every hand
                     self._stop_errors[link.side] = f"{type(exc).__name__}: {exc}"
                     _log.error("wuji: stop: cannot hold the %s: %s", link.label, exc)
@@ -444,7 +486,19 @@ class WujiBackend(JointBackend):
         with self._rt_lock:
             self._hold_locked(links)
 
-    @staticmethod
-    def _hold_locked(links: list[_Link]) -> None:
+    def _hold_locked(self, links: list[_Link]) -> None:
         for link in links:
-            link.controller.set_joint_target_position(to_sdk(from_sdk(link.controller.get_joint_actual_position())))
+            target = self._hold_target(link, from_sdk(link.controller.get_joint_actual_position()))
+            link.controller.set_joint_target_position(to_sdk(target))
+
+    def _hold_target(self, link: _Link, measured: np.ndarray) -> np.ndarray:
+        """One hand's hold target: its measured position (20,) [rad] kept within the position limits. A joint
+        measured outside them (a finger resting past its limit) is held at the limit, with a warning naming it."""
+        k = self.sides.index(link.side) * N_HAND
+        target = np.minimum(np.maximum(measured, self._lower[k:k + N_HAND]), self._upper[k:k + N_HAND])
+        outside = np.nonzero(target != measured)[0]
+        if outside.size:
+            names = self.joint_names[k:k + N_HAND]
+            _log.warning("wuji: %s measured outside its position limits, held at the limit: %s", link.label,
+                         ", ".join(f"{names[i]} {measured[i]:+.4f} -> {target[i]:+.4f} rad" for i in outside))
+        return target

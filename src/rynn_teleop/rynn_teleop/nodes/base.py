@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import itertools
+import math
 import sys
 import threading
 import time
@@ -33,6 +34,7 @@ from rclpy.subscription import Subscription
 from ..core.params import ParamSchema
 from ..core.scheduling import Deadlines, name_this_thread
 from ..core.stats import RateMeter
+from ..core.status import Meter, encode_meters
 from ..core.yamlfile import read_yaml
 from ..errors import REFUSED_EXIT_CODE, RynnTeleopError
 from ..recording.cdr import first_name_after_header, header_stamp_ns
@@ -432,17 +434,12 @@ class TeleopNode(Node):
     def _publish_diagnostics(self) -> None:
         self._check_subscription_qos()
         now = self.now_s()
-        values = {}
+        meters = []
         for name, m in self.meters.items():
-            values[f"{name}.rate_hz"] = f"{m.rate(now):.1f}"
-            if name in self.nominal_hz:
-                values[f"{name}.nominal_hz"] = f"{self.nominal_hz[name]:g}"
-            if name in self.latency_budget_ms:
-                values[f"{name}.latency_budget_ms"] = f"{self.latency_budget_ms[name]:g}"
-            p50, p99 = m.latency_percentiles(50, 99)
-            if p50 == p50:  # not NaN
-                values[f"{name}.latency_p50_ms"] = f"{1e3 * p50:.2f}"
-                values[f"{name}.latency_p99_ms"] = f"{1e3 * p99:.2f}"
+            p50, p99 = m.latency_percentiles(50, 99)  # [s]; NaN without latencies (then not written)
+            meters.append(Meter(name, m.rate(now), self.nominal_hz.get(name, math.nan), 1e3 * p50, 1e3 * p99,
+                                self.latency_budget_ms.get(name, math.nan)))
+        values = encode_meters(meters)
         values.update({k: str(v) for k, v in self.diagnostic_values().items()})
         level, message = self.diagnostic_level()
         if self.incompatible_qos:

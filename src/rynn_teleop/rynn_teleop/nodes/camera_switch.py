@@ -28,6 +28,7 @@ from std_srvs.srv import Trigger
 
 from ..core.feed_switch import SOURCES, FeedSwitch
 from ..core.params import Param, ParamSchema
+from ..core.status import FeedStatus
 from ..recording.cdr import header_stamp_ns
 from .base import TeleopNode, run_single
 
@@ -164,12 +165,16 @@ class CameraSwitchNode(TeleopNode):
     # ------------------------------------------------------------------ diagnostics
     def diagnostic_values(self):
         now = self.now_s()
-        values = {"active_source": self.active, "preferred_source": self.feed.preferred,
-                  "fallback_active": self.feed.fallen_back, "switches": self.feed.switches}
+        values = {"switches": self.feed.switches}
         for s in SOURCES:
             values[f"{s}.forwarded"] = self.forwarded[s]
             values[f"{s}.silent"] = self.silent(s, now)
-        return values
+        return self.feed_status().values(values)
+
+    def feed_status(self) -> FeedStatus:
+        """The switch's typed status (the active feed the console and ``rynn-teleop call status`` show)."""
+        return FeedStatus(active_source=self.active, preferred_source=self.feed.preferred,
+                          fallback_active=self.feed.fallen_back)
 
     def diagnostic_level(self):
         now = self.now_s()

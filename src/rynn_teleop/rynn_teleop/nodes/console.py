@@ -13,15 +13,27 @@ refused and counted per reason. Each accepted action (time, client address, Orig
 shown on the page, and published at once in this node's ``/diagnostics`` status (``action.last``, a JSON line),
 which the recorder writes into the episode being recorded.
 
+XR headset (``/xr``, ``console.server``): the headset's page streams its XR frames over the WebSocket; each
+accepted one is published at once, stamped with the frame's time on this node's clock (``core.xr.FrameClock``),
+in the frame ``xr.frame_id`` (x forward, y left, z up: ``core.xr.XR_TO_WORLD``). The ``xr`` tracker and hand
+backends (``sources.trackers.xr``, ``sources.hands.xr``) take them. WebXR needs a secure context: off loopback
+the page is served over HTTPS (``console.tls``: ``tls.cert_file`` / ``tls.key_file``, or a self-signed
+certificate made on first use in ``tls.dir``, its SHA-256 fingerprint logged).
+
 Topics:
     in:  ``consumer_topic``, ``physical_topic``, ``generated_topic`` (sensor_msgs/Image, SensorDataQoS),
          /diagnostics, /head_camera/active_source
-    out: /estop (std_msgs/Bool, with the drivers' e-stop services), /diagnostics (also once per action)
-Diagnostics: ``url``, ``browsers``, per stream ``<stream>.sent`` / ``.skipped`` / ``.acks_missed``, the
-``browser.<stream>`` meters (latency: ROS message received -> frame drawn), ``cpu_process_percent`` and
-``cpu_server_percent`` [% of one core], ``requests_refused`` and per reason ``refused.<reason>``
-(``console.access.REASONS``), ``actions.accepted``, ``action.last``. WARN for :data:`REFUSED_WARN_S` after a
-refusal.
+    out: /estop (std_msgs/Bool, with the drivers' e-stop services), /diagnostics (also once per action),
+         ``xr.poses_topic`` (geometry_msgs/PoseArray per XR frame: head, left wrist, right wrist; untracked:
+         all-NaN), ``xr.hands_topic`` (geometry_msgs/PoseArray per tracked hand and XR frame: the 25 WebXR
+         joints, ``core.xr.WEBXR_JOINTS`` order; nothing for an untracked hand)
+Diagnostics: ``url`` (typed: ``core.status.ConsoleStatus``), ``browsers``, per stream ``<stream>.sent`` /
+``.skipped`` / ``.acks_missed``, the ``browser.<stream>`` meters (latency: ROS message received -> frame
+drawn), ``cpu_process_percent`` and ``cpu_server_percent`` [% of one core], ``requests_refused`` and per
+reason ``refused.<reason>`` (``console.access.REASONS``), ``actions.accepted``, ``action.last``, ``xr.client``
+(the headset streaming, or none), ``xr.frames`` and per reason ``xr.refused.<reason>`` (``core.xr.XR_REASONS``),
+the ``xr`` meter (frames received; latency: a frame's stamp -> published). WARN for :data:`REFUSED_WARN_S` after
+a refusal.
 """
 
 from __future__ import annotations
@@ -36,16 +48,21 @@ from typing import Any
 import cv2
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from rclpy.qos import qos_profile_sensor_data
+from geometry_msgs.msg import PoseArray
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Image
 
+from ..console import tls
 from ..console.access import REASONS, AccessRules, Refusal
 from ..console.audit import ActionRecord
 from ..console.server import LOOPBACK, STREAMS, ConsoleError, ConsoleServer, FrameHub
+from ..core.layout import SIDES
 from ..core.params import STR_LIST, Param, ParamSchema
-from ..errors import ParameterError
-from ..recording.cdr import header_stamp_ns
+from ..core.status import ConsoleStatus
+from ..core.xr import XR_REASONS, XRFrame, frame_world_poses, to_world
+from ..errors import ConfigurationError, ParameterError
+from ..recording.cdr import header_stamp_ns, pose_array_cdr
 from .base import TeleopNode, run_single
 from .conversions import image_array
 from .operator import ACTIONS, RECORDER_FIELDS, OperatorClient
@@ -54,6 +71,7 @@ BROWSER_BUDGET_MS = 50.0  # ROS message received -> frame drawn in a browser, p9
 REFUSED_WARN_S = 60.0  # [s] the node's status stays WARN after the newest refused request
 REFUSED_LOG_S = 5.0  # [s] at most one log line per refusal reason this often (a page retrying floods no log)
 CPU_WINDOW_S = 0.5  # [s] shortest interval the CPU shares are measured over (diagnostics also go out per action)
+XR_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # matches reliable and best-effort readers
 
 
 class ConsoleNode(TeleopNode):
@@ -74,6 +92,16 @@ class ConsoleNode(TeleopNode):
             Param("consumer_topic", str, "/head_camera/color/image_raw", "the consumer feed (shown large)"),
             Param("physical_topic", str, "/head_camera/physical/color/image_raw", "the physical camera"),
             Param("generated_topic", str, "/head_camera/generated/color/image_raw", "the world model's feed"),
+            Param("xr.enabled", bool, True, "accept an XR headset's frames from the /xr page (false: refused)"),
+            Param("xr.poses_topic", str, "/xr/poses", "XR frames' head, left wrist, right wrist (PoseArray)"),
+            Param("xr.hands_topic", str, "/xr/hands/{side}", "XR frames' 25 hand joints per tracked hand "
+                  "(PoseArray; {side} replaced)"),
+            Param("xr.frame_id", str, "xr_world", "frame id of the XR poses (x forward, y left, z up)"),
+            Param("tls.cert_file", str, "", "PEM certificate to serve HTTPS with (also on loopback); empty: off "
+                  "loopback a self-signed one from tls.dir"),
+            Param("tls.key_file", str, "", "PEM private key of tls.cert_file"),
+            Param("tls.dir", str, "~/.ros/rynn_teleop/console_tls", "folder of the self-signed certificate made on "
+                  "first use off loopback (delete its files to make a new one)"),
         ],
     )
 
@@ -99,9 +127,17 @@ class ConsoleNode(TeleopNode):
         self._current: ActionRecord | None = None  # the record being published (action.last; else the newest)
         self._refusal_logged: dict[str, float] = {}  # reason -> monotonic time [s] of its last log line
         self._record_ready = self.create_guard_condition(self._publish_records)
+        self._xr_frame_id = p["xr.frame_id"]
+        self._xr_poses_pub = self.create_publisher(PoseArray, p["xr.poses_topic"], XR_QOS)
+        self._xr_hand_pubs = {s: self.create_publisher(PoseArray, p["xr.hands_topic"].replace("{side}", s), XR_QOS)
+                              for s in SIDES}
+        self.meter("xr")  # created here: the server's thread ticks it while diagnostics iterate the meters
+        ssl_context = self._tls(host, p)
         self.server = ConsoleServer(host, p["port"], token, self.hub, self.operator.snapshot, self._perform,
                                     actions, on_decoded=self._on_decoded, rules=rules,
-                                    on_refused=self._on_refused, on_action=self._on_action)
+                                    on_refused=self._on_refused, on_action=self._on_action,
+                                    on_xr_frame=self._on_xr_frame if p["xr.enabled"] else None, clock=self.now_s,
+                                    ssl_context=ssl_context)
         try:
             self.server.start()
         except ConsoleError as exc:
@@ -109,10 +145,41 @@ class ConsoleNode(TeleopNode):
         self._cpu_last = (time.monotonic(), time.process_time(), self._server_cpu())
         self._cpu = (0.0, 0.0)
         self.get_logger().info(f"console: open {self.server.url}")
+        self.get_logger().info(f"console: XR headset page {self.server.xr_url}")
+
+    def _tls(self, host: str, p) -> Any:
+        """The HTTPS context: the given certificate, or off loopback a self-signed one (None: plain HTTP)."""
+        if not p["tls.cert_file"] and not p["tls.key_file"] and host in LOOPBACK:
+            return None
+        try:
+            if p["tls.cert_file"] or p["tls.key_file"]:
+                files = tls.given(p["tls.cert_file"], p["tls.key_file"])
+            else:
+                files = tls.self_signed(p["tls.dir"], tls.server_names(host))
+            context = tls.server_context(files)
+        except ConfigurationError as exc:
+            raise ParameterError("tls.cert_file", f"console: {exc}") from None
+        made = "made a self-signed certificate" if files.generated else "certificate"
+        self.get_logger().info(f"console: HTTPS, {made} {files.cert}; SHA-256 fingerprint {files.fingerprint} "
+                               "(compare it with the one the headset's browser shows before accepting it)")
+        return context
 
     # ------------------------------------------------------------------ ROS side
     def _on_image(self, stream: str, raw: bytes) -> None:
         self.hub.put(stream, header_stamp_ns(raw), time.time() * 1e3, lambda: _rgb(raw))
+
+    def _on_xr_frame(self, frame: XRFrame, stamp: float) -> None:  # server thread: published at once
+        """Publish one accepted XR frame: the head and wrists, and each tracked hand's 25 joints."""
+        stamp_ns = int(round(stamp * 1e9))
+        poses = frame_world_poses(frame)
+        self._xr_poses_pub.publish(pose_array_cdr(stamp_ns, self._xr_frame_id, poses.positions, poses.quaternions))
+        for side, joints in frame.hands.items():
+            if joints is not None:
+                hand = to_world(joints)
+                self._xr_hand_pubs[side].publish(pose_array_cdr(stamp_ns, self._xr_frame_id, hand.positions,
+                                                                hand.quaternions))
+        now = self.now_s()
+        self.meter("xr").tick(now, now - stamp)
 
     def _on_decoded(self, stream: str, latency: float) -> None:  # server thread
         self.meter(f"browser.{stream}").tick(self.now_s(), latency)
@@ -165,7 +232,7 @@ class ConsoleNode(TeleopNode):
         if now - t0 >= CPU_WINDOW_S:
             self._cpu = (100.0 * (process - p0) / (now - t0), 100.0 * max(0.0, server - s0) / (now - t0))
             self._cpu_last = (now, process, server)
-        values = {"url": self.server.url.split("?")[0], "browsers": self.server.clients,
+        values = {"browsers": self.server.clients,
                   "cpu_process_percent": f"{self._cpu[0]:.1f}", "cpu_server_percent": f"{self._cpu[1]:.1f}",
                   "requests_refused": self.server.requests_refused}
         refused = dict(self.server.refused)
@@ -179,7 +246,12 @@ class ConsoleNode(TeleopNode):
         current = self._current or self.server.audit.last  # the 1 Hz status repeats the newest
         if current is not None:
             values["action.last"] = current.to_json()
-        return values
+        xr = self.server.xr_state()
+        values["xr.client"] = xr["client"] or "none"
+        values["xr.frames"] = xr["frames"]
+        for reason in XR_REASONS:
+            values[f"xr.refused.{reason}"] = xr["refused"].get(reason, 0)
+        return ConsoleStatus(url=self.server.url.split("?")[0]).values(values)
 
     def diagnostic_level(self):
         last = self.server.last_refused

@@ -28,6 +28,7 @@ from std_srvs.srv import Trigger
 from ..core.params import Param
 from ..core.robot_model import JointLimits, RobotModel
 from ..core.safety import SafetyController
+from ..core.status import DriverStatus
 from ..hardware.base import JointBackend
 from ..recording.cdr import joint_state
 from .base import TeleopNode
@@ -50,8 +51,6 @@ def safety_params(rate_hz: float, timeout: float) -> list[Param]:
         Param("ramp_speed", float, 0.2, "ramp speed as a fraction of the velocity limits", min=0.01, max=1.0),
         Param("velocity_scale", float, 1.0, "max step per cycle = this x velocity limit x cycle time",
               min=0.01, max=1.0),
-        Param("sim.bandwidth_hz", float, 10.0, "sim backend: tracking bandwidth", "Hz", min=0.1, max=200.0),
-        Param("sim.latency_s", float, 0.005, "sim backend: command latency", "s", min=0.0, max=1.0),
     ]
 
 
@@ -65,7 +64,8 @@ class _Route(NamedTuple):
 
 
 class JointDriverNode(TeleopNode):
-    """Base of the driver nodes: subclasses build :attr:`backend` and call :meth:`_start`."""
+    """Base of the driver nodes: subclasses build :attr:`backend` (their ``backend`` parameter's, from the
+    registry of their :class:`~rynn_teleop.core.plugins.BackendSchema`) and call :meth:`_start`."""
     PRIORITY = "control"  # the hardware's command and state loop
 
     def _start(self, robot: RobotModel, backend: JointBackend, command_topic: str) -> None:
@@ -246,12 +246,14 @@ class JointDriverNode(TeleopNode):
         """Hook for additional topics (the hand driver's vendor-shaped ones)."""
 
     # ------------------------------------------------------------------ diagnostics
+    def driver_status(self) -> DriverStatus:
+        """The driver's typed status (what the console and ``rynn-teleop call status`` read)."""
+        return DriverStatus(backend=self.backend.name, mode=self.safety.mode, estop=self.safety.estopped,
+                            latched_by=self._fault, faults=tuple(self.backend.faults()))
+
     def diagnostic_values(self) -> dict[str, Any]:
         s = self.safety
         values = {
-            "backend": self.backend.kind,
-            "mode": s.mode,
-            "estop": s.estopped,
             "watchdog_tripped": s.watchdog.tripped,
             "watchdog_trips": s.watchdog.trips,
             "clamped_position_cycles": s.clamp_counts["position"],
@@ -259,15 +261,10 @@ class JointDriverNode(TeleopNode):
             "rejected_commands": self.rejected_commands,
             "loop_errors": self.loop_errors,
         }
-        if self._fault:
-            values["latched_by"] = self._fault
         if self.unknown_names:
             values["unknown_command_names"] = ",".join(sorted(self.unknown_names))[:200]
         values.update({f"backend.{k}": v for k, v in self.backend.status().items()})
-        faults = self.backend.faults()
-        if faults:
-            values["faults"] = "; ".join(faults)
-        return values
+        return self.driver_status().values(values)
 
     def diagnostic_level(self):
         faults = self.backend.faults()

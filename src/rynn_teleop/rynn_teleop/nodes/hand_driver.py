@@ -13,33 +13,29 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 from sensor_msgs.msg import JointState
 
 from ..core.layout import SIDES
-from ..core.params import STR_LIST, Param, ParamSchema
+from ..core.params import STR_LIST, Param
+from ..core.plugins import BackendSchema
 from ..core.robot_model import hand_joint_names
-from ..hardware.sim import SimBackend
+from ..hardware.base import HAND_BACKENDS, DriverContext
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import run_single
 from .driver import COMMAND_QOS, JointDriverNode, safety_params
 
 
 class HandDriverNode(JointDriverNode):
-    SCHEMA = ParamSchema(
+    SCHEMA = BackendSchema(
         "hand_driver",
         [
             DESCRIPTION_OVERLAY,
-            Param("backend", str, "sim", "joint backend", choices=("sim", "wuji")),
             Param("sides", STR_LIST, list(SIDES), "hands driven", choices=SIDES),
             *safety_params(rate_hz=100.0, timeout=0.2),
             Param("command_topic", str, "/hands/command", "hand commands (sensor_msgs/JointState, by name)"),
             Param("vendor_topics", bool, True, "also serve /hand_{side}/joint_states and /hand_{side}/joint_commands"),
-            Param("wuji.serial_left", str, "", "wuji backend: left hand serial number (empty: open by side)"),
-            Param("wuji.serial_right", str, "", "wuji backend: right hand serial number (empty: open by side)"),
-            Param("wuji.filter_cutoff_hz", float, 5.0, "wuji backend: realtime controller low-pass cutoff", "Hz",
-                  min=0.1, max=500.0),
         ],
+        backends=HAND_BACKENDS, default="sim", description="joint backend",
     )
 
     def __init__(self, **kwargs) -> None:
@@ -48,15 +44,8 @@ class HandDriverNode(JointDriverNode):
         robot = robot_from_overlay(p["description_overlay"])
         self.sides = tuple(dict.fromkeys(p["sides"]))
         names = sum((hand_joint_names(s) for s in self.sides), ())
-        if p["backend"] == "sim":
-            backend = SimBackend(names, robot.limits[robot.indices(names)], np.zeros(len(names)),
-                                 bandwidth_hz=p["sim.bandwidth_hz"], latency_s=p["sim.latency_s"])
-        else:
-            from ..hardware.wuji import WujiBackend  # only with the vendor SDK
-
-            serials = {s: p[f"wuji.serial_{s}"] for s in self.sides if p[f"wuji.serial_{s}"]}
-            backend = WujiBackend(sides=self.sides, serial_numbers=serials or None,
-                                  filter_cutoff_hz=p["wuji.filter_cutoff_hz"])
+        backend = self.SCHEMA.create(p, DriverContext(names, robot.limits[robot.indices(names)], self.sides,
+                                                      p["rate_hz"]))
         # set up before _start: it starts the control loop, whose ticks (publish_extra) may run before __init__ returns
         self._vendor_pubs = {}
         self._vendor_listened: set[str] = set()  # sides whose vendor topic has a subscriber
@@ -67,7 +56,7 @@ class HandDriverNode(JointDriverNode):
                 self.create_subscription(JointState, f"/hand_{side}/joint_commands",
                                          lambda m, s=side: self._on_vendor_command(s, m), COMMAND_QOS)
         self._start(robot, backend, p["command_topic"])
-        self.get_logger().info(f"{backend.kind} hands {', '.join(self.sides)}, {p['rate_hz']:.0f} Hz")
+        self.get_logger().info(f"{backend.name} hands {', '.join(self.sides)}, {p['rate_hz']:.0f} Hz")
 
     def _on_vendor_command(self, side: str, msg: JointState) -> None:
         names = list(msg.name) if msg.name else list(hand_joint_names(side))  # vendor order = canonical order

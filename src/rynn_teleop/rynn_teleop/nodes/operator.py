@@ -5,6 +5,10 @@ performs them from any rclpy node and keeps a :class:`~..core.session.SessionSta
 and the latched active camera source. ``rynn-teleop call ...`` (:func:`call_main`) is the command line of
 the same client, for scripts and the venv path (no ros2cli needed).
 
+Episode actions return the episode's directory in a typed field (:attr:`Result.episode`), read from the
+recorder's latched ``/recorder/episode`` topic (std_msgs/String), never from a service's message text:
+``rynn-teleop call episode start`` and ``episode stop`` print it as their last line.
+
 Exit codes of ``rynn-teleop call``: 0 done, 1 refused by the node (its message is printed), 2 bad
 arguments, 3 a service is not available (the message names the node to start).
 """
@@ -35,6 +39,7 @@ from .process import use_transport_profile
 ESTOP_TOPIC = "/estop"
 ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
 DIAGNOSTICS_TOPIC = "/diagnostics"
+EPISODE_TOPIC = "/recorder/episode"  # the recorder's latched ~/episode (nodes.recorder, not imported: it is heavy)
 SERVICE_TIMEOUT_S = 5.0  # [s] to find a service (DDS discovery of a new process), then again to get its answer
 LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 COMMAND_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -84,14 +89,39 @@ ACTIONS: dict[str, Action] = {
 }
 #: recorder parameters an action may set first (``episode start``: task, operator; ``episode stop``: outcome, notes)
 RECORDER_FIELDS = {"episode start": ("task", "operator"), "episode stop": ("outcome", "notes")}
+#: actions whose result names an episode directory (the one started, the one kept)
+EPISODE_ACTIONS = ("episode start", "episode stop")
 
 
 class Result(NamedTuple):
     """What an action did."""
 
     ok: bool
-    message: str
+    message: str  # for people (the nodes' answers)
     unavailable: bool = False  # a service (node) was missing
+    episode: str = ""  # episode actions: the directory started or kept (from /recorder/episode; '' if none)
+
+
+class LatchedValue:
+    """The newest message of a latched topic and how many have arrived (thread-safe): a client waits for the
+    message its own call caused (:meth:`wait_after`)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.value: str | None = None  # None until the first message
+        self.count = 0  # messages received
+
+    def put(self, value: str) -> None:
+        with self._cond:
+            self.value, self.count = value, self.count + 1
+            self._cond.notify_all()
+
+    def wait_after(self, count: int, timeout: float) -> tuple[int, str] | None:
+        """(count, value) once more than ``count`` messages have arrived; None after ``timeout`` [s]."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self.count > count, timeout):
+                return None
+            return self.count, self.value
 
 
 class OperatorClient:
@@ -113,8 +143,10 @@ class OperatorClient:
                     self._clients[step.service] = node.create_client(step.srv_type, step.service)
         self._params_client = node.create_client(SetParameters, "/recorder/set_parameters")
         self._estop_pub = node.create_publisher(Bool, ESTOP_TOPIC, COMMAND_QOS)
+        self.episode = LatchedValue()  # /recorder/episode: the newest episode's directory
         node.create_subscription(DiagnosticArray, DIAGNOSTICS_TOPIC, self._on_diagnostics, 50)
         node.create_subscription(String, ACTIVE_SOURCE_TOPIC, self._on_active_source, LATCHED)
+        node.create_subscription(String, EPISODE_TOPIC, lambda msg: self.episode.put(msg.data), LATCHED)
 
     # ------------------------------------------------------------------ state
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
@@ -147,6 +179,10 @@ class OperatorClient:
             time.sleep(0.05)
 
     # ------------------------------------------------------------------ actions
+    def wait_for_action(self, name: str, timeout: float) -> bool:
+        """Wait (at most ``timeout`` [s] per service) until every service of action ``name`` is available."""
+        return all(self._wait_for(self._clients[step.service], timeout) for step in ACTIONS[name].steps)
+
     def perform(self, name: str, fields: Mapping[str, str] | None = None,
                 timeout: float = SERVICE_TIMEOUT_S) -> Result:
         """Do action ``name`` (a key of :data:`ACTIONS`); ``fields``: recorder parameters to set first
@@ -167,6 +203,8 @@ class OperatorClient:
             result = self._set_recorder_fields(fields, timeout)
             if not result.ok:
                 return result
+        if name in EPISODE_ACTIONS:
+            return self._episode_action(action.steps, timeout)
         results = [self._call(step, timeout) for step in action.steps]
         if name == "estop":  # the topic may have latched them first: say what holds, not what each service saw
             results = [r._replace(message=f"{s.node}: e-stop latched") if r.ok else r
@@ -178,6 +216,28 @@ class OperatorClient:
             shown = results
         return Result(ok, "; ".join(r.message for r in shown),
                       unavailable=not ok and all(r.unavailable for r in results))
+
+    def _episode_action(self, steps: tuple[Step, ...], timeout: float) -> Result:
+        """An episode start or stop, and the directory the recorder then announced on its latched topic.
+
+        The recorder publishes a directory at its start and at each episode start and stop; the client first
+        waits for the latched one (so the next message is the call's), calls, then waits for the next one.
+        """
+        (step,) = steps
+        if not self._wait_for(self._clients[step.service], timeout):
+            return self._call(step, timeout)  # says what is missing
+        seen = self.episode.wait_after(0, timeout)
+        if seen is None:
+            return Result(False, f"{EPISODE_TOPIC}: no message within {timeout:g} s: a recorder that does not "
+                          f"announce its episodes (another version?)")
+        result = self._call(step, timeout)
+        if not result.ok:
+            return result
+        announced = self.episode.wait_after(seen[0], timeout)
+        if announced is None or not announced[1]:
+            return result._replace(message=f"{result.message}; but no episode directory on {EPISODE_TOPIC} "
+                                   f"within {timeout:g} s")
+        return result._replace(episode=announced[1])
 
     def _wait_for(self, client: Any, timeout: float) -> bool:
         return client.service_is_ready() or client.wait_for_service(timeout_sec=timeout)
@@ -225,7 +285,8 @@ def _level(level: Any) -> int:
 # ---------------------------------------------------------------------- rynn-teleop call
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rynn-teleop call", description=(
-        "Operate a running stack (the same services as the console). Exit codes: 0 done, 1 refused by the node, "
+        "Operate a running stack (the same services as the console). 'episode start' and 'episode stop' print "
+        "the episode directory as their last line. Exit codes: 0 done, 1 refused by the node, "
         "2 bad arguments, 3 a service is not available."))
     p.add_argument("--timeout", type=float, default=SERVICE_TIMEOUT_S, help="seconds to wait for each service")
     sub = p.add_subparsers(dest="command", required=True)
@@ -285,6 +346,8 @@ def call_main(argv: Sequence[str] | None = None) -> int:
         name, fields = _action_of(args)
         result = client.perform(name, fields, timeout=args.timeout)
         print(result.message, file=sys.stdout if result.ok else sys.stderr)
+        if result.episode:
+            print(result.episode)  # the last line: the episode directory, for scripts
         return 0 if result.ok else (3 if result.unavailable else 1)
     finally:
         rclpy.try_shutdown(context=context)  # wakes the executor's wait: spin() returns

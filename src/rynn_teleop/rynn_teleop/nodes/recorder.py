@@ -8,10 +8,14 @@ publisher sequence numbers are counted as drops. An episode holds what was recei
 stop instants (node clock); each latched topic's newest message is written again at every start, so an
 episode holds the active camera source it started with.
 
-Services (std_srvs/Trigger):
+Services (std_srvs/Trigger; their messages are for people, e.g. ``ros2 service call``):
     ~/start_episode    a new numbered episode under ``output_dir`` (task, operator, notes from parameters)
     ~/stop_episode     stop and keep it; the response lists missing topics, gaps and drops
     ~/discard_episode  stop and delete it
+Topic ~/episode (std_msgs/String, reliable, transient local): the directory of the newest episode, recording or
+kept ('' before the first and after a discard); published at every start, stop and discard, so a client
+reads the directory from it (``nodes.operator.OperatorClient``) and can wait for the message its call caused.
+Status in /diagnostics: :class:`~rynn_teleop.core.status.RecorderStatus`.
 An unwritable or full output directory fails the episode (service response, log, ERROR in /diagnostics);
 the node keeps running.
 """
@@ -23,12 +27,13 @@ from pathlib import Path
 import yaml
 from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
+from ..core.status import Count, RecorderStatus
 from ..errors import ParameterError
 from ..recording import (
     OUTCOMES,
@@ -65,6 +70,9 @@ DEFAULT_GAP_RATES = {  # topic several publishers share -> its fastest publisher
 }
 ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
 QUEUE_S = 1.0  # [s] of messages a recorded topic's subscription queue holds
+EPISODE_TOPIC = "/recorder/episode"  # the node's ~/episode under its default name
+#: ~/episode: every late subscriber gets the newest directory
+EPISODE_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 class RecorderNode(TeleopNode):
@@ -98,6 +106,10 @@ class RecorderNode(TeleopNode):
             Param("poll_period_s", float, 0.05,
                   "subscriptions are drained this often (each holds 1 s of its expected rate, at least 100 "
                   "messages; bag times are receive times whatever the period)", "s", min=0.001, max=0.1),
+            Param("crcs", bool, True,
+                  "write MCAP chunk, data-section and summary CRCs, so `rynn-teleop episodes check` proves an "
+                  "episode intact (false: two passes less over each byte written; such episodes are checked by "
+                  "decoding only)"),
         ],
     )
 
@@ -113,7 +125,7 @@ class RecorderNode(TeleopNode):
         self.recorder = EpisodeRecorder(
             self.output_dir, self.topics, gap_rates=gap_rates, queue_max_bytes=int(p["queue_max_mb"] * 1e6),
             flush_period_s=p["flush_period_s"], on_error=self._on_writer_error,
-            clock=lambda: self.get_clock().now().nanoseconds,
+            clock=lambda: self.get_clock().now().nanoseconds, crcs=p["crcs"],
         )
         self._urdf_hash = _description_hash(p["description_overlay"])
         self._types: dict[str, str] = {}  # subscribed topic -> type name
@@ -126,6 +138,8 @@ class RecorderNode(TeleopNode):
         self.last_summary = None
         for name in ("start_episode", "stop_episode", "discard_episode"):
             self.create_service(Trigger, f"~/{name}", getattr(self, f"_srv_{name}"))
+        self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
+        self._episode_pub.publish(String(data=""))  # no episode yet: a client always finds a latched value
         self._discover()
         self.create_timer(p["discovery_period_s"], self._discover)
         self._loop = self.create_loop(1.0 / p["poll_period_s"], self._drain, "drain")
@@ -223,6 +237,7 @@ class RecorderNode(TeleopNode):
         path = self.recorder.start(self.metadata(), topic_qos=self._qos, now_ns=start_ns)
         self._drain(since_ns=start_ns)  # what arrived before the start is not part of the episode (latched values are)
         self.failure = ""
+        self._episode_pub.publish(String(data=str(path)))
         self.get_logger().info(f"episode started: {path}")
         return path
 
@@ -247,6 +262,7 @@ class RecorderNode(TeleopNode):
     def _srv_stop_episode(self, request, response):
         def stop() -> str:
             summary = self.stop_episode()
+            self._episode_pub.publish(String(data=str(summary.path)))  # kept: the same directory, announced again
             return str(summary.path) + ("" if not summary.problems else " | problems: " + "; ".join(summary.problems))
 
         # stopping with no episode is only a refused request; failing to close a recorded one is a failure
@@ -256,6 +272,7 @@ class RecorderNode(TeleopNode):
         def discard() -> str:
             path = self.recorder.discard()
             self._clear_outcome()
+            self._episode_pub.publish(String(data=""))
             return f"discarded {path}"
 
         return _answer(response, discard)
@@ -273,24 +290,28 @@ class RecorderNode(TeleopNode):
         self.get_logger().error(f"recording failed: {message}")
 
     # ------------------------------------------------------------------ diagnostics
+    def recorder_status(self) -> RecorderStatus:
+        """The recorder's typed status (the episode the console, ``rynn-teleop call status`` and the demo show)."""
+        progress = self.recorder.progress(self.get_clock().now().nanoseconds)
+        return RecorderStatus(
+            recording=self.recorder.active, episode=str(self.recorder.current or ""),
+            output_dir=str(self.recorder.output_dir),
+            elapsed_s=progress.elapsed_s if progress is not None else 0.0,
+            messages=progress.messages if progress is not None else 0,
+            problems=tuple(progress.problems) if progress is not None else (),
+            topics_subscribed=Count(len(self._types), len(self.topics)),
+            topics_flowing=Count(len(self.flowing()), sum(1 for r in self.topics.values() if r)),
+            failure=self.failure,
+        )
+
     def diagnostic_values(self):
-        values = {"recording": self.recorder.active, "episode": str(self.recorder.current or ""),
-                  "output_dir": str(self.recorder.output_dir),
-                  "topics_subscribed": f"{len(self._types)}/{len(self.topics)}",
-                  "topics_flowing": f"{len(self.flowing())}/{sum(1 for r in self.topics.values() if r)}"}
+        values = {}
         writer = self.recorder.writer
         if writer is not None:
             values["queued_mb"] = f"{writer.queued_bytes / 1e6:.1f}"
             values["written_mb"] = f"{writer.written_bytes / 1e6:.1f}"
             values["dropped"] = sum(writer.dropped().values())
-        progress = self.recorder.progress(self.get_clock().now().nanoseconds)
-        if progress is not None:
-            values["episode_elapsed_s"] = f"{progress.elapsed_s:.1f}"
-            values["episode_messages"] = progress.messages
-            values["episode_problems"] = "; ".join(progress.problems)
-        if self.failure:
-            values["failure"] = self.failure
-        return values
+        return self.recorder_status().values(values)
 
     def flowing(self, within_s: float = 1.0) -> list[str]:
         """The topics with an expected rate that delivered a message within the last ``within_s`` [s]."""

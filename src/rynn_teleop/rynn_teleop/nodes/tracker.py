@@ -1,8 +1,8 @@
 """tracker node: five Vive trackers -> one pose frame per capture.
 
-Polls a tracker source (``sources.trackers``: ``openvr`` = SteamVR,
+Polls a tracker backend (``backend`` parameter, registered in ``sources.trackers``: ``openvr`` = SteamVR,
 ``replay`` = a rosbag2 of a recorded session, ``synthetic`` = a procedural
-operator) at ``rate_hz`` on its own loop thread, maps serials to roles
+operator; each with its settings under ``<backend>.``) at ``rate_hz`` on its own loop thread, maps serials to roles
 (``serials.*``), reports stale trackers (``dropout_timeout_s``) and publishes
 every sampled frame (the samples of one capture time) as one message:
 
@@ -24,6 +24,7 @@ stops the node with a message listing the serials that were seen.
 
 from __future__ import annotations
 
+import importlib
 import time
 
 import numpy as np
@@ -32,11 +33,12 @@ from geometry_msgs.msg import PoseArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from ..core.layout import ROLES
-from ..core.params import STR_LIST, Param, ParamSchema
+from ..core.params import Param
+from ..core.plugins import BackendSchema
 from ..core.trackers import TrackerSet, drop_late_frames, frame_poses, group_frames
-from ..errors import ConfigurationError, ParameterError
+from ..errors import ConfigurationError
 from ..recording.cdr import pose_array_cdr
-from ..sources.trackers import make_tracker_source
+from ..sources.trackers import TRACKER_BACKENDS, TrackerContext
 from .base import TeleopNode, run_single
 
 # Serials of the five trackers; the synthetic source impersonates these.
@@ -54,10 +56,9 @@ FRAME_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
 
 class TrackerNode(TeleopNode):
     PRIORITY = "input"  # feeds arm_ik
-    SCHEMA = ParamSchema(
+    SCHEMA = BackendSchema(
         "tracker",
         [
-            Param("source", str, "synthetic", "tracker source", choices=("synthetic", "replay", "openvr")),
             Param("rate_hz", float, 120.0, "polling and publication rate (synthetic: sample rate)", "Hz",
                   min=10.0, max=1000.0),
             Param("dropout_timeout_s", float, 0.1, "a tracker not updated for this long is stale", "s",
@@ -69,23 +70,10 @@ class TrackerNode(TeleopNode):
             *(Param(f"serials.{role}", str, DEFAULT_SERIALS[role], f"serial of the {role.replace('_', ' ')} tracker")
               for role in ROLES),
             Param("topic_prefix", str, "/operator", "prefix of the published topic <topic_prefix>/trackers"),
-            Param("world_frame", str, "", "frame id of tracker poses; empty = the source's own "
+            Param("world_frame", str, "", "frame id of tracker poses; empty = the backend's own "
                   "(vive_world, synthetic_world, or the recorded one)"),
-            Param("synthetic.seed", int, 0, "random seed of the synthetic operator", min=0, max=2**31 - 1),
-            Param("synthetic.position_noise", float, 0.0005, "tracker position noise (std)", "m", min=0.0, max=0.05),
-            Param("synthetic.rotation_noise", float, 0.003, "tracker rotation noise (std)", "rad", min=0.0, max=0.2),
-            Param("synthetic.hold_s", float, 2.0, "time the synthetic operator holds the calibration posture", "s",
-                  min=0.0, max=60.0),
-            Param("synthetic.cycle_s", float, 8.0, "duration of one synthetic pick-and-place", "s",
-                  min=2.0, max=120.0),
-            Param("synthetic.dropouts", STR_LIST, [],
-                  "simulated tracking losses, each 'role:start_s:end_s' (seconds after start)"),
-            Param("replay.path", str, "", "rosbag2 directory of a recorded session (source replay)"),
-            Param("replay.rate_scale", float, 1.0, "replay speed factor", min=0.05, max=20.0),
-            Param("replay.loop", bool, False, "restart the replay at its end"),
-            Param("openvr.universe", str, "standing", "OpenVR tracking universe",
-                  choices=("standing", "seated", "raw")),
         ],
+        backends=TRACKER_BACKENDS, default="synthetic", description="tracker backend", renamed={"source": "backend"},
     )
 
     def __init__(self, **kwargs) -> None:
@@ -110,36 +98,41 @@ class TrackerNode(TeleopNode):
         self.late_dropped = 0  # frames dropped for being older than max_lag_s at their tick
         self._stale: set[str] = set()
         self._finished_logged = False
-        self._align_on_first_tick = p["source"] == "synthetic"
-        if p["source"] != "replay":  # a replay runs at its recording's rate
+        self._align_on_first_tick = self.source.aligns_to_ticks
+        if self.source.follows_rate_hz:  # (a replay runs at its recording's rate)
             self.meter("frames", nominal_hz=p["rate_hz"])
         self._loop = self.create_loop(p["rate_hz"], self._tick, "trackers")
+        self._subscribe_source()
         self.get_logger().info(
-            f"{p['source']} trackers, {len(ROLES)} roles, world frame {self.world_frame!r}, {p['rate_hz']:.0f} Hz"
+            f"{p['backend']} trackers, {len(ROLES)} roles, world frame {self.world_frame!r}, {p['rate_hz']:.0f} Hz"
         )
 
+    def _subscribe_source(self) -> None:
+        """A backend fed by ROS messages (``message_type``, ``topics()``, ``feed()``: the xr headset): subscribe
+        to its topics; each message is fed to it and its frame published at once, not at the next tick."""
+        message_type = getattr(self.source, "message_type", None)
+        if message_type is None:
+            return
+        package, _, type_name = message_type.partition("/msg/")
+        message_class = getattr(importlib.import_module(f"{package}.msg"), type_name)
+        topics = {self.create_polled_subscription(message_class, t, FRAME_QOS): t for t in self.source.topics()}
+
+        def on_ready(sub) -> None:
+            for taken in self.take_all(sub):
+                self.source.feed(topics[sub], taken.message)
+            self._tick()
+
+        self.create_event_loop(list(topics), on_ready, "input")
+
     def _make_source(self, p, serials):
-        kind = p["source"]
-        if kind == "synthetic":
-            kwargs = dict(
-                serials=serials, rate_hz=p["rate_hz"], seed=p["synthetic.seed"],
-                position_noise=p["synthetic.position_noise"], rotation_noise=p["synthetic.rotation_noise"],
-                hold_s=p["synthetic.hold_s"], cycle_s=p["synthetic.cycle_s"],
-                dropouts=[_parse_dropout(d) for d in p["synthetic.dropouts"]],
-            )
-        elif kind == "replay":
-            kwargs = dict(
-                path=p["replay.path"], serials=serials, topic=f"{p['topic_prefix'].rstrip('/')}/trackers",
-                rate_scale=p["replay.rate_scale"], loop=p["replay.loop"],
-            )
-        else:
-            kwargs = dict(universe=p["openvr.universe"])
-        return make_tracker_source(kind, **kwargs)
+        context = TrackerContext(serials, p["rate_hz"], f"{p['topic_prefix'].rstrip('/')}/trackers")
+        return self.SCHEMA.create(p, context)
 
     def _serials_seen_note(self, p, serials) -> str:
-        """For a configuration error: the serials a live source reports (openvr only)."""
-        if p["source"] != "openvr":
-            return f"source {p['source']!r} impersonates the configured serials"
+        """For a configuration error: the serials a device reports (a backend that does not impersonate the
+        configured ones)."""
+        if TRACKER_BACKENDS.backend(p["backend"]).impersonates_serials:
+            return f"backend {p['backend']!r} impersonates the configured serials"
         source = self._make_source(p, serials)
         try:
             source.start(self.now_s())
@@ -169,7 +162,7 @@ class TrackerNode(TeleopNode):
 
     def _tick(self) -> None:
         now = self.now_s()
-        if self._align_on_first_tick:  # synthetic: its sample grid on this loop's ticks
+        if self._align_on_first_tick:  # (synthetic) its sample grid on this loop's ticks
             self._align_on_first_tick = False
             self._pending = []  # discovery samples of the timeline restarted here
             self.start_grid_on_this_tick(self.source, now)
@@ -202,7 +195,7 @@ class TrackerNode(TeleopNode):
 
     def diagnostic_values(self):
         t = self.trackers
-        values = {"source": self.params["source"], "stale": ",".join(sorted(self._stale)) or "none",
+        values = {"backend": self.params["backend"], "stale": ",".join(sorted(self._stale)) or "none",
                   "rejected": t.rejected, "frames": self.frames_published, "late_dropped": self.late_dropped}
         for role in ROLES:
             values[f"{role}.serial"] = t.serials[role]
@@ -220,22 +213,6 @@ class TrackerNode(TeleopNode):
         if self._stale:
             return DiagnosticStatus.WARN, f"stale: {', '.join(sorted(self._stale))}"
         return DiagnosticStatus.OK, "tracking"
-
-
-
-def _parse_dropout(text: str) -> tuple[str, float, float]:
-    """'role:start_s:end_s' -> (role, start, end); ParameterError naming the entry otherwise."""
-    parts = text.split(":")
-    try:
-        role, t0, t1 = parts[0], float(parts[1]), float(parts[2])
-        if len(parts) != 3 or role not in ROLES or not 0 <= t0 < t1:
-            raise ValueError
-    except (ValueError, IndexError):
-        raise ParameterError(
-            "synthetic.dropouts", f"synthetic.dropouts entry {text!r} must be 'role:start_s:end_s' with a role of "
-            f"{', '.join(ROLES)} and 0 <= start_s < end_s"
-        ) from None
-    return role, t0, t1
 
 
 def main(args=None) -> int:

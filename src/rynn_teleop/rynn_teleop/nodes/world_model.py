@@ -30,7 +30,6 @@ for a backend that re-anchors on them (diffusion).
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from pathlib import Path
@@ -44,11 +43,12 @@ from sensor_msgs.msg import CameraInfo, Image, JointState
 
 from ..core.camera import default_intrinsics, parse_profile
 from ..core.layout import SIDES
-from ..core.params import Param, ParamSchema
+from ..core.params import Param
+from ..core.plugins import BackendSchema
 from ..core.robot_model import arm_joint_names, hand_joint_names
 from ..core.scheduling import name_this_thread
 from ..errors import ConfigurationError, ParameterError
-from ..world_model.generator import as_rgb
+from ..world_model.generator import WORLD_MODEL_BACKENDS, WorldModelContext, as_rgb
 from ..world_model.stream import ActionStream, FrameQueue
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
@@ -60,12 +60,10 @@ GROUPS = {f"{side}_{part}": names(side) for side in SIDES
 
 class WorldModelNode(TeleopNode):
     PRIORITY = "generate"
-    SCHEMA = ParamSchema(
+    SCHEMA = BackendSchema(
         "world_model",
         [
             DESCRIPTION_OVERLAY,
-            Param("backend", str, "render", "generator: render (robot drawn over the reference frame) or diffusion "
-                  "(the learned model; needs a checkpoint)", choices=("render", "diffusion")),
             Param("profile", str, "640x480x30", "output WIDTHxHEIGHTxFPS (frames are generated at this rate)"),
             Param("namespace", str, "/head_camera/generated", "topic prefix of the generated camera"),
             Param("color_frame_id", str, "camera_color_optical_frame", "frame id of the generated images"),
@@ -99,22 +97,9 @@ class WorldModelNode(TeleopNode):
                   "(radius ~ 1/depth)", "px", min=0.5, max=100.0),
             Param("condition.reference_m", float, 0.6, "skeleton image: depth at which a joint has radius_px", "m",
                   min=0.01, max=20.0),
-            Param("diffusion.preset", str, "tiny", "diffusion: model size", choices=("tiny", "paper")),
-            Param("diffusion.base_dir", str, "", "diffusion: the base model folder in the layout of the public "
-                  "Wan2.2-TI2V-5B-Diffusers release (vae/, transformer/), configs matching the preset (required)"),
-            Param("diffusion.weights_dir", str, "", "diffusion: the trainer's weights folder (control branch, "
-                  "fine-tuned DiT, manifest.json); empty: the base model, which ignores the actions"),
-            Param("diffusion.prompt_file", str, "", "diffusion: the fixed prompt's embedding, written by "
-                  "rynn-teleop world-model encode-prompt (required)"),
-            Param("diffusion.device", str, "cpu", "diffusion: torch device (cpu, cuda, cuda:1...)"),
-            Param("diffusion.dtype", str, "float32", "diffusion: compute dtype of the DiT (bfloat16 on a GPU)",
-                  choices=("float32", "bfloat16", "float16")),
-            Param("diffusion.vae_dtype", str, "float32", "diffusion: compute dtype of the VAE (float32, as "
-                  "diffusers' Wan2.2 pipelines run it)", choices=("float32", "bfloat16", "float16")),
-            Param("diffusion.seed", int, 0, "diffusion: noise seed", min=0, max=2**31 - 1),
-            Param("diffusion.chunk_frames", int, 81, "diffusion: frames per chunk; each chunk re-anchors on the "
-                  "newest real frame (else its own last frame)", "frames", min=5, max=100000),
         ],
+        backends=WORLD_MODEL_BACKENDS, default="render", description="generator: render (robot drawn over the "
+        "reference frame), diffusion (the learned model; needs a checkpoint), or another registered backend",
     )
 
     def __init__(self, **kwargs) -> None:
@@ -125,13 +110,10 @@ class WorldModelNode(TeleopNode):
         if p["condition.far_m"] <= p["condition.near_m"]:
             raise ParameterError("condition.far_m", f"condition.far_m ({p['condition.far_m']}) must be greater than "
                                  f"condition.near_m ({p['condition.near_m']})")
-        if not re.fullmatch(r"cpu|cuda(:\d+)?", p["diffusion.device"]):
-            raise ParameterError("diffusion.device", f"diffusion.device: {p['diffusion.device']!r} is not cpu, cuda "
-                                 "or cuda:N")
         self.intrinsics = _intrinsics(p, self.width, self.height)
         self.robot = robot_from_overlay(p["description_overlay"])
         self.conditioner = _conditioner(self.robot, self.intrinsics, p)
-        self.generator = _generator(self.robot, self.intrinsics, p)
+        self.generator = self.SCHEMA.create(p, WorldModelContext(self.robot, self.intrinsics))
         reference = _load_reference(p, self.width, self.height, self.robot)  # None: the first frame on reference.topic
 
         self.actions = ActionStream(self.robot.joint_names, GROUPS, self.robot.neutral())
@@ -343,22 +325,6 @@ def _conditioner(robot, intrinsics, p):
 _STYLE_KEYS = {"near": "near_m", "far": "far_m", "radius": "radius_px", "reference_depth": "reference_m"}
 
 
-def _generator(robot, intrinsics, p):
-    if p["backend"] == "render":
-        from ..world_model.render import RenderGenerator
-
-        return RenderGenerator(robot, intrinsics)
-    from ..world_model.diffusion.backend import DiffusionGenerator  # imports torch
-
-    return DiffusionGenerator(
-        preset=p["diffusion.preset"], base_dir=p["diffusion.base_dir"], weights_dir=p["diffusion.weights_dir"],
-        prompt_file=p["diffusion.prompt_file"], device=p["diffusion.device"],
-        dtype=p["diffusion.dtype"], vae_dtype=p["diffusion.vae_dtype"], seed=p["diffusion.seed"],
-        chunk_frames=p["diffusion.chunk_frames"],
-        width=intrinsics.width, height=intrinsics.height,
-    )
-
-
 def _load_reference(p, width: int, height: int, robot) -> np.ndarray | None:
     source = p["reference.source"]
     if source == "topic":
@@ -372,10 +338,10 @@ def _load_reference(p, width: int, height: int, robot) -> np.ndarray | None:
             raise ParameterError("reference.path", f"reference.path: {path!r} is not a readable image file "
                                  "(reference.source file needs one)")
         return as_rgb(image[:, :, ::-1], width, height)
-    from ..sources.camera import make_camera_source
+    from ..sources.camera import SyntheticScene
 
     # the tabletop without the robot (the backends draw it), seen from the description's head camera
-    scene = make_camera_source("synthetic", width=width, height=height, fps=30.0, seed=p["reference.seed"],
+    scene = SyntheticScene(width=width, height=height, fps=30.0, seed=p["reference.seed"],
                                depth=False, robot_model=robot)
     scene.start(0.0)
     try:

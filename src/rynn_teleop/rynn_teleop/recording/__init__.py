@@ -4,12 +4,16 @@ The recorder node feeds serialized messages (CDR bytes from raw subscriptions)
 into an :class:`EpisodeRecorder`; everything here works on bytes, type names
 and integer-nanosecond receive times, and never imports rclpy.
 
-Modules: ``writer`` (a bag written by a thread behind a bounded queue),
-``episodes`` (numbered episode directories, start/stop/discard, metadata),
-``stats`` (counts, rates, gaps, drops), ``metadata`` (``episode.yaml`` and
-``metadata.yaml`` custom data), ``mcapfile`` (MCAP scanning, repair, index),
-``recover`` (rebuild a killed recorder's bag) and ``inspect`` (list, info,
-check, joint plot, camera preview, and the ``rynn-teleop episodes`` command).
+Modules: ``writer`` (a bag written by a thread behind a bounded queue, with
+MCAP CRCs), ``episodes`` (numbered episode directories, start/stop/discard,
+metadata), ``stats`` (counts, rates, gaps, drops), ``metadata``
+(``episode.yaml`` and ``metadata.yaml`` custom data), ``mcapfile`` (MCAP
+scanning, repair, index), ``integrity`` (whether a file is intact: CRCs,
+structure, decoding, stamps; what a damaged one lost), ``recover`` (rebuild a
+killed recorder's bag, salvage a damaged one into a new episode, and the
+refusal every reader applies first), ``errors`` (the errors and their exit
+codes) and ``inspect`` (list, info, check, joint plot, camera preview, and the
+``rynn-teleop episodes`` command).
 """
 
 from .episodes import (
@@ -24,13 +28,15 @@ from .episodes import (
     software_version,
     split_at_window,
 )
-from .errors import RecordingError
-from .recover import RecoverResult, recover_bag
+from .errors import DamagedEpisodeError, EpisodeDataError, RecordingError
+from .recover import RecoverResult, recover_bag, require_intact, salvage_bag, verify_episode
 from .stats import GAP_FACTOR, EpisodeStats, Gap, TopicStats, episode_stats, topic_stats
 from .writer import EpisodeWriter, TopicQos
 
 __all__ = [
     "GAP_FACTOR",
+    "DamagedEpisodeError",
+    "EpisodeDataError",
     "OUTCOMES",
     "EpisodeMetadata",
     "EpisodeProgress",
@@ -48,7 +54,10 @@ __all__ = [
     "episode_stats",
     "next_episode_dir",
     "recover_bag",
+    "require_intact",
+    "salvage_bag",
     "software_version",
     "split_at_window",
     "topic_stats",
+    "verify_episode",
 ]

@@ -154,7 +154,7 @@ class EpisodeRecorder:
         gap_rates: topic -> the rate of its fastest publisher [Hz], for a topic several
             publishers share at different rates (gaps are measured in its periods).
         writer_options: keyword arguments of :class:`EpisodeWriter` (``typestore``,
-            ``queue_max_bytes``, ``queue_max_messages``, ``flush_period_s``, ``fsync``).
+            ``queue_max_bytes``, ``queue_max_messages``, ``flush_period_s``, ``fsync``, ``crcs``).
         on_error: called from the writer thread when writing an episode fails.
         clock: the default for ``now_ns`` of start/stop [ns].
     """
@@ -172,6 +172,7 @@ class EpisodeRecorder:
         typestore: Typestore | None = None,
         on_error: Callable[[RecordingError], None] | None = None,
         clock: Callable[[], int] = time.time_ns,
+        crcs: bool = True,
     ) -> None:
         self.output_dir = Path(output_dir)
         self.topics = {t: (float(r) if r else None) for t, r in topics.items()}
@@ -185,6 +186,7 @@ class EpisodeRecorder:
             "flush_period_s": flush_period_s,
             "fsync": fsync,
             "on_error": on_error,
+            "crcs": crcs,
         }
         self._clock = clock
         self._lock = threading.Lock()

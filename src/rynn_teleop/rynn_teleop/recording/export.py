@@ -11,7 +11,10 @@ the newest value stamped at or before the row's stamp: ``observation.images.<key
 [ns]). Rows before every column has a value are left out (counted). Episodes are converted in parallel, one
 process each. An episode lacking a needed topic, or whose first camera key does not run at ``fps``, stops
 the export with an :class:`ExportError` and nothing is written; one whose integrity check fails is skipped
-unless ``include_problems``.
+unless ``include_problems``. A *damaged* episode (its MCAP file fails :func:`.recover.require_intact`: CRCs,
+structure) stops the export too, with one line naming it and the damage, or is skipped with that line
+(``skip_damaged``). The output folder is created (as a staging sibling) before any episode is read, so one
+that cannot be created or written is refused first; the dataset is moved into place at the end.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from ..core.robot_model import CANONICAL_JOINT_NAMES
+from .errors import DATA_EXIT_CODE, USAGE_EXIT_CODE, DamagedEpisodeError
 from .frames import (
     COMMAND_TOPICS,
     FEED_TOPICS,
@@ -82,6 +86,7 @@ from .lerobot import (
     write_tasks,
 )
 from .metadata import episode_doc, read_metadata
+from .recover import require_intact
 from .writer import default_typestore
 
 DEPTH_TOPICS: dict[str, str] = {
@@ -108,7 +113,13 @@ class ExportError(EpisodeDataError):
     Attributes:
         episode: the episode directory it is about (None: the export as a whole).
         topic: the topic it is about, or None.
+        exit_code: 1 (an episode's data is at fault) when about an episode, else 2 (the arguments or the
+            output folder).
     """
+
+    @property
+    def exit_code(self) -> int:  # type: ignore[override]
+        return DATA_EXIT_CODE if self.episode is not None else USAGE_EXIT_CODE
 
 
 @dataclass(frozen=True)
@@ -125,10 +136,11 @@ class ExportedEpisode:
 
 @dataclass(frozen=True)
 class SkippedEpisode:
-    """An episode left out because its integrity check failed."""
+    """An episode left out because its integrity check failed, or (``damaged``) because its file is damaged."""
 
     source: Path
     problems: tuple[str, ...]
+    damaged: bool = False  # left out by ``skip_damaged``: ``problems`` holds the one-line reason
 
 
 @dataclass
@@ -169,7 +181,8 @@ class ExportReport:
                  "problems": list(e.problems)}
                 for e in self.episodes
             ],
-            "skipped": [{"source": str(s.source), "problems": list(s.problems)} for s in self.skipped],
+            "skipped": [{"source": str(s.source), "problems": list(s.problems), "damaged": s.damaged}
+                        for s in self.skipped],
             "total_frames": self.total_frames,
             "recorded_seconds": round(self.recorded_seconds, 3),
             "seconds": round(self.seconds, 3),
@@ -192,6 +205,7 @@ class _Job:
     depth: str | None = None  # depth feed, or None
     depth_max_m: float = DEPTH_MAX_M
     depth_video: VideoOptions | None = None
+    skip_damaged: bool = False
 
 
 @dataclass
@@ -217,6 +231,7 @@ class _Skipped:
     source: Path
     position: int
     problems: tuple[str, ...]
+    damaged: bool = False
 
 
 # the episode reading shared with the world-model dataset (.frames), under this module's former names
@@ -238,7 +253,7 @@ def _convert(job: _Job) -> _Converted | _Skipped:
     except ExportError:
         raise
     except EpisodeDataError as exc:
-        raise ExportError(str(exc), episode=exc.episode, topic=exc.topic) from exc
+        raise ExportError(str(exc), episode=exc.episode or job.source, topic=exc.topic) from exc
 
 
 def _convert_episode(job: _Job) -> _Converted | _Skipped:
@@ -251,6 +266,12 @@ def _convert_episode(job: _Job) -> _Converted | _Skipped:
         if job.include_problems:
             raise ExportError(f"{path}: {problems[0]}", episode=path)
         return _Skipped(path, job.position, tuple(problems))
+    try:
+        require_intact(path, doc=doc)
+    except DamagedEpisodeError as exc:
+        if not job.skip_damaged:
+            raise ExportError(f"{exc} (--skip-damaged leaves it out)", episode=path) from exc
+        return _Skipped(path, job.position, (str(exc).removeprefix(f"{path}: "),), damaged=True)
     bag = _Bag.open(path)
     typestore = default_typestore()
     image_topics = [FEED_TOPICS[k] for k in job.images]
@@ -505,6 +526,7 @@ def export_lerobot(
     workers: int | None = None,
     depth: str | None = None,
     depth_max_m: float = DEPTH_MAX_M,
+    skip_damaged: bool = False,
 ) -> ExportReport:
     """Export episode directories as one LeRobot (v3.0) dataset at ``out``.
 
@@ -530,6 +552,8 @@ def export_lerobot(
             reader decodes holds depth / depth_max_m in [0, 1] (steps of depth_max_m / 255; 0: no reading);
             the 12-bit stream has steps of depth_max_m / 4080 (:func:`.lerobot.depth_video_feature`).
             Recorded in the feature's ``info`` and in every episode's ``rynn_teleop/depth_max_m``.
+        skip_damaged: leave out an episode whose MCAP file is damaged (reported in ``skipped`` with its
+            one-line reason) instead of stopping the export.
 
     Returns:
         What was written and skipped, and how long it took.
@@ -538,8 +562,9 @@ def export_lerobot(
         ExportError: a bad argument; ``out`` exists (a non-empty folder without ``append`` or
             ``overwrite``, or a folder that is not a dataset with either); an episode lacks a
             needed topic (with ``depth``, the depth topic) or its camera does not run at ``fps``;
-            camera (or depth) sizes differ between episodes. Nothing is written then (with ``append``,
-            the existing dataset is unchanged).
+            camera (or depth) sizes differ between episodes; an episode is damaged (without
+            ``skip_damaged``); the output folder cannot be created or written (named, before any episode is
+            read). Nothing is written then (with ``append``, the existing dataset is unchanged).
     """
     started = time.perf_counter()
     out = Path(out)
@@ -610,7 +635,14 @@ def export_lerobot(
     else:
         stage = out.parent / f".{out.name}.export-{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
+    try:
+        stage.mkdir(parents=True)
+        (stage / ".write-test").touch()
+        (stage / ".write-test").unlink()
+    except OSError as exc:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise ExportError(f"cannot create the dataset folder {out}: {exc.strerror or exc} "
+                          f"({exc.filename or stage})") from exc
     root = out if extend else stage
     work = stage / "work"
     report = ExportReport(out=out, repo_id=repo_id, fps=fps)
@@ -619,11 +651,11 @@ def export_lerobot(
         n_workers = _worker_count(workers, len(sources))
         job_video = video if video.threads else replace(video, threads=max(1, _cpu_count() // n_workers))
         depth_video = depth_video_options(video.gop, job_video.threads)
-        jobs = [_Job(p, i, work / f"{i:05d}", fps, images, job_video, include_problems, depth, depth_max_m, depth_video)
-                for i, p in enumerate(sources)]
+        jobs = [_Job(p, i, work / f"{i:05d}", fps, images, job_video, include_problems, depth, depth_max_m, depth_video,
+                     skip_damaged) for i, p in enumerate(sources)]
         results = _run(jobs, n_workers)
         converted = [r for r in results if isinstance(r, _Converted)]
-        report.skipped = [SkippedEpisode(r.source, r.problems) for r in results if isinstance(r, _Skipped)]
+        report.skipped = [SkippedEpisode(r.source, r.problems, r.damaged) for r in results if isinstance(r, _Skipped)]
         if not converted:
             shutil.rmtree(stage, ignore_errors=True)
             report.seconds = time.perf_counter() - started
@@ -723,10 +755,13 @@ def export_lerobot(
             os.replace(stage, out)
         else:
             shutil.rmtree(stage, ignore_errors=True)
-    except BaseException:
+    except BaseException as exc:
         for p in written:  # appending: this run's files; the existing dataset's metadata was not touched
             p.unlink(missing_ok=True)
         shutil.rmtree(stage, ignore_errors=True)
+        if isinstance(exc, OSError):  # disk full, a folder removed under us...: named, nothing left behind
+            raise ExportError(f"the export into {out} failed: {exc.strerror or exc}"
+                              + (f" ({exc.filename})" if exc.filename else "") + "; nothing was written") from exc
         raise
     report.seconds = time.perf_counter() - started
     return report

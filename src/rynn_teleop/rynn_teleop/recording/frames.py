@@ -30,12 +30,13 @@ import numpy as np
 from mcap.data_stream import ReadDataStream
 from mcap.reader import make_reader
 from mcap.records import Chunk
-from mcap.stream_reader import get_chunk_data_stream
+from mcap.stream_reader import CRCValidationError, get_chunk_data_stream
 
 from ..core.image import decode_image
 from ..core.robot_model import CANONICAL_JOINT_NAMES
 from .cdr import has_header, header_stamp_ns
-from .errors import RecordingError
+from .errors import DamagedEpisodeError, EpisodeDataError
+from .metadata import salvage_problems
 from .recover import mcap_file
 from .stats import episode_stats
 from .writer import default_typestore
@@ -52,28 +53,6 @@ SOURCE_TOPIC = "/head_camera/active_source"
 JOINT_STATE = "sensor_msgs/msg/JointState"
 IMAGE = "sensor_msgs/msg/Image"
 CAMERA_INFO = "sensor_msgs/msg/CameraInfo"
-
-
-class EpisodeDataError(RecordingError):
-    """An episode's bag cannot be read as needed, or lacks what is needed.
-
-    Attributes:
-        episode: the episode directory (or bag file) it is about (None: not about one episode).
-        topic: the topic it is about, or None.
-    """
-
-    def __init__(self, message: str, *, episode: Path | None = None, topic: str | None = None) -> None:
-        super().__init__(message)
-        self.episode = episode
-        self.topic = topic
-
-    def __reduce__(self) -> tuple[Any, ...]:  # keeps the class, episode and topic across a process pool
-        return (_rebuild_error, (type(self), self.args[0], self.episode, self.topic))
-
-
-def _rebuild_error(cls: type[EpisodeDataError], message: str, episode: Path | None,
-                   topic: str | None) -> EpisodeDataError:
-    return cls(message, episode=episode, topic=topic)
 
 
 _JOINT_INDEX = {n: i for i, n in enumerate(CANONICAL_JOINT_NAMES)}
@@ -233,12 +212,24 @@ class JointStateReader:
 
 
 def _chunk_records(body: bytes, path: Path) -> memoryview:
-    """The records of a chunk record's content, decompressed by the mcap library."""
+    """The records of a chunk record's content, decompressed and CRC-checked by the mcap library.
+
+    Raises:
+        DamagedEpisodeError: the chunk's CRC does not match, or the chunk cannot be read.
+    """
     try:
-        stream, length = get_chunk_data_stream(Chunk.read(ReadDataStream(io.BytesIO(body))))
+        stream, length = get_chunk_data_stream(Chunk.read(ReadDataStream(io.BytesIO(body))), validate_crc=True)
+    except CRCValidationError as exc:
+        raise DamagedEpisodeError(f"{path}: damaged: a chunk's CRC does not match ({exc})", episode=path) from exc
     except Exception as exc:  # unsupported compression, a cut chunk
-        raise EpisodeDataError(f"{path}: a chunk cannot be read ({exc})", episode=path) from exc
+        raise DamagedEpisodeError(f"{path}: damaged: a chunk cannot be read ({exc})", episode=path) from exc
     return memoryview(stream.read(length))
+
+
+def _undecodable(path: Path, topic: str, exc: Exception) -> DamagedEpisodeError:
+    """The error of a message that does not decode with its type (garbage where a message was)."""
+    return DamagedEpisodeError(f"{path}: damaged: a message on {topic} does not decode ({type(exc).__name__}: "
+                               f"{exc})", episode=path, topic=topic)
 
 
 def episode_problems(path: Path, doc: Mapping[str, Any], bag: Bag, times: Mapping[str, list[int]],
@@ -248,6 +239,7 @@ def episode_problems(path: Path, doc: Mapping[str, Any], bag: Bag, times: Mappin
     problems: list[str] = []
     if str(doc.get("state") or "") == "failed":
         problems.append(f"recording failed: {doc.get('error', 'unknown error')}")
+    problems += salvage_problems(doc)
     rates = dict(doc.get("expected_rates") or {})
     typestore = default_typestore()
     received = {t: (bag.types[t], np.asarray(times.get(t, ()), np.int64)) for t in bag.types}
@@ -328,12 +320,18 @@ def scan_episode(path: str | Path, bag: Bag | None = None, typestore: Any = None
         times[topic].append(log_time)
         stamps[topic].append(header_stamp_ns(data))
         if topic == SOURCE_TOPIC:
-            scan.sources.append((log_time, str(typestore.deserialize_cdr(data, bag.types[topic]).data)))
+            try:
+                scan.sources.append((log_time, str(typestore.deserialize_cdr(data, bag.types[topic]).data)))
+            except Exception as exc:  # rosbags raises SerdeError and others for garbage
+                raise _undecodable(path, topic, exc) from exc
         elif topic == MEASURED_TOPIC or topic in COMMAND_TOPICS:
             if bag.types[topic] != JOINT_STATE:
                 raise EpisodeDataError(f"{path}: {topic} is {bag.types[topic]}, not {JOINT_STATE}",
                                        episode=path, topic=topic)
-            names, positions = joints.read(data)
+            try:
+                names, positions = joints.read(data)
+            except Exception as exc:  # rosbags raises SerdeError and others for garbage
+                raise _undecodable(path, topic, exc) from exc
             stamp = stamps[topic][-1]
             (scan.measured if topic == MEASURED_TOPIC else scan.commanded).add(stamp, names, positions, path, topic)
             if topic != MEASURED_TOPIC:
@@ -431,7 +429,11 @@ def read_images(bag: Bag, topic: str, messages: Sequence[int] | np.ndarray, type
             if m not in need:
                 continue
             try:
-                image = decode_image(typestore.deserialize_cdr(data, IMAGE), depth=depth)
+                msg = typestore.deserialize_cdr(data, IMAGE)
+            except Exception as exc:  # rosbags raises SerdeError and others for garbage
+                raise _undecodable(path, topic, exc) from exc
+            try:
+                image = decode_image(msg, depth=depth)
             except ValueError as exc:
                 raise EpisodeDataError(f"{path}: {topic}: {exc}", episode=path, topic=topic) from exc
             cache[m] = image if transform is None else transform(image)
@@ -457,7 +459,10 @@ def first_message(bag: Bag, topic: str, typestore: Any = None) -> Any | None:
     scan = bag.scan({topic})
     try:
         for _, _, data in scan:
-            return typestore.deserialize_cdr(data, bag.types[topic])
+            try:
+                return typestore.deserialize_cdr(data, bag.types[topic])
+            except Exception as exc:  # rosbags raises SerdeError and others for garbage
+                raise _undecodable(bag.path.parent, topic, exc) from exc
     finally:
         scan.close()
     return None

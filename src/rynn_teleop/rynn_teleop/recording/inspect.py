@@ -4,12 +4,20 @@
 
     episodes list DIR                      one line per episode of an output directory
     episodes info PATH [--json] [--plot FILE.png] [--video FILE.mp4] [--camera-topic T] [--rate TOPIC=HZ ...]
-    episodes check PATH [--rate TOPIC=HZ ...]   exit 1 if an episode has problems
-    episodes recover PATH                  rebuild the index and metadata.yaml of a killed recorder's bag
+    episodes check PATH [--quick] [--rate TOPIC=HZ ...]   exit 1 if an episode is damaged or has problems
+    episodes recover PATH [--out DIR]      repair a killed recorder's bag; salvage a damaged one into a new episode
+    episodes export PATHS --out DIR ... [--skip-damaged]   a LeRobot dataset
 
-PATH is one episode directory or an output directory (every episode in it). Exit codes: 0 fine, 1
-``check`` found problems, 2 an error (unreadable bag, bad arguments). Statistics come from the MCAP index
-(receive times) plus the header stamps of the topics with a rate (gaps: :mod:`rynn_teleop.recording.stats`).
+PATH is one episode directory or an output directory (every episode in it). Exit codes: 0 fine, 1 the data
+(``check`` found damage or problems, an episode that cannot be read or is damaged), 2 the request (bad
+arguments, a path that does not exist or is not an episode, an output that cannot be written).
+
+``check`` verifies each episode's file (:func:`.integrity.verify_mcap`: chunk, data-section and summary CRCs,
+every message decoded with its schema, receive times monotonic and inside the episode, header stamps
+plausible) and reports a damaged one with the byte ranges, topics and times lost, then computes the integrity
+statistics from the intact messages; ``check --quick`` and ``info`` compute the statistics only, from the MCAP
+index (receive times) plus the header stamps of the topics with a rate (gaps:
+:mod:`rynn_teleop.recording.stats`), without reading every byte.
 The plot draws commanded (``/arms/command``, ``/hands/command``) and measured (``/joint_states``) joint
 positions against receive time; the preview is an MP4 (``mp4v``) of an Image topic at its recorded rate.
 """
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,10 +42,11 @@ from ..core.image import DEPTH_ENCODINGS, decode_image
 from ..errors import RynnTeleopError
 from .cdr import has_header
 from .episodes import episode_dirs
-from .errors import RecordingError
+from .errors import USAGE_EXIT_CODE, EpisodeDataError, RecordingError
+from .integrity import IntegrityReport
 from .mcapfile import read_index, read_stamps
-from .metadata import episode_doc, read_metadata
-from .recover import mcap_file, recover_bag
+from .metadata import episode_doc, read_metadata, salvage_problems
+from .recover import mcap_file, recover_bag, verify_episode
 from .stats import EpisodeStats, episode_stats, parse_topic_rates
 from .writer import default_typestore
 
@@ -56,11 +66,18 @@ class EpisodeInfo:
     doc: dict[str, Any] = field(default_factory=dict)  # the episode description (episode.yaml)
     stats: EpisodeStats | None = None  # None when the bag has no readable index
     problems: list[str] = field(default_factory=list)  # empty when the episode is fine
+    integrity: IntegrityReport | None = None  # the file's verification (None: statistics only)
+    unreadable: bool = False  # statistics only: the closed bag's index or messages could not be read (damaged)
+
+    @property
+    def damaged(self) -> bool:
+        """The file was verified and found damaged."""
+        return self.integrity is not None and self.integrity.damaged
 
     @property
     def ok(self) -> bool:
         """True when nothing is wrong with the episode."""
-        return not self.problems
+        return not self.problems and not self.damaged
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data form (JSON)."""
@@ -73,6 +90,9 @@ class EpisodeInfo:
             "camera_sources": self.doc.get("camera_sources", []),
             "stats": self.stats.to_dict() if self.stats else None,
             "problems": list(self.problems),
+            "verified": self.integrity is not None,
+            "damaged": self.damaged,
+            "damage": self.integrity.lines(self.doc.get("start_ns")) if self.damaged else [],
         }
 
 
@@ -92,30 +112,35 @@ def _topic_times(path: Path) -> dict[str, tuple[str, np.ndarray]]:
 
 def _topic_stamps(
     path: Path, times: Mapping[str, tuple[str, np.ndarray]], rates: Mapping[str, float | None]
-) -> dict[str, np.ndarray]:
-    """Header stamps [ns] of the topics with a rate whose every type starts with a std_msgs/Header.
+) -> tuple[dict[str, np.ndarray], str]:
+    """Header stamps [ns] of the topics with a rate whose every type starts with a std_msgs/Header, and why
+    they could not be read ("" when they could).
 
-    Empty if the messages cannot be read (gaps then fall back to receive times).
+    Empty if the messages cannot be read (gaps then fall back to receive times; the reason is a problem).
     """
     typestore = default_typestore()
     topics = [
         t for t, (ty, _) in times.items() if rates.get(t) and all(has_header(typestore, x) for x in ty.split(", "))
     ]
     try:
-        return read_stamps(mcap_file(path), topics)
-    except RecordingError:
-        return {}
+        return read_stamps(mcap_file(path), topics), ""
+    except RecordingError as exc:
+        return {}, f"damaged: {exc}; `rynn-teleop episodes check {path}` verifies it"
 
 
-def episode_info(path: str | Path, expected_rates: Mapping[str, float] | None = None) -> EpisodeInfo:
+def episode_info(path: str | Path, expected_rates: Mapping[str, float] | None = None, *,
+                 verify: bool = False) -> EpisodeInfo:
     """Describe and check one episode directory.
 
     Args:
         path: the episode (bag) directory.
         expected_rates: topic -> rate [Hz], overriding or adding to the recorded configuration.
+        verify: read and verify the whole file (:func:`.recover.verify_episode`, every message decoded) and
+            compute the statistics from its intact messages; default: the statistics only, from the index.
 
     Raises:
-        RecordingError: the directory holds no MCAP file or unreadable descriptions.
+        RecordingError: the directory holds no MCAP file, or one that cannot be opened; EpisodeDataError: a
+            description that cannot be parsed, a file that is no MCAP file.
     """
     path = Path(path)
     doc = episode_doc(path)
@@ -123,26 +148,60 @@ def episode_info(path: str | Path, expected_rates: Mapping[str, float] | None = 
     problems: list[str] = []
     if state == "failed":
         problems.append(f"recording failed: {doc.get('error', 'unknown error')}")
+    problems += salvage_problems(doc)
     meta = read_metadata(path)
+    rates = {**(doc.get("expected_rates") or {}), **(expected_rates or {})}
+    if verify:
+        return _verified_info(path, doc, state, meta, rates, problems)
     try:
         if meta is None:
             raise RecordingError("no metadata.yaml")
         times = _topic_times(path)
     except RecordingError as exc:
-        if state != "failed":
+        if meta is not None:
+            problems.append(f"damaged: {exc}; `rynn-teleop episodes check {path}` verifies it")
+        elif state != "failed":
             problems.append(f"not closed ({exc}): still being recorded, or run `rynn-teleop episodes recover {path}`")
-        return EpisodeInfo(path, "recording" if state in ("recording", "unknown") else state, doc, None, problems)
-    rates = {**(doc.get("expected_rates") or {}), **(expected_rates or {})}
+        return EpisodeInfo(path, "recording" if state in ("recording", "unknown") and meta is None else state, doc,
+                           None, problems, unreadable=meta is not None)
     edges = [int(x) for _, ts in times.values() if ts.size for x in (ts[0], ts[-1])]
     start_ns = int(doc.get("start_ns") or min(edges, default=0))
     stop_ns = int(doc.get("stop_ns") or max(edges, default=start_ns))
     recorded = (doc.get("stats") or {}).get("topics") or {}
     dropped = {t: int(s.get("dropped", 0)) for t, s in recorded.items()}
+    stamps, unreadable = _topic_stamps(path, times, rates)
     stats = episode_stats(
         times, start_ns=start_ns, stop_ns=stop_ns, expected_rates=rates, dropped=dropped,
-        stamps=_topic_stamps(path, times, rates), gap_rates=doc.get("gap_rates") or {},
+        stamps=stamps, gap_rates=doc.get("gap_rates") or {},
     )
-    return EpisodeInfo(path, state, doc, stats, problems + stats.problems())
+    return EpisodeInfo(path, state, doc, stats, problems + ([unreadable] if unreadable else []) + stats.problems(),
+                       unreadable=bool(unreadable))
+
+
+def _verified_info(path: Path, doc: dict[str, Any], state: str, meta: dict[str, Any] | None,
+                   rates: Mapping[str, float | None], problems: list[str]) -> EpisodeInfo:
+    """:func:`episode_info` with ``verify``: one pass over the file gives the damage and the statistics."""
+    report = verify_episode(path, doc=doc, decode=True)
+    if meta is None:
+        if state != "failed":
+            problems.append("not closed (no metadata.yaml): still being recorded, or run "
+                            f"`rynn-teleop episodes recover {path}`")
+        return EpisodeInfo(path, "recording" if state in ("recording", "unknown") else state, doc, None,
+                           problems + report.problems, report)
+    times = {t: (m.type_name, m.times_ns) for t, m in report.topics.items()}
+    edges = [int(x) for _, ts in times.values() if ts.size for x in (ts.min(), ts.max())]
+    start_ns = int(doc.get("start_ns") or min(edges, default=0))
+    stop_ns = int(doc.get("stop_ns") or max(edges, default=start_ns))
+    recorded = (doc.get("stats") or {}).get("topics") or {}
+    typestore = default_typestore()
+    stamps = {t: m.stamps_ns for t, m in report.topics.items()
+              if rates.get(t) and all(has_header(typestore, x) for x in m.type_name.split(", "))}
+    stats = episode_stats(
+        times, start_ns=start_ns, stop_ns=stop_ns, expected_rates=rates,
+        dropped={t: int(s.get("dropped", 0)) for t, s in recorded.items()}, stamps=stamps,
+        gap_rates=doc.get("gap_rates") or {},
+    )
+    return EpisodeInfo(path, state, doc, stats, problems + stats.problems() + report.problems, report)
 
 
 @dataclass(frozen=True)
@@ -156,21 +215,30 @@ class EpisodeListing:
     duration_s: float | None  # None while not stopped
     message_count: int | None  # None while not closed
     problem_count: int | None  # recorded at stop or recover; None if never checked
+    error: str = ""  # why its description could not be read (state "unreadable"); empty when it could
 
 
 def list_episodes(output_dir: str | Path) -> list[EpisodeListing]:
-    """The episodes of an output directory, by number.
+    """The episodes of an output directory, by number; one whose description cannot be parsed is listed with
+    state ``unreadable`` and the reason in ``error``.
 
     Raises:
-        RecordingError: ``output_dir`` is not a directory, or a description cannot be parsed.
+        RecordingError: ``output_dir`` is not a directory, or is an episode itself.
     """
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         raise RecordingError(f"{output_dir} is not a directory")
+    if any(output_dir.glob("*.mcap")):
+        raise RecordingError(f"{output_dir} is an episode, not an output directory of episodes: "
+                             f"`rynn-teleop episodes info {output_dir}` describes it")
     out = []
     for path in episode_dirs(output_dir):
-        doc = episode_doc(path)
-        meta = read_metadata(path)
+        try:
+            doc = episode_doc(path)
+            meta = read_metadata(path)
+        except RecordingError as exc:
+            out.append(EpisodeListing(path, "unreadable", "", "", None, None, None, str(exc)))
+            continue
         start, stop = doc.get("start_ns"), doc.get("stop_ns")
         problems = doc.get("problems")
         out.append(
@@ -200,8 +268,9 @@ def _messages(path: Path, topics: Sequence[str], type_name: str) -> Iterator[tup
                 yield conn.topic, int(t), typestore.deserialize_cdr(data, type_name)
     except RecordingError:
         raise
-    except Exception as exc:
-        raise RecordingError(f"cannot read {path}: {exc}") from exc
+    except Exception as exc:  # rosbags raises its own errors for a bag it cannot read
+        raise EpisodeDataError(f"cannot read {path}: {exc}; `rynn-teleop episodes check {path}` verifies it",
+                               episode=path) from exc
 
 
 def image_to_bgr(msg: Any) -> np.ndarray:
@@ -216,7 +285,7 @@ def image_to_bgr(msg: Any) -> np.ndarray:
     try:
         image = decode_image(msg, depth=depth)
     except ValueError as exc:
-        raise RecordingError(f"cannot preview image: {exc}") from exc
+        raise EpisodeDataError(f"cannot preview image: {exc}") from exc
     if depth:
         peak = float(image.max()) or 1.0
         return cv2.cvtColor((image.astype(np.float32) * (255.0 / peak)).astype(np.uint8), cv2.COLOR_GRAY2BGR)
@@ -273,6 +342,33 @@ def plot_joints(
         RecordingError: the bag cannot be read, holds none of these topics, or the PNG cannot be written.
     """
     path = Path(path)
+    partial = _partial(png)  # refused here, before the bag is read, if it cannot be written
+    try:
+        joints = _draw_joints(path, partial, command_topics, measured_topic, panel_size, columns)
+        os.replace(partial, png)
+    finally:
+        partial.unlink(missing_ok=True)
+    return joints
+
+
+def _partial(target: str | Path) -> Path:
+    """A new file beside ``target`` (same suffix) to write into and rename to it when complete.
+
+    Raises:
+        RecordingError: the folder of ``target`` does not exist or cannot be written (named).
+    """
+    target = Path(target)
+    partial = target.with_name(f".{target.stem}.partial-{os.getpid()}{target.suffix}")
+    try:
+        partial.touch()
+    except OSError as exc:
+        raise RecordingError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    return partial
+
+
+def _draw_joints(path: Path, png: Path, command_topics: Sequence[str], measured_topic: str,
+                 panel_size: tuple[int, int], columns: int) -> int:
+    """:func:`plot_joints` into ``png``."""
     cmd_names, cmd = _series(path, command_topics)
     meas_names, meas = _series(path, [measured_topic])
     joints = cmd_names + [n for n in meas_names if n not in cmd]
@@ -351,6 +447,17 @@ def video_preview(path: str | Path, mp4: str | Path, *, topic: str | None = None
         )
     stamps = times[topic][1]
     fps = (len(stamps) - 1) / ((stamps[-1] - stamps[0]) * 1e-9) if len(stamps) > 1 and stamps[-1] > stamps[0] else 30.0
+    partial = _partial(mp4)  # refused here, before any frame is decoded, if it cannot be written
+    try:
+        frames = _write_preview(path, partial, topic, stamps, fps, max_width)
+        os.replace(partial, mp4)
+    finally:
+        partial.unlink(missing_ok=True)
+    return frames
+
+
+def _write_preview(path: Path, mp4: Path, topic: str, stamps: np.ndarray, fps: float, max_width: int) -> int:
+    """:func:`video_preview` into ``mp4``."""
     writer: cv2.VideoWriter | None = None
     size: tuple[int, int] = (0, 0)
     frames = 0
@@ -443,9 +550,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
         problems = "-" if r.problem_count is None else str(r.problem_count)
         print(
             f"{r.path.name:<16} {r.state:<10} {_fmt(r.duration_s, '.3f'):>10} {_fmt(r.message_count, 'd'):>9} "
-            f"{problems:>9}  {r.task} / {r.operator}"
+            f"{problems:>9}  " + (r.error if r.error else f"{r.task} / {r.operator}")
         )
-    return 0
+    return 1 if any(r.error for r in rows) else 0
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -464,24 +571,58 @@ def _cmd_info(args: argparse.Namespace) -> int:
     if args.video:
         n = video_preview(paths[0], args.video, topic=args.camera_topic)
         print(f"wrote {args.video} ({n} frames)", file=sys.stderr if args.json else sys.stdout)
-    return 0
+    return 1 if any(i.unreadable for i in infos) else 0  # a closed bag that cannot be read: its data is at fault
+
+
+def _proof(report: IntegrityReport) -> str:
+    """What the verification proved, in words."""
+    parts = [f"{report.crc_chunks} chunk CRC(s)" + (f", {report.plain_chunks} chunk(s) without CRC"
+                                                   if report.plain_chunks else "")]
+    crc = {"ok": "data-section CRC ok", "absent": "no data-section CRC"}
+    parts.append(crc.get(report.data_crc, f"data-section CRC {report.data_crc}"))
+    parts.append(f"{report.decoded} message(s) decoded")
+    return ", ".join(parts)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
     bad = 0
+    rates = _rates(args.rate)
     for path in episodes_at(args.path):
-        info = episode_info(path, _rates(args.rate))
-        if info.ok:
-            print(f"{path}: ok")
-        else:
+        try:
+            info = episode_info(path, rates, verify=not args.quick)
+        except EpisodeDataError as exc:  # not an MCAP file, an unreadable description: this episode only
             bad += 1
+            print(f"{path}: DAMAGED, {str(exc).removeprefix(f'{path}: ')}")
+            continue
+        report = info.integrity
+        if info.ok:
+            print(f"{path}: ok (" + (_proof(report) if report is not None else "statistics only, --quick") + ")")
+            continue
+        bad += 1
+        if info.damaged:
+            assert report is not None
+            print(f"{path}: DAMAGED, {report.reason().removeprefix('damaged: ')}")
+            print("\n".join(f"  ! {line}" for line in report.lines(info.doc.get("start_ns"))))
+            print(f"  `rynn-teleop episodes recover {path}` salvages the intact part into a new episode")
+        if info.problems:
             print(f"{path}: {len(info.problems)} problem(s)\n" + "\n".join(f"  - {p}" for p in info.problems))
+        if report is not None:
+            for note in report.notes:
+                print(f"  note: {note}")
     return 1 if bad else 0
 
 
 def _cmd_recover(args: argparse.Namespace) -> int:
-    for path in episodes_at(args.path):
-        r = recover_bag(path, force=args.force)
+    paths = episodes_at(args.path)
+    if args.out is not None and len(paths) != 1:
+        raise RecordingError("--out needs a single episode directory")
+    for path in paths:
+        r = recover_bag(path, force=args.force, out=args.out)
+        if r.salvaged_from is not None:
+            lost = sum(r.lost.values())
+            print(f"{path}: salvaged {r.message_count} message(s) into {r.bag_dir} ({lost} lost; {path} is unchanged)")
+            print("\n".join(f"  ! {line}" for line in r.damage))
+            continue
         what = "was complete; metadata rewritten" if r.was_complete else f"cut {r.bytes_cut} bytes of incomplete data"
         print(f"{path}: {r.message_count} messages, {what}")
     return 0
@@ -499,9 +640,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     report = export_lerobot(
         paths, args.out, args.repo_id, fps=args.fps, images=args.image or ["consumer"], video=video,
         include_problems=args.include_problems, append=args.append, overwrite=args.overwrite, workers=args.workers,
-        depth=args.depth, depth_max_m=args.depth_max_m,
+        depth=args.depth, depth_max_m=args.depth_max_m, skip_damaged=args.skip_damaged,
     )
     for s in report.skipped:
+        if s.damaged:
+            print(f"{s.source}: skipped, {s.problems[0]}")
+            continue
         print(f"{s.source}: skipped, {len(s.problems)} problem(s) (--include-problems exports it)\n"
               + "\n".join(f"  - {p}" for p in s.problems))
     for e in report.episodes:
@@ -521,7 +665,8 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
     p.add_argument("dir", type=Path)
     p.set_defaults(func=_cmd_list)
     rate_help = "expected rate of a topic (gap detection), overrides the recorded configuration; repeatable"
-    p = sub.add_parser("info", help="per-topic counts, rates, gaps and duration; optional plot and preview")
+    p = sub.add_parser("info", help="per-topic counts, rates, gaps and duration (from the index; exit 1 if it "
+                       "cannot be read); optional plot and preview")
     p.add_argument("path", type=Path, help="an episode directory, or an output directory of episodes")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="commanded vs measured joint positions")
@@ -530,13 +675,20 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
                    help=f"Image topic of the preview (default {CAMERA_TOPIC} or the first Image topic)")
     p.add_argument("--rate", action="append", default=[], metavar="TOPIC=HZ", help=rate_help)
     p.set_defaults(func=_cmd_info)
-    p = sub.add_parser("check", help="exit 1 if an episode has gaps, missing topics, drops or was not closed")
+    p = sub.add_parser("check", help="verify each episode's file (CRCs, every message decoded, stamps) and exit 1 "
+                       "if one is damaged, has gaps, missing topics, drops or was not closed")
     p.add_argument("path", type=Path, help="an episode directory, or an output directory of episodes")
+    p.add_argument("--quick", action="store_true", help="statistics only, from the index (no CRCs, no decoding: "
+                   "fast on large corpora, but blind to damage)")
     p.add_argument("--rate", action="append", default=[], metavar="TOPIC=HZ", help=rate_help)
     p.set_defaults(func=_cmd_check)
-    p = sub.add_parser("recover", help="rebuild index and metadata.yaml of a bag whose recorder was killed")
+    p = sub.add_parser("recover", help="rebuild index and metadata.yaml of a bag whose recorder was killed; salvage "
+                       "a damaged one's intact chunks into a new episode (the damaged one is left as it is)")
     p.add_argument("path", type=Path, help="an episode directory, or an output directory of episodes")
     p.add_argument("--force", action="store_true", help="even if the recorder that started it still runs on this host")
+    p.add_argument("--out", type=Path, help="write the recovered episode to this new directory and leave PATH "
+                   "unchanged (default: repair a killed recorder's bag in place; a damaged one goes to the next "
+                   "episode_NNNN beside it)")
     p.set_defaults(func=_cmd_recover)
     p = sub.add_parser("export", help="write episodes as a LeRobot dataset (format v3.0) for policy training")
     p.add_argument("paths", type=Path, nargs="+", metavar="EPISODE_DIRS",
@@ -559,6 +711,8 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
     p.add_argument("--preset", default="veryfast", help="encoder speed preset (default veryfast; '' for the encoder's)")
     p.add_argument("--workers", type=int, help="episodes converted at once (default: one per CPU)")
     p.add_argument("--include-problems", action="store_true", help="export episodes whose check fails too")
+    p.add_argument("--skip-damaged", action="store_true", help="leave out an episode whose file is damaged (one "
+                   "line says why) instead of stopping the export")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--append", action="store_true", help="add to an existing dataset (indices continue)")
     mode.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
@@ -567,10 +721,15 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
 
 
 def episodes_main(argv: Sequence[str] | None = None) -> int:
-    """``rynn-teleop episodes ...``; returns the exit code (0 ok, 1 check failed, 2 error)."""
+    """``rynn-teleop episodes ...``; returns the exit code (0 ok, 1 the data: damaged, unreadable or failing its
+    check, 2 the request: bad arguments, missing paths, unwritable output)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
     except RynnTeleopError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return int(getattr(exc, "exit_code", USAGE_EXIT_CODE))
+    except OSError as exc:  # a folder or file the system refuses (permissions, read-only, gone meanwhile)
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return USAGE_EXIT_CODE

@@ -4,8 +4,8 @@
   unreadable (a writer killed mid-write), keeping every complete chunk and each message's would-be
   header stamp (:func:`.cdr.header_stamp_ns`; meaningless for types without a header, which users ignore);
 * :func:`repair` cuts the file after the last complete chunk (regenerating its message indexes when they
-  were cut) and appends a summary and footer, so that indexed readers (rosbag2's MCAP plugin, rosbags,
-  ``mcap``) open it;
+  were cut) and appends a summary and footer with the data-section and summary CRCs, so that indexed readers
+  (rosbag2's MCAP plugin, rosbags, ``mcap``) open it and ``episodes check`` can prove it intact;
 * :func:`read_index` reads a complete file's channels and receive times from its indexes, without payloads;
 * :func:`read_stamps` reads chosen topics' header stamps (first 12 bytes), for the integrity statistics.
 
@@ -15,6 +15,7 @@ Offsets are byte offsets in the file; times are MCAP ``log_time`` values [ns].
 from __future__ import annotations
 
 import struct
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from io import BytesIO
@@ -103,8 +104,12 @@ def _is_complete(f: BinaryIO, size: int) -> bool:
 
 
 def _chunk_records(chunk: Chunk) -> list[tuple[int, Schema | Channel | Message]]:
-    """The schema, channel and message records of a chunk with their offsets in its uncompressed records."""
-    stream, length = get_chunk_data_stream(chunk)
+    """The schema, channel and message records of a chunk with their offsets in its uncompressed records.
+
+    Raises:
+        Exception: the chunk's CRC does not match (``CRCValidationError``) or its records are unreadable.
+    """
+    stream, length = get_chunk_data_stream(chunk, validate_crc=True)
     out: list[tuple[int, Schema | Channel | Message]] = []
     while stream.count < length:
         offset = stream.count
@@ -263,11 +268,23 @@ class _Appender:
     def __init__(self, base: int) -> None:
         self.base = base
         self.records = RecordBuilder()
+        self.done = bytearray()  # what :meth:`take` took out of ``records``, in order
 
     @property
     def at(self) -> int:
         """The file offset of the next byte [bytes]."""
-        return self.base + self.records.count
+        return self.base + len(self.done) + self.records.count
+
+    def take(self) -> bytes:
+        """The bytes built since the previous call (kept in :attr:`done` too)."""
+        data = self.records.end()
+        self.done += data
+        return data
+
+    def since(self, offset: int) -> bytes:
+        """Everything built from file offset ``offset`` on."""
+        self.take()
+        return bytes(self.done[offset - self.base:])
 
     def group(self, records: Sequence[Any]) -> tuple[int, int]:
         """Write ``records``; returns (start offset, length) [bytes] of the group."""
@@ -320,7 +337,7 @@ def _statistics(result: Scan) -> Statistics:
 
 def _write_summary(out: _Appender, result: Scan, metadata_index: MetadataIndex) -> None:
     """The summary section (schemas, channels, chunk indexes, metadata index, statistics, summary offsets),
-    the footer and the closing magic."""
+    the footer with the summary's CRC (as the ``mcap`` writer sums it) and the closing magic."""
     summary_start = out.at
     groups = [
         (Opcode.SCHEMA, [result.schemas[k] for k in sorted(result.schemas)]),
@@ -335,7 +352,9 @@ def _write_summary(out: _Appender, result: Scan, metadata_index: MetadataIndex) 
             start, length = out.group(records)
             offsets.append(SummaryOffset(group_opcode=opcode, group_start=start, group_length=length))
     summary_offset_start, _ = out.group(offsets)
-    Footer(summary_start=summary_start, summary_offset_start=summary_offset_start, summary_crc=0).write(out.records)
+    crc = zlib.crc32(out.since(summary_start))
+    crc = zlib.crc32(struct.pack("<BQQQ", Opcode.FOOTER, 8 + 8 + 4, summary_start, summary_offset_start), crc)
+    Footer(summary_start=summary_start, summary_offset_start=summary_offset_start, summary_crc=crc).write(out.records)
     out.records.write(MAGIC)
 
 
@@ -347,7 +366,9 @@ def repair(path: str | Path, result: Scan, metadata: dict[str, str] | None = Non
     the last chunk if they were cut, a ``rosbag2`` metadata record holding
     ``metadata`` (as rosbag2 and rosbags write it), the data end record, the summary
     (schemas, channels, chunk indexes, metadata index, statistics, summary offsets), the footer and the
-    closing magic. Updates ``result`` (offsets, sizes) to the repaired file.
+    closing magic. The data-end record carries the CRC of the data section and the footer that of the summary
+    (the kept part of the file is read once for the former). Updates ``result`` (offsets, sizes) to the
+    repaired file.
 
     Args:
         metadata: key/value strings of the ``rosbag2`` metadata record (e.g.
@@ -356,12 +377,20 @@ def repair(path: str | Path, result: Scan, metadata: dict[str, str] | None = Non
     out = _start_of_repair(result)
     _write_missing_index(out, result)
     start, length = out.group([Metadata(name="rosbag2", metadata=dict(metadata or {}))])
-    DataEnd(data_section_crc=0).write(out.records)
-    _write_summary(out, result, MetadataIndex(offset=start, length=length, name="rosbag2"))
     with Path(path).open("r+b") as f:
+        crc = 0
+        left = out.base
+        while left > 0:
+            block = f.read(min(left, 1 << 22))
+            if not block:
+                raise OSError(f"{path} is shorter than its kept part ({out.base} bytes)")
+            crc = zlib.crc32(block, crc)
+            left -= len(block)
+        DataEnd(data_section_crc=zlib.crc32(out.since(out.base), crc)).write(out.records)
+        _write_summary(out, result, MetadataIndex(offset=start, length=length, name="rosbag2"))
         f.seek(out.base)
         f.truncate(out.base)
-        f.write(out.records.end())
+        f.write(out.since(out.base))
         f.flush()
         result.size = f.tell()
     result.complete = True
@@ -392,25 +421,11 @@ def read_index(path: str | Path) -> Index:
             raise RecordingError(f"{path} has no readable index ({exc})") from exc
         if summary is None or (summary.statistics and summary.statistics.message_count and not summary.chunk_indexes):
             raise RecordingError(f"{path} has no index")
-        times: dict[int, list[int]] = {}
-        for ci in summary.chunk_indexes:
-            if ci.message_index_offsets:
-                f.seek(min(ci.message_index_offsets.values()))
-                stream = ReadDataStream(BytesIO(f.read(ci.message_index_length)))
-                while stream.count < ci.message_index_length:
-                    op = stream.read1()
-                    length = stream.read8()
-                    if op != Opcode.MESSAGE_INDEX:
-                        stream.read(length)
-                        continue
-                    index = MessageIndex.read(stream)
-                    times.setdefault(index.channel_id, []).extend(t for t, _ in index.records)
-            else:
-                f.seek(ci.chunk_start_offset + _RECORD_PREFIX.size)
-                chunk = Chunk.read(ReadDataStream(BytesIO(f.read(ci.chunk_length - _RECORD_PREFIX.size))))
-                for _, rec in _chunk_records(chunk):
-                    if isinstance(rec, Message):
-                        times.setdefault(rec.channel_id, []).append(rec.log_time)
+        try:
+            times = _index_times(f, summary, path.stat().st_size)
+        except Exception as exc:  # garbage offsets and lengths raise several types
+            raise RecordingError(f"{path}: its index is damaged ({type(exc).__name__}: {exc}); run "
+                                 f"`rynn-teleop episodes check` on the episode") from exc
     return Index(
         schemas=dict(summary.schemas),
         channels=dict(summary.channels),
@@ -418,14 +433,46 @@ def read_index(path: str | Path) -> Index:
     )
 
 
+def _index_times(f: BinaryIO, summary: Any, size: int) -> dict[int, list[int]]:
+    """Channel id -> message log times [ns], from the message indexes (a chunk without them: its records).
+
+    Raises:
+        ValueError: an offset or length outside the file.
+    """
+    times: dict[int, list[int]] = {}
+    for ci in summary.chunk_indexes:
+        ends = [ci.chunk_start_offset + ci.chunk_length, min(ci.message_index_offsets.values(), default=0)
+                + ci.message_index_length]
+        if max(ends) > size or ci.chunk_start_offset < len(MAGIC):
+            raise ValueError(f"a chunk index points past the end of the file ({max(ends)} > {size} bytes)")
+        if ci.message_index_offsets:
+            f.seek(min(ci.message_index_offsets.values()))
+            stream = ReadDataStream(BytesIO(f.read(ci.message_index_length)))
+            while stream.count < ci.message_index_length:
+                op = stream.read1()
+                length = stream.read8()
+                if op != Opcode.MESSAGE_INDEX:
+                    stream.read(length)
+                    continue
+                index = MessageIndex.read(stream)
+                times.setdefault(index.channel_id, []).extend(t for t, _ in index.records)
+        else:
+            f.seek(ci.chunk_start_offset + _RECORD_PREFIX.size)
+            chunk = Chunk.read(ReadDataStream(BytesIO(f.read(ci.chunk_length - _RECORD_PREFIX.size))))
+            for _, rec in _chunk_records(chunk):
+                if isinstance(rec, Message):
+                    times.setdefault(rec.channel_id, []).append(rec.log_time)
+    return times
+
+
 def read_stamps(path: str | Path, topics: list[str]) -> dict[str, np.ndarray]:
     """Topic -> header stamps [ns] of its messages in log-time order (as :func:`read_index`'s times).
 
-    Reads each message's first 12 bytes (the chunks are decompressed); only meaningful
+    Reads each message's first 12 bytes (the chunks are decompressed and their CRCs checked); only meaningful
     for topics whose types start with a std_msgs/Header.
 
     Raises:
-        RecordingError: the file cannot be read to the end.
+        RecordingError: the file cannot be read to the end, or a chunk's CRC does not match.
     """
     pairs: dict[str, list[tuple[int, int]]] = {t: [] for t in topics}
     if not topics:
@@ -433,7 +480,7 @@ def read_stamps(path: str | Path, topics: list[str]) -> dict[str, np.ndarray]:
     path = Path(path)
     try:
         with path.open("rb") as f:
-            for _, channel, message in make_reader(f).iter_messages(topics=list(topics)):
+            for _, channel, message in make_reader(f, validate_crcs=True).iter_messages(topics=list(topics)):
                 pairs[channel.topic].append((message.log_time, header_stamp_ns(message.data)))
     except Exception as exc:
         raise RecordingError(f"cannot read the messages of {path}: {exc}") from exc

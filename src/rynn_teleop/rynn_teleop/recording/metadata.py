@@ -22,7 +22,7 @@ from typing import Any
 import yaml
 
 from ..core.yamlfile import read_yaml
-from .errors import RecordingError
+from .errors import EpisodeDataError
 
 SIDECAR = "episode.yaml"
 SIDECAR_FORMAT = "rynn_teleop/episode/1"
@@ -47,12 +47,12 @@ def read_sidecar(bag_dir: str | Path) -> dict[str, Any] | None:
     """The episode description of ``bag_dir/episode.yaml``, or None if there is none.
 
     Raises:
-        RecordingError: the file exists but is not a mapping of YAML.
+        EpisodeDataError: the file exists but is not a mapping of YAML.
     """
     path = Path(bag_dir) / SIDECAR
     if not path.is_file():
         return None
-    return read_yaml(path, "episode description", error=RecordingError, mapping=True)
+    return read_yaml(path, "episode description", error=EpisodeDataError, mapping=True)
 
 
 def write_sidecar(bag_dir: str | Path, doc: Mapping[str, Any]) -> None:
@@ -95,23 +95,38 @@ def read_metadata(bag_dir: str | Path) -> dict[str, Any] | None:
     """The ``rosbag2_bagfile_information`` mapping of ``bag_dir/metadata.yaml``, or None if absent.
 
     Raises:
-        RecordingError: the file exists but is not rosbag2 metadata.
+        EpisodeDataError: the file exists but is not rosbag2 metadata.
     """
     path = Path(bag_dir) / METADATA
     if not path.is_file():
         return None
-    doc = read_yaml(path, "rosbag2 metadata", error=RecordingError, mapping=True)
+    doc = read_yaml(path, "rosbag2 metadata", error=EpisodeDataError, mapping=True)
     try:
         return dict(doc["rosbag2_bagfile_information"])
     except (KeyError, TypeError, ValueError) as exc:
-        raise RecordingError(f"{path} is not rosbag2 metadata: {exc}") from exc
+        raise EpisodeDataError(f"{path} is not rosbag2 metadata: {exc}", episode=path.parent) from exc
+
+
+def salvage_problems(doc: Mapping[str, Any]) -> list[str]:
+    """The problem a salvaged episode carries (``salvage`` of its description): the messages its source lost.
+    Empty for any other episode, and for a salvage that lost no message (only the index or other non-message
+    data of its source was damaged)."""
+    salvage = doc.get("salvage")
+    if not isinstance(salvage, Mapping):
+        return []
+    lost = salvage.get("lost_messages") or {}
+    total = sum(int(n) for n in lost.values()) if isinstance(lost, Mapping) else 0
+    if not total:
+        return []
+    source = Path(str(salvage.get("from", "?"))).name
+    return [f"salvaged from the damaged episode {source}: {total} message(s) lost ({', '.join(sorted(lost))})"]
 
 
 def episode_doc(bag_dir: str | Path) -> dict[str, Any]:
     """The episode description: the sidecar, else ``metadata.yaml``'s custom data, else empty.
 
     Raises:
-        RecordingError: a file exists but cannot be parsed.
+        EpisodeDataError: a file exists but cannot be parsed.
     """
     doc = read_sidecar(bag_dir)
     if doc is not None:

@@ -6,6 +6,14 @@ rosbags write them: the ``mcap`` package's public writer with the ros2 profile, 
 1 MiB, ``ros2msg`` schemas and RIHS01 hashes from a rosbags typestore (ROS 2 Kilted by default), each
 channel's offered QoS in its metadata, and a ``rosbag2`` metadata record. Messages are written unchanged.
 
+Integrity: with ``crcs`` (the default, as rosbag2's MCAP storage) every chunk carries the CRC32 of its
+records, the data-end record the CRC of the whole data section and the footer the CRC of the summary (the
+``mcap`` writer's ``enable_crcs`` and ``enable_data_crcs``), so that ``rynn-teleop episodes check`` can tell a
+damaged file (a failing disk, a bad copy) from a good one (:mod:`.integrity`). They cost two more passes
+over every byte written (zlib's CRC32, a few GB/s; ``bench/recording.py`` measures the writer with and
+without); ``crcs=False`` (the recorder's ``crcs`` parameter) turns them off, and such episodes are then
+checked by decoding alone.
+
 Durability: while data arrives, the open chunk is finished and the file flushed to the operating system at
 least every ``flush_period_s`` (``fsync=True``: to the device too, against power loss). A process killed
 with SIGKILL loses at most the messages of the last ``flush_period_s`` plus what was still queued; the file
@@ -196,6 +204,7 @@ class BagFile:
         typestore: where message definitions and type hashes come from; a type it does not know is
             written with an empty definition and UNKNOWN_TYPE_HASH.
         topic_qos: topic -> QoS profiles its publishers offered (default: none recorded).
+        crcs: write chunk, data-section and summary CRCs (see the module description).
 
     Raises:
         OSError: the directory exists already (FileExistsError) or cannot be created, or the file cannot be
@@ -203,7 +212,8 @@ class BagFile:
     """
 
     def __init__(
-        self, bag_dir: str | Path, typestore: Typestore, topic_qos: Mapping[str, Sequence[Qos]] | None = None
+        self, bag_dir: str | Path, typestore: Typestore, topic_qos: Mapping[str, Sequence[Qos]] | None = None,
+        *, crcs: bool = True,
     ) -> None:
         self.bag_dir = Path(bag_dir)
         self.mcap_path = self.bag_dir / f"{self.bag_dir.name}.mcap"
@@ -218,8 +228,9 @@ class BagFile:
         self.bag_dir.mkdir(mode=0o755, parents=True)
         self._file = self.mcap_path.open("xb")
         try:
-            self._mcap = McapWriter(  # no CRCs: a chunk CRC costs one more pass over every byte written
-                self._file, chunk_size=CHUNK_SIZE, compression=CompressionType.NONE, enable_crcs=False
+            self._mcap = McapWriter(
+                self._file, chunk_size=CHUNK_SIZE, compression=CompressionType.NONE, enable_crcs=bool(crcs),
+                enable_data_crcs=bool(crcs),
             )
             self._mcap.start(profile="ros2", library=f"rynn_teleop {__version__}; {LIBRARY_IDENTIFIER}")
         except BaseException:
@@ -336,6 +347,7 @@ class EpisodeWriter:
             ``ros2 bag play`` then uses its defaults).
         on_error: called once with the error that failed the writer (from the writer thread,
             or from :meth:`close` when finishing the file failed).
+        crcs: write chunk, data-section and summary CRCs (default; see the module description).
     """
 
     def __init__(
@@ -349,8 +361,10 @@ class EpisodeWriter:
         fsync: bool = False,
         topic_qos: Mapping[str, Sequence[TopicQos]] | None = None,
         on_error: Callable[[RecordingError], None] | None = None,
+        crcs: bool = True,
     ) -> None:
         self.bag_dir = Path(bag_dir)
+        self._crcs = bool(crcs)
         self._typestore = typestore or default_typestore()
         self._max_bytes = int(queue_max_bytes)
         self._max_messages = int(queue_max_messages)
@@ -455,7 +469,7 @@ class EpisodeWriter:
         if self.bag_dir.exists():
             raise RecordingError(f"cannot create episode directory {self.bag_dir}: it exists already")
         try:
-            self._bag = BagFile(self.bag_dir, self._typestore, self._qos)
+            self._bag = BagFile(self.bag_dir, self._typestore, self._qos, crcs=self._crcs)
         except OSError as exc:
             raise RecordingError(f"cannot create episode directory {self.bag_dir}: {_reason(exc)}") from exc
         self._state = "open"

@@ -5,19 +5,25 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar, Generic, TypeVar
 
+from ..core.plugins import Backend
+
 Sample = TypeVar("Sample")
 
 
-class PolledSource(ABC, Generic[Sample]):
+class PolledSource(Backend, ABC, Generic[Sample]):
     """A non-blocking supplier of samples, polled by a node's timer.
 
     Life cycle: construct (cheap, no device or file access) -> :meth:`start`
     -> any number of :meth:`read` -> :meth:`close`. Used as a context manager,
     ``__enter__`` returns the source *without* starting it and ``__exit__``
-    closes it.
+    closes it. A source is a backend (:class:`~rynn_teleop.core.plugins.Backend`): registered by
+    ``name`` with its ``SETTINGS`` in its family's registry.
     """
 
-    kind: ClassVar[str]  # the name nodes select it by ("synthetic", "replay", a vendor backend)
+    name: ClassVar[str]  # the backend name nodes select it by ("synthetic", "replay", a vendor backend)
+    #: samples lie on a time grid of the source's own, started by the node on one of its loop ticks
+    #: (``TeleopNode.start_grid_on_this_tick``) so that a sample is due just before every tick
+    aligns_to_ticks: ClassVar[bool] = False
 
     @abstractmethod
     def start(self, now: float) -> None:

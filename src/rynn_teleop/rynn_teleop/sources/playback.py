@@ -111,10 +111,14 @@ def bag_directory(path: Path, what: str) -> Path:
 
 
 def open_bag(bag: Path, what: str):
-    """An opened ``rosbags`` AnyReader on ``bag`` (ROS 2 Jazzy types); ConfigurationError naming ``what``."""
+    """An opened ``rosbags`` AnyReader on ``bag`` (ROS 2 Jazzy types); ConfigurationError naming ``what``
+    (also for a bag whose MCAP file is damaged: :func:`~rynn_teleop.recording.recover.refuse_damaged`)."""
     from rosbags.highlevel import AnyReader  # only replays need rosbags
     from rosbags.typesys import Stores, get_typestore
 
+    from ..recording.recover import refuse_damaged
+
+    refuse_damaged(bag, what)
     try:
         reader = AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_JAZZY))
         reader.open()

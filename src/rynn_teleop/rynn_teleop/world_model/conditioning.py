@@ -16,10 +16,9 @@ coordinates. Images are RGB uint8 (H, W, 3).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import cv2
 import numpy as np
@@ -36,6 +35,7 @@ from ..core.camera_view import (
 )
 from ..core.layout import SIDES
 from ..core.robot_model import RobotModel
+from ..core.settings import Settings, setting
 from ..errors import ParameterError
 
 _LUT_SIZE = 256
@@ -88,16 +88,8 @@ def _colormap_lut(colormap: str | Sequence[Sequence[float]]) -> tuple[np.ndarray
     return np.round(lut).astype(np.uint8), tuple(tuple(float(v) for v in c) for c in colors)
 
 
-def _positive(name: str, value: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise ParameterError(name, f"skeleton style: {name} must be a number, got {value!r}")
-    if not (math.isfinite(value) and value > 0.0):
-        raise ParameterError(name, f"skeleton style: {name} = {value} must be a finite number > 0")
-    return float(value)
-
-
 @dataclass(frozen=True)
-class SkeletonStyle:
+class SkeletonStyle(Settings):
     """How a skeleton is drawn: depth -> colour, depth -> radius, bone thickness.
 
     Colour: the depth z [m] maps linearly onto the colour map, ``far`` to its
@@ -112,43 +104,37 @@ class SkeletonStyle:
     [``radius_min``, ``radius_max``]: a joint's disc shrinks like the image of
     a ball of fixed size.
 
+    The numeric and boolean fields are declared as parameters (:mod:`~rynn_teleop.core.settings`).
+
     Raises:
         ParameterError: a bad field; ``key`` (and the message) name it.
     """
 
+    SETTINGS_NAME: ClassVar[str] = "skeleton style"
+
     colormap: str | Sequence[Sequence[float]] = "plasma"
-    near: float = 0.25  # [m] depth drawn with the near (last) colour
-    far: float = 1.2  # [m] depth drawn with the far (first) colour
-    radius: float = 6.0  # [px] joint radius at reference_depth
-    reference_depth: float = 0.6  # [m] depth at which a joint's radius is `radius`
-    radius_min: float = 1.5  # [px]
-    radius_max: float = 16.0  # [px]
-    bone_thickness: int = 2  # [px] line width of the bones
-    antialias: bool = True  # draw with cv2.LINE_AA (else LINE_8)
+    near: float = setting(0.25, "depth drawn with the near (last) colour", units="m", min=1e-3, max=1e3)
+    far: float = setting(1.2, "depth drawn with the far (first) colour", units="m", min=1e-3, max=1e3)
+    radius: float = setting(6.0, "joint radius at reference_depth", units="px", min=1e-3, max=1e4)
+    reference_depth: float = setting(0.6, "depth at which a joint's radius is `radius`", units="m", min=1e-3,
+                                     max=1e3)
+    radius_min: float = setting(1.5, "smallest joint radius", units="px", min=1e-3, max=1e4)
+    radius_max: float = setting(16.0, "largest joint radius", units="px", min=1e-3, max=1e4)
+    bone_thickness: int = setting(2, "line width of the bones", units="px", min=1, max=100)
+    antialias: bool = setting(True, "draw with cv2.LINE_AA (else LINE_8)")
     _lut: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         lut, normalised = _colormap_lut(self.colormap)
         object.__setattr__(self, "_lut", lut)
         object.__setattr__(self, "colormap", normalised)
-        for name in ("near", "far", "radius", "reference_depth", "radius_min", "radius_max"):
-            object.__setattr__(self, name, _positive(name, getattr(self, name)))
+        super().__post_init__()
+
+    def _problems(self) -> Iterator[tuple[str, str]]:
         if self.far <= self.near:
-            raise ParameterError("far", f"skeleton style: far ({self.far} m) must be greater than near ({self.near} m)")
+            yield "far", f"far ({self.far} m) must be greater than near ({self.near} m)"
         if self.radius_max < self.radius_min:
-            raise ParameterError(
-                "radius_max",
-                f"skeleton style: radius_max ({self.radius_max} px) must be >= radius_min ({self.radius_min} px)",
-            )
-        t = self.bone_thickness
-        if isinstance(t, bool) or not isinstance(t, (int, np.integer)) or not 1 <= t <= 100:
-            raise ParameterError(
-                "bone_thickness", f"skeleton style: bone_thickness must be an integer in 1..100 px, got {t!r}"
-            )
-        object.__setattr__(self, "bone_thickness", int(t))
-        if not isinstance(self.antialias, (bool, np.bool_)):
-            raise ParameterError("antialias", f"skeleton style: antialias must be a bool, got {self.antialias!r}")
-        object.__setattr__(self, "antialias", bool(self.antialias))
+            yield "radius_max", f"radius_max ({self.radius_max} px) must be >= radius_min ({self.radius_min} px)"
 
     @property
     def lut(self) -> np.ndarray:

@@ -12,6 +12,13 @@ A backend turns a stream of actions into head-camera frames (RGB uint8, (height,
 * :meth:`Generator.observe` hands over the newest real camera frame (used at the next re-anchoring point of a
   backend that re-anchors), :meth:`Generator.reanchor` re-anchors now, and :meth:`Generator.timings` reports
   the time per stage [ms] of recent steps.
+
+The world_model node chooses its backend by name (``backend`` parameter) from :data:`WORLD_MODEL_BACKENDS`. A
+new backend is a module (or subpackage) of ``rynn_teleop.world_model``, or an entry point of group
+``rynn_teleop.world_model``, with a subclass of :class:`Generator` decorated
+``@WORLD_MODEL_BACKENDS.register``: it sets ``name`` and its ``SETTINGS`` and builds itself from them and the
+:class:`WorldModelContext` (:meth:`~rynn_teleop.core.plugins.Backend.from_settings`). A backend that needs
+torch imports it when it is built, not at import (registration stays cheap).
 """
 
 from __future__ import annotations
@@ -22,8 +29,15 @@ from abc import ABC, abstractmethod
 from collections import defaultdict, deque
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+from ..core.plugins import Backend, BackendRegistry
+
+if TYPE_CHECKING:
+    from ..core.camera import CameraIntrinsics
+    from ..core.robot_model import RobotModel
 
 
 class StageTimer:
@@ -74,7 +88,14 @@ class StageTimer:
             self._samples.clear()
 
 
-class Generator(ABC):
+class WorldModelContext(NamedTuple):
+    """What the world_model node tells the backend it builds."""
+
+    robot: RobotModel  # the node's robot description
+    intrinsics: CameraIntrinsics  # the generated camera (its size is the output frame size)
+
+
+class Generator(Backend, ABC):
     """A world-model backend (see the module docstring)."""
 
     #: output frame size [px]
@@ -101,7 +122,7 @@ class Generator(ABC):
         """Actions taken whose frames have not been returned yet."""
         return 0
 
-    def observe(self, frame: np.ndarray) -> None:  # noqa: B027 - optional hook: a no-op unless the backend uses it
+    def observe(self, frame: np.ndarray) -> None:
         """The newest real camera frame (used at the next re-anchoring point, if the backend has one)."""
 
     def reanchor(self, frame: np.ndarray) -> None:
@@ -112,7 +133,7 @@ class Generator(ABC):
         """Mean time per stage [ms] of recent steps."""
         return self.timer.mean_ms()
 
-    def close(self) -> None:  # noqa: B027 - optional hook: a backend without resources has nothing to release
+    def close(self) -> None:
         """Release resources (threads, device memory)."""
 
 
@@ -132,3 +153,9 @@ def as_rgb(frame: np.ndarray, width: int, height: int) -> np.ndarray:
 
         frame = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
     return np.ascontiguousarray(frame)
+
+
+#: the world_model node's backends (``backend`` parameter): every module and subpackage of ``rynn_teleop.world_model``,
+#: and entry points of group ``rynn_teleop.world_model``
+WORLD_MODEL_BACKENDS = BackendRegistry("world_model", "world_model backend", package="rynn_teleop.world_model",
+                                       base=Generator)

@@ -11,17 +11,21 @@ is not occluded by the scene (the reference frame has no depth here): it is alwa
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
 from ..core.camera import CameraIntrinsics, default_intrinsics
 from ..core.camera_view import DEFAULT_CAMERA_FRAME
 from ..core.robot_model import RobotModel
 from ..core.robot_render import RobotRenderer, Shading
-from .generator import Generator, as_rgb
+from .generator import WORLD_MODEL_BACKENDS, Generator, WorldModelContext, as_rgb
 
 DEFAULT_WIDTH, DEFAULT_HEIGHT = 640, 480  # [px]
 
 
+@WORLD_MODEL_BACKENDS.register
 class RenderGenerator(Generator):
     """The embedded default backend: the robot drawn over the reference frame, one frame per step.
 
@@ -31,8 +35,14 @@ class RenderGenerator(Generator):
     (copying the reference and painting) [ms].
     """
 
+    name = "render"
     #: :meth:`step` ignores its ``condition`` image
     uses_condition = False
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: WorldModelContext) -> RenderGenerator:
+        """The node's robot drawn through its camera."""
+        return cls(context.robot, context.intrinsics)
 
     def __init__(
         self,

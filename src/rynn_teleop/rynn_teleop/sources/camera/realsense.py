@@ -31,9 +31,11 @@ from ...core.camera import (
     CameraIntrinsics,
     Profile,
     parse_profile,
+    profile_problem,
 )
+from ...core.params import Param
 from ...errors import ConfigurationError, HardwareUnavailableError
-from .base import CameraSource
+from .base import CAMERA_BACKENDS, CameraSource
 
 _LOG = logging.getLogger(__name__)
 
@@ -66,10 +68,22 @@ def intrinsics_from_realsense(intr: Any) -> CameraIntrinsics:
     ).check()
 
 
+@CAMERA_BACKENDS.register
 class RealSenseCamera(CameraSource):
     """A RealSense camera's colour (+ depth) stream (see the module doc)."""
 
-    kind = "realsense"
+    name = "realsense"
+    SETTINGS = (
+        Param("serial", str, "", "serial number of the camera (empty: the first found)"),
+        Param("color_profile", str, "640x480x30", "colour WIDTHxHEIGHTxFPS", check=profile_problem),
+        Param("depth_profile", str, "640x480x30", "depth WIDTHxHEIGHTxFPS", check=profile_problem),
+        Param("enable_depth", bool, True, "stream depth"),
+        Param("align_depth", bool, True, "align depth to the colour image"),
+    )
+
+    @property
+    def nominal_fps(self) -> float:
+        return float(self.color_profile.fps)
 
     def __init__(
         self,

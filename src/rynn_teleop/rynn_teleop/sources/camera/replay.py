@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +34,9 @@ from ...core.camera import (
     default_intrinsics,
 )
 from ...core.image import decode_image
-from ...errors import ConfigurationError
-from .base import DEFAULT_MAX_BACKLOG, CameraSource
+from ...core.params import Param
+from ...errors import ConfigurationError, ParameterError
+from .base import CAMERA_BACKENDS, DEFAULT_MAX_BACKLOG, CameraContext, CameraSource
 
 _LOG = logging.getLogger(__name__)
 
@@ -216,6 +218,9 @@ class _BagClip(_Clip):
         from rosbags.highlevel import AnyReader  # only bag replays need rosbags
         from rosbags.typesys import Stores, get_typestore
 
+        from ...recording.recover import refuse_damaged
+
+        refuse_damaged(bag, "replay camera")  # a damaged MCAP file: one line, not a decoding error mid-replay
         try:
             self._reader = AnyReader([bag], default_typestore=get_typestore(Stores.ROS2_JAZZY))
             self._reader.open()
@@ -383,6 +388,7 @@ class _BagClip(_Clip):
         self._reader.close()
 
 
+@CAMERA_BACKENDS.register
 class ReplayCamera(CameraSource):
     """Frames of a rosbag2, a video or an image folder, re-timed onto the caller's clock (module doc).
 
@@ -391,7 +397,23 @@ class ReplayCamera(CameraSource):
     due ones are dropped and counted in :attr:`dropped`).
     """
 
-    kind = "replay"
+    name = "replay"
+    SETTINGS = (
+        Param("path", str, "", "rosbag2 directory, video file or image folder"),
+        Param("rate_hz", float, 0.0, "frame rate (0 = as recorded / the video's / 30 Hz)", "Hz", min=0.0, max=240.0),
+        Param("loop", bool, True, "start again at the end"),
+        Param("topic", str, "/head_camera/color/image_raw",
+              "(rosbag2) colour topic to play (its camera_info and depth are found next to it)"),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: CameraContext) -> ReplayCamera:
+        """Raises ParameterError (key ``path``) when no path is given."""
+        if not settings["path"].strip():
+            raise ParameterError("path", "backend replay needs a path: a rosbag2 directory, a video file or an "
+                                 "image folder")
+        return cls(path=settings["path"], rate_hz=settings["rate_hz"] or None, loop=settings["loop"],
+                   topic=settings["topic"])
 
     def __init__(
         self,

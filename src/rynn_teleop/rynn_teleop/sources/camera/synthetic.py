@@ -15,18 +15,20 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import NamedTuple
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ...core.arm_teleop import DEFAULT_HOME
-from ...core.camera import DEFAULT_DEPTH_SCALE, CameraFrame, CameraIntrinsics
+from ...core.camera import DEFAULT_DEPTH_SCALE, CameraFrame, CameraIntrinsics, parse_profile, profile_problem
 from ...core.camera_view import DEFAULT_CAMERA_FRAME, camera_pose
 from ...core.layout import SIDES
+from ...core.params import Param
 from ...core.robot_model import RobotModel, arm_joint_names
 from ...core.robot_render import RobotRenderer, Shading
 from ...errors import ConfigurationError
-from .base import DEFAULT_MAX_BACKLOG, CameraSource
+from .base import CAMERA_BACKENDS, DEFAULT_MAX_BACKLOG, CameraContext, CameraSource
 from .scene import SceneImage, SceneObject, TabletopScene
 
 __all__ = ["SceneObject", "SyntheticScene", "home_position"]
@@ -53,6 +55,7 @@ def home_position(robot: RobotModel) -> np.ndarray:
     return q
 
 
+@CAMERA_BACKENDS.register
 class SyntheticScene(CameraSource):
     """The tabletop of :class:`~.scene.TabletopScene` as a camera source on a fixed frame grid.
 
@@ -83,7 +86,25 @@ class SyntheticScene(CameraSource):
         joint_stamp: [s] the stamp given with them (None for the home pose or when none was given).
     """
 
-    kind = "synthetic"
+    name = "synthetic"
+    aligns_to_ticks = True  # its frame grid starts on a tick of the node's loop
+    prepare_between_frames = True  # the next frame is rendered half a frame after one is delivered
+    SETTINGS = (
+        Param("profile", str, "640x480x30", "WIDTHxHEIGHTxFPS", check=profile_problem),
+        Param("seed", int, 0, "random seed", min=0, max=2**31 - 1),
+        Param("depth", bool, True, "also publish depth"),
+        Param("draw_robot", bool, True, "draw the robot at the measured joint states over the tabletop (colour "
+              "and depth), as the head camera on the robot sees it"),
+        Param("joint_states_topic", str, "/joint_states", "(draw_robot) measured joint states the robot is drawn at"),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: CameraContext) -> SyntheticScene:
+        """The scene seen from the node's robot description's head camera."""
+        profile = parse_profile(settings["profile"])
+        return cls(width=profile.width, height=profile.height, fps=float(profile.fps), seed=settings["seed"],
+                   depth=settings["depth"], draw_robot=settings["draw_robot"], robot_model=context.robot(),
+                   joint_states_topic=settings["joint_states_topic"])
 
     def __init__(
         self,
@@ -97,6 +118,7 @@ class SyntheticScene(CameraSource):
         draw_robot: bool = False,
         robot_model: RobotModel | None = None,
         shading: Shading | None = None,
+        joint_states_topic: str = "/joint_states",
     ) -> None:
         """
         Args:
@@ -111,6 +133,8 @@ class SyntheticScene(CameraSource):
                 (default :meth:`RobotModel.default`, built once per process).
             shading: how the robot is lit and tessellated (default
                 :class:`~rynn_teleop.core.robot_render.Shading`, as the world model's render backend).
+            joint_states_topic: (``draw_robot``) the measured joint states a node hands to
+                :meth:`set_joint_positions` (:attr:`joint_states_topic`: None without ``draw_robot``).
 
         Raises:
             ConfigurationError: a size, rate or backlog out of range; a description whose head camera is
@@ -133,6 +157,7 @@ class SyntheticScene(CameraSource):
         self.T_world_camera = self.scene.T_world_camera
         self.objects = self.scene.objects
         self.draw_robot = bool(draw_robot)
+        self.joint_states_topic = joint_states_topic if self.draw_robot else None
         self.painter = (RobotRenderer(self.robot_model, self.camera_intrinsics, shading, DEFAULT_CAMERA_FRAME)
                         if self.draw_robot else None)
         self._q = home_position(self.robot_model)
@@ -144,6 +169,16 @@ class SyntheticScene(CameraSource):
         self._ahead: _Ahead | None = None  # frame k rendered ahead of time
         self._q_prepared = self._q  # the joints at the previous prepare_next
         self._closed = False
+
+    def poll_rate(self, poll_hz: float) -> float:
+        """Two ticks per frame, on the frame grid: a frame is published right at its capture time, the next one
+        rendered ahead half a frame later (work right after a publish delays its delivery to other processes by
+        that long: bench/camera.py). ``poll_hz`` is not used."""
+        return 2.0 * self.fps
+
+    @property
+    def nominal_fps(self) -> float:
+        return self.fps
 
     @property
     def joint_positions(self) -> np.ndarray:

@@ -1,34 +1,38 @@
-"""Hand-skeleton sources: a synthetic glove pair and a rosbag2 replay, plus the Manus converter.
+"""Hand-skeleton backends of the hand_retarget node: a synthetic glove pair and a rosbag2 replay (polled),
+PoseArray skeletons of any hand tracker and the Manus gloves' messages (subscribed).
 
-Every source yields the 21 MediaPipe keypoints of each hand in its wrist frame
-(:class:`HandSample`). :func:`make_hand_source` builds one by name; a new
-backend subclasses :class:`HandSource` and registers itself in
-:data:`HAND_SOURCES`. Manus gloves arrive as ROS messages, so they have no
-source here: :func:`manus_to_mediapipe` converts one message.
+Every backend yields the 21 MediaPipe keypoints of each hand in its wrist frame (:class:`HandSample`).
+:data:`HAND_BACKENDS` holds them by name (each registers itself in its own module, and any module added to
+this package is found); :func:`make_hand_source` builds one by name from constructor arguments.
+:func:`manus_to_mediapipe` converts one Manus glove message.
 """
 
 from __future__ import annotations
 
-from ..factory import SourceRegistry
-from .base import HandSample, HandSource
-from .manus import ManusHand, ManusSkeletonError, manus_to_mediapipe
+from .base import HAND_BACKENDS, HandContext, HandMessageError, HandSample, HandSource, MessageHands
+from .manus import ManusGloves, ManusHand, ManusSkeletonError, manus_to_mediapipe
 from .replay import ReplayHands
+from .skeleton import SkeletonTopics
 from .synthetic import KEY_POSES, SyntheticGlove
 
-HAND_SOURCES = SourceRegistry("hand source", (SyntheticGlove, ReplayHands))
-
-#: a not-yet-started hand source of a kind, built with keyword arguments (ConfigurationError: bad kind or arguments)
-make_hand_source = HAND_SOURCES.make
+#: a not-yet-started hand backend, built with constructor keyword arguments
+#: (UnknownBackendError: no such backend; ConfigurationError: bad arguments)
+make_hand_source = HAND_BACKENDS.make
 
 
 __all__ = [
-    "HAND_SOURCES",
+    "HAND_BACKENDS",
     "KEY_POSES",
+    "HandContext",
+    "HandMessageError",
     "HandSample",
     "HandSource",
+    "ManusGloves",
     "ManusHand",
     "ManusSkeletonError",
+    "MessageHands",
     "ReplayHands",
+    "SkeletonTopics",
     "SyntheticGlove",
     "make_hand_source",
     "manus_to_mediapipe",

@@ -18,13 +18,17 @@ Frames (assumption): all node positions are in one common glove frame, so the po
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import numpy as np
+from scipy.spatial.transform import Rotation
 
 from ...core.hand_skeleton import FINGERS, N_POINTS
 from ...core.layout import SIDES
+from ...core.params import FLOAT_LIST, STR_LIST, Param
 from ...errors import ConfigurationError
+from .base import HAND_BACKENDS, HandContext, HandMessageError, MessageHands
 
 HAND_CHAIN = "hand"
 CHAIN_TYPES: tuple[str, ...] = (HAND_CHAIN, *FINGERS)
@@ -36,7 +40,7 @@ SDK_CHAIN_TYPES: dict[int, str] = {5: "thumb", 6: "index", 7: "middle", 8: "ring
 MIN_CHAIN_NODES = 4  # a finger chain needs at least the four MediaPipe nodes
 
 
-class ManusSkeletonError(ValueError):
+class ManusSkeletonError(HandMessageError):
     """A glove message whose raw skeleton cannot be turned into the 21 keypoints.
 
     The glove node counts these and holds its last good skeleton.
@@ -194,3 +198,42 @@ def manus_to_mediapipe(glove: Any, glove_to_wrist: np.ndarray | None = None) -> 
             points[1 + 4 * f + k] = _position(by_id[node_id]) - p_wrist
     return ManusHand(side, points @ R.T)
 
+
+
+@HAND_BACKENDS.register
+class ManusGloves(MessageHands):
+    """The Manus SDK's ROS 2 publisher: one ``ManusGlove`` message per glove and frame, on ``topics``; the side
+    comes from each message (a second topic claiming a side is not used)."""
+
+    name = "manus"
+    message_type = "manus_ros2_msgs/msg/ManusGlove"
+    message_hint = "the Manus SDK's ROS 2 message package: build it in your workspace and source it"
+    SETTINGS = (
+        Param("topics", STR_LIST, ["/manus_glove_0", "/manus_glove_1"],
+              "ManusGlove topics (the side comes from each message)"),
+        Param("glove_to_wrist_rpy", FLOAT_LIST, [0.0, 0.0, 0.0],
+              "rotation from the glove skeleton frame to the wrist frame (roll, pitch, yaw)", "rad",
+              min=-3.1416, max=3.1416, length=3),
+        Param("mirror", bool, False, "the SDK build reports a left-handed frame (mirror y after the rotation)"),
+    )
+
+    def __init__(self, topics: list[str], glove_to_wrist: np.ndarray | None = None) -> None:
+        """
+        Args:
+            topics: the ManusGlove topics.
+            glove_to_wrist: (3, 3) glove skeleton frame -> wrist frame (a rotation or reflection); None: identity.
+        """
+        self._topics = list(topics)
+        self.glove_to_wrist = _glove_rotation(glove_to_wrist)
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: HandContext) -> ManusGloves:
+        R = Rotation.from_euler("xyz", settings["glove_to_wrist_rpy"]).as_matrix()
+        return cls(settings["topics"], np.diag([1.0, -1.0, 1.0]) @ R if settings["mirror"] else R)
+
+    def topics(self) -> dict[str, str | None]:
+        return {topic: None for topic in self._topics}
+
+    def convert(self, topic: str, side: str | None, message: Any) -> tuple[str, np.ndarray]:
+        hand = manus_to_mediapipe(message, self.glove_to_wrist)
+        return hand.side, hand.points

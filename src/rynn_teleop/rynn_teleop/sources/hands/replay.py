@@ -15,21 +15,24 @@ N != 21, and the consumer counts and holds it like a bad live skeleton.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ...core.layout import SIDES
+from ...core.params import Param
 from ...errors import ConfigurationError
 from ..playback import Playback, ReplayTiming, bag_directory, loop_period, open_bag
-from .base import HandSample, HandSource, check_sides
+from .base import HAND_BACKENDS, HandContext, HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
 
 POSE_ARRAY = "geometry_msgs/msg/PoseArray"
 
 
+@HAND_BACKENDS.register
 class ReplayHands(ReplayTiming, HandSource):
     """Hand skeletons from a rosbag2 directory, re-timed onto the caller's clock.
 
@@ -41,7 +44,18 @@ class ReplayHands(ReplayTiming, HandSource):
     :meth:`start`.
     """
 
-    kind = "replay"
+    name = "replay"
+    SETTINGS = (
+        Param("path", str, "", "rosbag2 directory of a recorded session"),
+        Param("rate_scale", float, 1.0, "replay speed factor", min=0.05, max=20.0),
+        Param("loop", bool, False, "restart the replay at its end"),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: HandContext) -> ReplayHands:
+        """The node's hands as recorded on its own skeleton topics."""
+        return cls(path=settings["path"], topic_prefix=context.skeleton_prefix, rate_scale=settings["rate_scale"],
+                   loop=settings["loop"], sides=context.sides)
 
     def __init__(
         self,

@@ -21,14 +21,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ...core.hand_skeleton import BONES, FINGERS, N_POINTS
 from ...core.layout import SIDES
+from ...core.params import Param
 from ...errors import ConfigurationError
-from .base import HandSample, HandSource, check_sides
+from .base import HAND_BACKENDS, HandContext, HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
 
@@ -248,6 +249,7 @@ def _min_jerk(tau: float) -> float:
     return tau**3 * (10.0 - 15.0 * tau + 6.0 * tau * tau)
 
 
+@HAND_BACKENDS.register
 class SyntheticGlove(HandSource):
     """Two scripted human hands sampled on a fixed time grid with noise.
 
@@ -260,7 +262,20 @@ class SyntheticGlove(HandSource):
     keypoints 1-20; the wrist stays at the origin of its own frame.
     """
 
-    kind = "synthetic"
+    name = "synthetic"
+    aligns_to_ticks = True  # its frame grid starts on a tick of the node's loop
+    follows_rate_hz = True
+    SETTINGS = (
+        Param("seed", int, 0, "random seed of the synthetic glove", min=0, max=2**31 - 1),
+        Param("noise", float, 0.001, "keypoint noise (std)", "m", min=0.0, max=0.02),
+        Param("cycle_s", float, 6.0, "duration of one gesture cycle", "s", min=1.0, max=120.0),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: HandContext) -> SyntheticGlove:
+        """The node's hands, sampled at its ``rate_hz``."""
+        return cls(sides=context.sides, rate_hz=context.rate_hz, seed=settings["seed"], noise=settings["noise"],
+                   cycle_s=settings["cycle_s"])
 
     def __init__(
         self,

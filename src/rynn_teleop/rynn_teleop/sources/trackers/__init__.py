@@ -1,29 +1,27 @@
-"""Body-tracker sources: a synthetic operator, a rosbag2 replay and SteamVR/OpenVR.
+"""Body-tracker backends: a synthetic operator, a rosbag2 replay and SteamVR/OpenVR.
 
-:func:`make_tracker_source` builds one by name; a new backend (e.g.
-libsurvive) subclasses :class:`TrackerSource` and registers itself in
-:data:`TRACKER_SOURCES`.
+:data:`TRACKER_BACKENDS` holds them by name (each registers itself in its own module, and any module added
+to this package is found); :func:`make_tracker_source` builds one by name from constructor arguments.
 """
 
 from __future__ import annotations
 
-from ..factory import SourceRegistry
-from .base import TrackerSource
+from .base import TRACKER_BACKENDS, TrackerContext, TrackerSource
 from .openvr_source import OpenVRSource
 from .replay import ReplaySource
 from .synthetic import SyntheticOperator
 
-TRACKER_SOURCES = SourceRegistry("tracker source", (SyntheticOperator, ReplaySource, OpenVRSource))
-
-#: a not-yet-started tracker source of a kind, built with keyword arguments (ConfigurationError: bad kind or arguments)
-make_tracker_source = TRACKER_SOURCES.make
+#: a not-yet-started tracker source of a backend, built with constructor keyword arguments
+#: (UnknownBackendError: no such backend; ConfigurationError: bad arguments)
+make_tracker_source = TRACKER_BACKENDS.make
 
 
 __all__ = [
-    "TRACKER_SOURCES",
+    "TRACKER_BACKENDS",
     "OpenVRSource",
     "ReplaySource",
     "SyntheticOperator",
+    "TrackerContext",
     "TrackerSource",
     "make_tracker_source",
 ]

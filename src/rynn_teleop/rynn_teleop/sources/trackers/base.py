@@ -7,17 +7,31 @@ serial is worn on (its *role*) comes from configuration, not from the source;
 the calibration downstream maps the tracking world onto the robot.
 
 Times are caller-supplied [s] (``now`` arguments), so tests and replays can
-drive a source without a wall clock. A new backend (e.g. libsurvive)
-subclasses :class:`TrackerSource`, sets ``kind`` and implements ``start``,
-``read`` and ``close``, recording every serial it emits with ``_saw``.
+drive a source without a wall clock. A new backend (e.g. libsurvive) is a
+module of this package (or an entry point of group ``rynn_teleop.tracker``)
+with a subclass of :class:`TrackerSource` decorated ``@TRACKER_BACKENDS.register``:
+it sets ``name`` and its ``SETTINGS``, builds itself from them and the
+:class:`TrackerContext` (:meth:`~rynn_teleop.core.plugins.Backend.from_settings`)
+and implements ``start``, ``read`` and ``close``, recording every serial it
+emits with ``_saw``. The tracker node offers it as ``backend:=<name>``.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import ClassVar, NamedTuple
 
+from ...core.plugins import BackendRegistry
 from ...core.trackers import TrackerSample
 from ..base import PolledSource
+
+
+class TrackerContext(NamedTuple):
+    """What the tracker node tells the backend it builds."""
+
+    serials: Mapping[str, str]  # role -> serial of every role (ROLES)
+    rate_hz: float  # [Hz] the node's polling and publication rate
+    topic: str  # the node's output topic (a replay reads the recorded one)
 
 
 class TrackerSource(PolledSource[TrackerSample]):
@@ -29,12 +43,16 @@ class TrackerSource(PolledSource[TrackerSample]):
     closes it.
     """
 
-    kind: ClassVar[str]  # "synthetic" | "replay" | "openvr"
+    #: its samples come at the node's ``rate_hz`` (the node meters them against it); a replay's come at the
+    #: recording's rate
+    follows_rate_hz: ClassVar[bool] = True
+    #: it reports the configured serials itself (a synthetic operator, a replay mapped by role); otherwise a
+    #: device reports its own, and the node lists them when a role has no serial
+    impersonates_serials: ClassVar[bool] = False
 
     def __init__(self, world_frame: str) -> None:
         self.world_frame = world_frame  # frame id of the tracking world
         self._seen: set[str] = set()
-
 
     def serials_seen(self) -> set[str]:
         """Every serial observed so far (a copy)."""
@@ -44,3 +62,7 @@ class TrackerSource(PolledSource[TrackerSample]):
         """Record that ``serial`` was observed (for :meth:`serials_seen`)."""
         self._seen.add(serial)
 
+
+#: the tracker node's backends (``backend`` parameter): every module of this package, and entry points of group
+#: ``rynn_teleop.tracker``
+TRACKER_BACKENDS = BackendRegistry("tracker", "tracker backend", package=__package__, base=TrackerSource)

@@ -16,9 +16,10 @@ from typing import Any
 
 import numpy as np
 
+from ...core.params import Param
 from ...core.trackers import TrackerSample
 from ...errors import ConfigurationError, HardwareUnavailableError
-from .base import TrackerSource
+from .base import TRACKER_BACKENDS, TrackerSource
 
 _LOG = logging.getLogger(__name__)
 
@@ -28,9 +29,10 @@ UNIVERSES = {
     "raw": "TrackingUniverseRawAndUncalibrated",
 }
 
-_FALLBACK = "use source:=synthetic or source:=replay to run without trackers"
+_FALLBACK = "use backend:=synthetic or backend:=replay to run without trackers"
 
 
+@TRACKER_BACKENDS.register
 class OpenVRSource(TrackerSource):
     """Poses of every connected, validly tracked Vive tracker, one per device per read.
 
@@ -38,7 +40,8 @@ class OpenVRSource(TrackerSource):
     skipped (a frozen pose is not new data, so consumers see it go stale).
     """
 
-    kind = "openvr"
+    name = "openvr"
+    SETTINGS = (Param("universe", str, "standing", "OpenVR tracking universe", choices=tuple(UNIVERSES)),)
 
     def __init__(
         self, universe: str = "standing", world_frame: str = "vive_world", openvr_module: Any = None

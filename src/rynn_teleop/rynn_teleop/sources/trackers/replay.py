@@ -21,11 +21,12 @@ from typing import Any
 import numpy as np
 
 from ...core.layout import ROLES
+from ...core.params import Param
 from ...core.trackers import TrackerSample
 from ...core.transforms import pose_to_matrix
 from ...errors import ConfigurationError
 from ..playback import Playback, ReplayTiming, bag_directory, loop_period, open_bag
-from .base import TrackerSource
+from .base import TRACKER_BACKENDS, TrackerContext, TrackerSource
 
 _LOG = logging.getLogger(__name__)
 
@@ -47,6 +48,7 @@ def _absent(pose: Any) -> bool:
     return all(math.isnan(v) for v in (p.x, p.y, p.z, q.x, q.y, q.z, q.w))
 
 
+@TRACKER_BACKENDS.register
 class ReplaySource(ReplayTiming, TrackerSource):
     """Tracker poses from a rosbag2 directory, re-timed onto the caller's clock.
 
@@ -58,7 +60,20 @@ class ReplaySource(ReplayTiming, TrackerSource):
     if the chest is not replayed), known after :meth:`start`.
     """
 
-    kind = "replay"
+    name = "replay"
+    follows_rate_hz = False  # samples come at the recording's rate
+    impersonates_serials = True  # the configured serials name the recorded roles
+    SETTINGS = (
+        Param("path", str, "", "rosbag2 directory of a recorded session"),
+        Param("rate_scale", float, 1.0, "replay speed factor", min=0.05, max=20.0),
+        Param("loop", bool, False, "restart the replay at its end"),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: TrackerContext) -> ReplaySource:
+        """The recording of the node's own topic, its roles mapped to the node's serials."""
+        return cls(path=settings["path"], serials=context.serials, topic=context.topic,
+                   rate_scale=settings["rate_scale"], loop=settings["loop"])
 
     def __init__(
         self,

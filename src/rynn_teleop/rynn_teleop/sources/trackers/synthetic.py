@@ -22,15 +22,17 @@ import bisect
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from scipy.spatial.transform import Rotation
 
 from ...core.layout import ROLES, SIDES
+from ...core.params import STR_LIST, Param
 from ...core.trackers import TrackerSample
 from ...core.transforms import make_transform
 from ...errors import ConfigurationError
-from .base import TrackerSource
+from .base import TRACKER_BACKENDS, TrackerContext, TrackerSource
 
 _LOG = logging.getLogger(__name__)
 
@@ -164,6 +166,27 @@ _SHOULDER: dict[str, Vec] = {
 _OUTWARD: dict[str, Vec] = {"left": (0.0, 1.0, 0.0), "right": (0.0, -1.0, 0.0)}
 
 
+def parse_dropout(text: str) -> tuple[str, float, float] | None:
+    """``'role:start_s:end_s'`` -> (role, start, end) [s after start]; None if malformed."""
+    parts = text.split(":")
+    try:
+        role, t0, t1 = parts[0], float(parts[1]), float(parts[2])
+    except (ValueError, IndexError):
+        return None
+    if len(parts) != 3 or role not in ROLES or not 0 <= t0 < t1:
+        return None
+    return role, t0, t1
+
+
+def _dropouts_problem(entries: list[str]) -> str | None:
+    bad = [e for e in entries if parse_dropout(e) is None]
+    if bad:
+        return (f"has entry {bad[0]!r}: each must be 'role:start_s:end_s' with a role of {', '.join(ROLES)} and "
+                "0 <= start_s < end_s")
+    return None
+
+
+@TRACKER_BACKENDS.register
 class SyntheticOperator(TrackerSource):
     """Five trackers on a scripted operator, sampled on a fixed time grid with noise.
 
@@ -174,7 +197,27 @@ class SyntheticOperator(TrackerSource):
     in grid order, so the samples do not depend on when ``read`` is called.
     """
 
-    kind = "synthetic"
+    name = "synthetic"
+    aligns_to_ticks = True  # its sample grid starts on a tick of the node's loop
+    impersonates_serials = True
+    SETTINGS = (
+        Param("seed", int, 0, "random seed of the synthetic operator", min=0, max=2**31 - 1),
+        Param("position_noise", float, 0.0005, "tracker position noise (std)", "m", min=0.0, max=0.05),
+        Param("rotation_noise", float, 0.003, "tracker rotation noise (std)", "rad", min=0.0, max=0.2),
+        Param("hold_s", float, 2.0, "time the synthetic operator holds the calibration posture", "s",
+              min=0.0, max=60.0),
+        Param("cycle_s", float, 8.0, "duration of one synthetic pick-and-place", "s", min=2.0, max=120.0),
+        Param("dropouts", STR_LIST, [], "simulated tracking losses, each 'role:start_s:end_s' (seconds after start)",
+              check=_dropouts_problem),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: TrackerContext) -> SyntheticOperator:
+        """The operator impersonating the node's serials, sampled at its ``rate_hz``."""
+        return cls(serials=context.serials, rate_hz=context.rate_hz, seed=settings["seed"],
+                   position_noise=settings["position_noise"], rotation_noise=settings["rotation_noise"],
+                   hold_s=settings["hold_s"], cycle_s=settings["cycle_s"],
+                   dropouts=[parse_dropout(d) for d in settings["dropouts"]])
 
     def __init__(
         self,

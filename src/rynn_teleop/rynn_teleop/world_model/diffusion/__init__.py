@@ -14,13 +14,16 @@ Modules:
 * ``fp8``: FP8 linear layers of the DiT through torchao (GPU only).
 
 This package is the only place that imports torch. The names below are loaded on first use, so
-``import rynn_teleop.world_model.diffusion.presets`` does not import torch.
+``import rynn_teleop.world_model.diffusion.presets`` does not import torch. Importing the package registers
+the ``diffusion`` world_model backend (``backend`` imports torch only when one is built).
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import Any
+
+from . import backend as _backend  # noqa: F401 - registers the diffusion backend; torch-free until one is built
 
 _EXPORTS = {
     "PRESETS": "presets", "WanPreset": "presets", "get_preset": "presets",

@@ -13,18 +13,30 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
+from rynn_teleop.core.params import Param
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.world_model.generator import Generator, as_rgb
+from rynn_teleop.world_model.generator import WORLD_MODEL_BACKENDS, Generator, WorldModelContext, as_rgb
 
-from .engine import StreamEngine
-from .model import load_model, resolve_dtype
-from .presets import get_preset
+from .presets import PRESETS, get_preset
+
+if TYPE_CHECKING:
+    import torch
+
+DTYPES = ("float32", "bfloat16", "float16")
 
 
+def _device_problem(device: str) -> str | None:
+    kind, colon, index = device.partition(":")
+    ok = device == "cpu" or (kind == "cuda" and (not colon or index.isdigit()))
+    return None if ok else "is not cpu, cuda or cuda:N"
+
+
+@WORLD_MODEL_BACKENDS.register
 class DiffusionGenerator(Generator):
     """The learned world model as a backend.
 
@@ -49,12 +61,37 @@ class DiffusionGenerator(Generator):
             file and the first differences).
     """
 
+    name = "diffusion"
     uses_real_frames = True  # observe() frames re-anchor the stream
+    SETTINGS = (
+        Param("preset", str, "tiny", "model size", choices=tuple(PRESETS)),
+        Param("base_dir", str, "", "the base model folder in the layout of the public Wan2.2-TI2V-5B-Diffusers "
+              "release (vae/, transformer/), configs matching the preset (required)"),
+        Param("weights_dir", str, "", "the trainer's weights folder (control branch, fine-tuned DiT, "
+              "manifest.json); empty: the base model, which ignores the actions"),
+        Param("prompt_file", str, "", "the fixed prompt's embedding, written by rynn-teleop world-model "
+              "encode-prompt (required)"),
+        Param("device", str, "cpu", "torch device (cpu, cuda, cuda:1...)", check=_device_problem),
+        Param("dtype", str, "float32", "compute dtype of the DiT (bfloat16 on a GPU)", choices=DTYPES),
+        Param("vae_dtype", str, "float32", "compute dtype of the VAE (float32, as diffusers' Wan2.2 pipelines "
+              "run it)", choices=DTYPES),
+        Param("seed", int, 0, "noise seed", min=0, max=2**31 - 1),
+        Param("chunk_frames", int, 81, "frames per chunk; each chunk re-anchors on the newest real frame (else "
+              "its own last frame)", "frames", min=5, max=100000),
+    )
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any], context: WorldModelContext) -> DiffusionGenerator:
+        """The model on the node's camera size (loads the model: imports torch)."""
+        return cls(**settings, width=context.intrinsics.width, height=context.intrinsics.height)
 
     def __init__(self, preset: str, base_dir: str | os.PathLike | None, weights_dir: str | os.PathLike | None,
                  prompt_file: str | os.PathLike | None, device: str = "cpu", dtype: str | torch.dtype = "float32",
                  vae_dtype: str | torch.dtype = "float32", seed: int = 0, chunk_frames: int | None = None,
                  width: int | None = None, height: int | None = None) -> None:
+        from .engine import StreamEngine  # torch: only when a backend is built
+        from .model import load_model, resolve_dtype
+
         super().__init__()
         config = get_preset(preset)
         if chunk_frames is not None:
@@ -114,5 +151,7 @@ class DiffusionGenerator(Generator):
         """Free the model and cache; the generator cannot be used afterwards."""
         engine = self.__dict__.pop("engine", None)
         if engine is not None and engine.device.type == "cuda":
+            import torch
+
             del engine
             torch.cuda.empty_cache()

@@ -29,12 +29,18 @@ only for ``--latents``).
 * **Checks**: an episode that ``rynn-teleop episodes check`` would fault (gaps, drops, missing topics, rates,
   failed recording) is skipped unless ``include_problems``; an unclosed one, one without frames on the camera
   topic or without commands for all 54 joints always is. Each skip is printed and kept in
-  :attr:`DatasetInfo.skipped` with its reason; if no episode is usable nothing is written.
+  :attr:`DatasetInfo.skipped` with its reason; if no episode is usable nothing is written
+  (:class:`NoUsableEpisodeError`). A *damaged* episode (its MCAP file fails
+  :func:`~rynn_teleop.recording.recover.require_intact`: CRCs, structure, messages that do not decode) stops
+  the build with one line naming it and the damage (``DamagedEpisodeError``), or is skipped with that line
+  (``skip_damaged``, ``--skip-damaged``).
 * **Latents** (optional): normalised VAE latents of the frames and of the conditions, one-shot per clip (the
   first frame alone, then 4 frames per latent frame: what the streaming encoder gives call by call), as the
   DiT sees them.
 
-The folder is built beside ``out_dir`` and moved into place at the end: a failed run leaves nothing behind.
+The folder is built beside ``out_dir`` and moved into place at the end: a failed run leaves nothing behind. The
+staging folder is created before any episode is read, so an ``out_dir`` that cannot be created or written is
+refused first, by name.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.recording.episodes import description_hash
-from rynn_teleop.recording.errors import RecordingError
+from rynn_teleop.recording.errors import DATA_EXIT_CODE, DamagedEpisodeError, RecordingError
 from rynn_teleop.recording.frames import (
     CAMERA_INFO,
     FEED_TOPICS,
@@ -68,6 +74,7 @@ from rynn_teleop.recording.frames import (
 )
 from rynn_teleop.recording.inspect import episodes_at
 from rynn_teleop.recording.metadata import episode_doc, read_metadata
+from rynn_teleop.recording.recover import require_intact
 from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME, Conditioner, SkeletonStyle
 from rynn_teleop.world_model.diffusion.presets import PRESETS, WanPreset, get_preset
 from rynn_teleop.world_model.generator import as_rgb
@@ -79,6 +86,12 @@ DEFAULT_CAMERA_TOPIC = FEED_TOPICS["consumer"]
 MIN_CLIP_FRAMES = 5  # [frames] the shortest clip: the anchor and one latent frame of 4
 RATE_TOLERANCE = 0.10  # an episode whose frame rate differs from the dataset's by more than this fraction: warned
 INTRINSICS_TOLERANCE_PX = 0.01  # [px] at the preset's size: episodes whose intrinsics differ more are not mixed
+
+
+class NoUsableEpisodeError(DatasetError):
+    """None of the episodes given can be used (each one is named with its reason): the data is at fault."""
+
+    exit_code = DATA_EXIT_CODE
 
 
 # ---- the one conditioning path -------------------------------------------------------------------------------
@@ -278,8 +291,11 @@ def _episode(path: Path, name: str, stage: Path, *, topic: str, preset: WanPrese
                     f"{path}`")
     try:
         doc = episode_doc(path)
+        require_intact(path, doc=doc)
         scan = scan_episode(path)
         rows: CommandRows = command_rows(scan, topic)
+    except DamagedEpisodeError:
+        raise  # skipped or not by the caller (skip_damaged)
     except RecordingError as exc:
         raise _Skip(_reason(exc, path)) from exc
     problems = scan.problems(doc)
@@ -344,6 +360,8 @@ def _episode(path: Path, name: str, stage: Path, *, topic: str, preset: WanPrese
             assert nxt[0] == start + length - 1  # the next clip starts at this one's last frame
             start, length = nxt
             pending = pending[-1:]
+    except DamagedEpisodeError:
+        raise
     except RecordingError as exc:
         raise _Skip(_reason(exc, path)) from exc
     finally:
@@ -397,6 +415,7 @@ def build_dataset(
     style: SkeletonStyle | None = None,
     echo: Callable[[str], None] | None = print,
     progress: bool = False,
+    skip_damaged: bool = False,
 ) -> DatasetInfo:
     """Write the world-model dataset of ``episode_dirs`` to ``out_dir`` (see the module docstring).
 
@@ -416,13 +435,17 @@ def build_dataset(
         style: the skeleton style (default ``SkeletonStyle()``, the node's ``condition.*`` defaults).
         echo: where the per-episode lines, skips, warnings and the summary go (None: nowhere).
         progress: show a progress bar over the episodes (tqdm, on stderr).
+        skip_damaged: leave out an episode whose MCAP file is damaged (printed and kept in ``skipped`` with its
+            one-line reason) instead of stopping.
 
     Returns:
         The dataset's description, as written to ``out_dir/dataset.json``.
 
     Raises:
-        DatasetError: a bad argument (named); ``out_dir`` exists and is not an empty folder; a path that is no
-            episode; no usable episode (each one named with its reason). Nothing is written then.
+        DatasetError: a bad argument (named); ``out_dir`` exists and is not an empty folder, or cannot be
+            created or written; a path that is no episode; no usable episode (:class:`NoUsableEpisodeError`,
+            each one named with its reason). Nothing is written then.
+        DamagedEpisodeError: an episode is damaged (without ``skip_damaged``); nothing is written.
         ConfigurationError: an unknown preset; with ``latents``, a base folder that is missing or not the
             preset's (``BaseModelError``).
     """
@@ -446,21 +469,27 @@ def build_dataset(
         raise DatasetError("no episode given")
     robot = robot if robot is not None else RobotModel.default()
     style = style if style is not None else SkeletonStyle()
-    encode = None
-    if latents is not None:
-        base_dir, device = latents
-        encode = _LatentEncoder(base_dir, config, str(device))
-
     stage = out.parent / f".{out.name}.dataset-{os.getpid()}"
     shutil.rmtree(stage, ignore_errors=True)
-    stage.mkdir(parents=True)
+    try:  # before the episodes are read: an output that cannot be written is refused first
+        stage.mkdir(parents=True)
+        (stage / ".write-test").touch()
+        (stage / ".write-test").unlink()
+    except OSError as exc:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise DatasetError(f"cannot create the dataset folder {out}: {exc.strerror or exc} "
+                           f"({exc.filename or stage})") from exc
     try:
+        encode = None
+        if latents is not None:
+            base_dir, device = latents
+            encode = _LatentEncoder(base_dir, config, str(device))
         used, skipped = _read_episodes(paths, stage, topic=topic, config=config, clip_frames=clip_frames,
                                        include_problems=include_problems, robot=robot, style=style, encode=encode,
-                                       say=say, progress=progress)
+                                       say=say, progress=progress, skip_damaged=skip_damaged)
         if not used:
             listed = "\n  ".join(f"{s['path']}: {s['reason']}" for s in skipped)
-            raise DatasetError(f"no usable episode among {len(paths)}:\n  {listed}")
+            raise NoUsableEpisodeError(f"no usable episode among {len(paths)}:\n  {listed}")
         if len(used) == 1:
             say(f"warning: only one usable episode ({used[0].path}): all of it is train, no validation split")
         rates = [u.fps for u in used if u.fps is not None]
@@ -498,8 +527,11 @@ def build_dataset(
             out.rmdir()
         out.parent.mkdir(parents=True, exist_ok=True)
         os.replace(stage, out)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(stage, ignore_errors=True)
+        if isinstance(exc, OSError):  # disk full, a folder removed under us...: named, nothing left behind
+            raise DatasetError(f"building the dataset {out} failed: {exc.strerror or exc}"
+                               + (f" ({exc.filename})" if exc.filename else "") + "; nothing was written") from exc
         raise
     _summary(info, out, say)
     return info
@@ -508,7 +540,7 @@ def build_dataset(
 def _read_episodes(paths: Sequence[Path], stage: Path, *, topic: str, config: WanPreset, clip_frames: int,
                    include_problems: bool, robot: RobotModel, style: SkeletonStyle,
                    encode: Callable[[np.ndarray], np.ndarray] | None, say: Callable[[str], None],
-                   progress: bool) -> tuple[list[_EpisodeResult], list[dict[str, Any]]]:
+                   progress: bool, skip_damaged: bool = False) -> tuple[list[_EpisodeResult], list[dict[str, Any]]]:
     """Every episode read into staged clip files: (the used ones, the skipped ones' entries), in order."""
     used: list[_EpisodeResult] = []
     skipped: list[dict[str, Any]] = []
@@ -523,6 +555,15 @@ def _read_episodes(paths: Sequence[Path], stage: Path, *, topic: str, config: Wa
             shutil.rmtree(stage / "episodes" / f"{k:05d}", ignore_errors=True)
             skipped.append({"path": str(path), "reason": skip.reason, "problems": skip.problems})
             echo(f"{path}: skipped: {skip.reason}")
+            continue
+        except DamagedEpisodeError as exc:
+            if not skip_damaged:
+                raise DamagedEpisodeError(f"{exc} (--skip-damaged leaves it out)", episode=exc.episode,
+                                          report=exc.report) from exc
+            shutil.rmtree(stage / "episodes" / f"{k:05d}", ignore_errors=True)
+            reason = _reason(exc, path)
+            skipped.append({"path": str(path), "reason": reason, "problems": [], "damaged": True})
+            echo(f"{path}: skipped: {reason}")
             continue
         if used and not _same_view(used[0].intrinsics, result.intrinsics, config.width, config.height):
             shutil.rmtree(stage / "episodes" / f"{k:05d}", ignore_errors=True)
@@ -582,6 +623,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="use episodes whose `episodes check` fails too (skipped by default)")
     parser.add_argument("--camera-topic", default=DEFAULT_CAMERA_TOPIC,
                         help=f"the head camera's Image topic (default {DEFAULT_CAMERA_TOPIC})")
+    parser.add_argument("--skip-damaged", action="store_true",
+                        help="leave out an episode whose file is damaged (one line says why) instead of stopping")
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -590,6 +633,7 @@ def run_cli(args: argparse.Namespace) -> int:
         args.episodes, args.out, preset=args.preset, clip_frames=args.clip_frames, val_fraction=args.val_fraction,
         seed=args.seed, latents=(args.latents, args.device) if args.latents else None,
         include_problems=args.include_problems, camera_topic=args.camera_topic, progress=sys.stderr.isatty(),
+        skip_damaged=args.skip_damaged,
     )
     return 0
 
@@ -597,6 +641,7 @@ def run_cli(args: argparse.Namespace) -> int:
 __all__ = [
     "DEFAULT_CAMERA_TOPIC",
     "MIN_CLIP_FRAMES",
+    "NoUsableEpisodeError",
     "add_arguments",
     "build_dataset",
     "check_clip_frames",

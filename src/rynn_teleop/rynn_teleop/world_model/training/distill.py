@@ -638,7 +638,7 @@ def distill(config: DistillConfig) -> RunResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rynn-teleop world-model distill``."""
-    add_run_arguments(parser, "config/world_model_distill.yaml")
+    add_run_arguments(parser, "config/world_model_distill.yaml", DistillConfig)
 
 
 def run_cli(args: argparse.Namespace) -> int:

@@ -44,7 +44,7 @@ from rynn_teleop.world_model.diffusion.presets import WanPreset
 from rynn_teleop.world_model.diffusion.weights import FineTunedWeightsError, control_dims, transformer_config_hash
 
 from .common import check_output_folder
-from .config import RunConfig, RunConfigError
+from .config import RunConfig, RunConfigError, keys_help
 
 _LOG = logging.getLogger(__name__)
 
@@ -419,9 +419,12 @@ def write_sample(accelerator: Any, task: Task, model: torch.nn.Module, output: P
 # ---- command line (train and distill) ----------------------------------------------------------
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, example: str) -> None:
-    """``CONFIG`` and repeatable ``--set KEY=VALUE`` of a run command (``example``: the documented config)."""
-    parser.add_argument("config", help=f"the run's YAML file (keys: see {example})")
+def add_run_arguments(parser: argparse.ArgumentParser, example: str, config_cls: type[RunConfig]) -> None:
+    """``CONFIG`` and repeatable ``--set KEY=VALUE`` of a run command (``example``: the documented config); the
+    help lists every key of ``config_cls`` from its declarations."""
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = keys_help(config_cls)
+    parser.add_argument("config", help=f"the run's YAML file (keys: below; an example: {example})")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one key of the file (the value is read as YAML); repeatable")
 

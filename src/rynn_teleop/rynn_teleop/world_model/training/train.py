@@ -178,7 +178,7 @@ def train(config: TrainConfig) -> RunResult:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rynn-teleop world-model train``."""
-    add_run_arguments(parser, "config/world_model_train.yaml")
+    add_run_arguments(parser, "config/world_model_train.yaml", TrainConfig)
 
 
 def run_cli(args: argparse.Namespace) -> int:
