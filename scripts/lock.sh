@@ -8,9 +8,10 @@ PY="${PYTHON:-python3}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 "$PY" -m venv "$TMP/venv"
-"$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  -r "$ROOT/requirements/ros-pypi.txt" -r "$ROOT/requirements/core.txt" \
-  -r "$ROOT/requirements/dev.txt" -r "$ROOT/requirements/bench.txt" -r "$ROOT/requirements/docs.txt" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+# every role's file (the same list as scripts/bootstrap.sh): one lock covers the runtime and every extra
+reqs=()
+for role in ros-pypi core vendor world-model training export dev bench docs; do reqs+=(-r "$ROOT/requirements/$role.txt"); done
+"$TMP/venv/bin/python" -m pip install --quiet --disable-pip-version-check "${reqs[@]}" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 {
   echo "# Every package version CI tested, resolved from requirements/*.txt (scripts/bootstrap.sh installs with"
   echo "# these constraints). Refresh: ./scripts/lock.sh, then ./scripts/test.sh, then commit both together."

@@ -22,6 +22,7 @@ class Result(NamedTuple):
     ok: bool
     message: str
     unavailable: bool = False
+    episode: str = ""
 
 
 class Fake:
@@ -116,6 +117,9 @@ def test_actions_answer_with_the_stack_s_result(served):
                                  headers=headers))
     assert status == 200 and json.loads(text) == {"ok": True, "message": "done"}
     assert fake.calls == [("episode start", {"task": "pick"})]
+    fake.answer = Result(True, "recorder: /data/episode_0004", episode="/data/episode_0004")
+    status, text = _run(_request("POST", url, json={"action": "episode stop"}, headers=headers))
+    assert status == 200 and json.loads(text)["episode"] == "/data/episode_0004"  # the typed field, answered as such
     fake.answer = Result(False, "no episode is being recorded")
     assert _run(_request("POST", url, json={"action": "episode stop"}, headers=headers))[0] == 409
     fake.answer = Result(False, "start the recorder", unavailable=True)

@@ -34,6 +34,28 @@ NODES = {
 }
 
 
+# Installs by role, the same lists as requirements/<role>.txt at the repository root (tests/test_install_roles.py
+# keeps them equal; this file cannot read them: a Docker or colcon build sees src/ only). The runtime is an
+# extra too, not install_requires: a ROS workspace gets numpy, OpenCV... from Debian, whose packages pip
+# does not see, and a console script would then refuse to start.
+#   pip install -e "src/rynn_teleop[runtime]"               the robot runtime (requirements/core.txt)
+#   pip install -e "src/rynn_teleop[runtime,vendor]"        + the lab's device SDKs
+#   pip install -e "src/rynn_teleop[world-model]"           the diffusion backend (torch, diffusers)
+RUNTIME = [
+    "numpy", "scipy", "pyyaml", "pin", "ruckig", "rosbags>=0.11", "mcap>=1.6", "mcap-ros2-support", "ruamel.yaml",
+    "opencv-python-headless", "mujoco", "aiohttp", "foxglove-sdk",
+]
+WORLD_MODEL = ["torch==2.13.0", "diffusers==0.42.1", "peft", "transformers", "safetensors"]
+EXTRAS = {
+    "runtime": RUNTIME,
+    "vendor": ["openvr", "wujihandpy>=1.8.0", "pyrealsense2"],
+    "world-model": WORLD_MODEL,
+    "training": [*WORLD_MODEL, "accelerate", "tqdm", "tensorboard", "torchmetrics", "matplotlib", "av"],
+    "export": ["av", "pyarrow"],
+    "test": ["pytest", "hypothesis"],
+}
+
+
 def _data(folder: str, pattern: str) -> list[str]:
     return sorted(glob(str(ROOT / folder / pattern)))
 
@@ -54,7 +76,7 @@ setup(
         ("share/" + PACKAGE + "/urdf", _data("urdf", "*.urdf") + _data("urdf", "*.yaml")),
     ],
     install_requires=["setuptools"],
-    extras_require={"test": ["pytest", "hypothesis"]},
+    extras_require=EXTRAS,
     zip_safe=False,  # the console page is read from the package folder
     maintainer="rynn_teleop developers",
     maintainer_email="rynn-teleop@example.com",

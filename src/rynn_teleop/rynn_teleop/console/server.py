@@ -201,6 +201,7 @@ class ConsoleServer:
         self.xr_last_refused: dict[str, Any] | None = None  # time [Unix s], reason, message, client
         self._xr_owner: _XRClient | None = None  # the headset that is the XR input
         self._xr_times: list[float] = []  # monotonic times [s] of the accepted frames, last 2 s
+        self._connections = 0  # WebSockets accepted so far (numbers them in XR messages)
         self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-encode")
         self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-action")
         self._jpeg: dict[str, tuple[int, bytes]] = {}  # stream -> (seq, header + JPEG) of the newest encoded
@@ -409,7 +410,8 @@ class ConsoleServer:
         if not await self._hello(request, ws):
             return ws
         self.clients += 1
-        xr = _XRClient(_client(request))
+        self._connections += 1
+        xr = _XRClient(f"{request.remote or '?'} #{self._connections}")  # address and which connection
         wanted: set[str] = set()
         acked = {s: _Acks() for s in self.hub.streams}
         senders = {s: asyncio.ensure_future(self._send_stream(ws, s, wanted, acked[s])) for s in self.hub.streams}

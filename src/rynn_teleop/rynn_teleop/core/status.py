@@ -8,16 +8,14 @@ read is declared here once, per producer, as a frozen dataclass; the producer bu
 fails the reader with a named error (:class:`MissingStatusKey`, :class:`BadStatusValue`) instead of reading a
 default.
 
-=====================  ================================  =============================================
-status                 written by                        read by
-=====================  ================================  =============================================
-:class:`ArmIKStatus`   ``core.arm_session`` (arm_ik)     session (arms), the demo (engaged), tests
-:class:`DriverStatus`  ``nodes.driver`` (arm/hand)       session (e-stop, drivers), tests
-:class:`FeedStatus`    ``nodes.camera_switch``           session (active feed)
-:class:`RecorderStatus` ``nodes.recorder``               session (episode), the demo (topics flowing)
-:class:`ConsoleStatus` ``nodes.console``                 the demo (the page's address)
-:class:`Meter`         ``nodes.base`` (every node)       session (health), the demo (rates table)
-=====================  ================================  =============================================
+Each status, who writes it and who reads it:
+
+* :class:`ArmIKStatus`: ``core.arm_session`` (arm_ik); the session (arms), the demo (engaged), tests.
+* :class:`DriverStatus`: ``nodes.driver`` (arm_driver, hand_driver); the session (e-stop, drivers), tests.
+* :class:`FeedStatus`: ``nodes.camera_switch``; the session (the active feed).
+* :class:`RecorderStatus`: ``nodes.recorder``; the session (episode), the demo (topics flowing), tests.
+* :class:`ConsoleStatus`: ``nodes.console``; the demo (the page's address).
+* :class:`Meter`: ``nodes.base`` (every node's meters); the session (health), the demo (rates table).
 
 Encoding of a field by its type: ``bool`` as ``True`` / ``False``; ``int``, ``float`` (``fmt`` of the field,
 default ``repr``), ``str`` as written; ``tuple[str, ...]`` as a JSON list; :class:`Count` as ``done/of``;

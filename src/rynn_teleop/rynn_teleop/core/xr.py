@@ -217,13 +217,14 @@ def hand_keypoints(positions: np.ndarray, wrist_quaternion: np.ndarray) -> np.nd
 
     Args:
         positions: (25, 3) joint positions [m] in :data:`WEBXR_JOINTS` order, in any one frame of reference.
-        wrist_quaternion: (4,) the wrist joint's orientation (x, y, z, w) in that same frame.
+        wrist_quaternion: (4,) the wrist joint's orientation (x, y, z, w) in that same frame (normalised here).
     Returns:
         (21, 3): ``M @ R_wrist^T @ (p_j - p_wrist)`` for the joints of :data:`MEDIAPIPE_FROM_WEBXR`
         (``M`` = :data:`XR_JOINT_TO_WRIST`); the wrist is the origin.
     """
     p = np.asarray(positions, dtype=float).reshape(N_XR_JOINTS, 3)
-    R = rotation_matrices(np.asarray(wrist_quaternion, dtype=float))
+    q = np.asarray(wrist_quaternion, dtype=float)
+    R = rotation_matrices(q / np.linalg.norm(q))
     local = (p[list(MEDIAPIPE_FROM_WEBXR)] - p[0]) @ R  # rows: R^T (p - p0), in the wrist joint's axes
     return local @ XR_JOINT_TO_WRIST.T
 
@@ -238,7 +239,7 @@ class BodyModel(NamedTuple):
     shoulder_width: float = 0.38  # [m] between the shoulder joints
     upper_arm: float = 0.30  # [m] shoulder -> elbow
     forearm: float = 0.27  # [m] elbow -> wrist
-    elbow_out: float = 0.3  # [-] outward share of the direction the elbow hangs in (0: straight down)
+    elbow_out: float = 0.15  # [-] outward share of the direction the elbow hangs in (0: straight down)
     heading: str = "space"  # chest heading: "space" (the reference space's forward) or "head" (the head's yaw)
 
 

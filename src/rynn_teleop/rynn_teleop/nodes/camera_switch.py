@@ -14,6 +14,7 @@ Select with the parameter ``active_source`` (runtime-settable) or the services `
 its source is active when it arrives. Messages are forwarded unchanged (serialized bytes, not decoded).
 An active source silent for ``silent_timeout_s`` is reported; with ``fallback`` the output shows the other
 source meanwhile and returns once the chosen one is back (the parameter keeps the operator's choice).
+Status in /diagnostics: ``core.status.FeedStatus`` (active, preferred, fallback), which the console reads.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ Topics:
 Services:
     ~/estop  std_srvs/Trigger  latch the e-stop (backend stop within this call)
     ~/reset  std_srvs/Trigger  release it (motion resumes, ramped, with fresh commands)
+Status in /diagnostics: ``core.status.DriverStatus`` (backend, mode, e-stop, what latched it, faults), which the
+console and ``rynn-teleop call status`` read; counters beside it.
 """
 
 from __future__ import annotations

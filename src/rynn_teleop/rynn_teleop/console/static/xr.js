@@ -113,29 +113,37 @@ function connect() {
   };
 }
 
-// each frame is acknowledged once on the panel's texture: the server sends the next one only then
+// each frame is acknowledged once decoded (the server sends the next one only then: frames never queue here);
+// the panel's texture takes the newest decoded image at the next render, which counts it as shown
+let feedPending = false;
 async function drawFeed(header, jpeg) {
   const ack = { type: "decoded", stream: header.stream, seq: header.seq };
+  let bitmap = null;
   try {
-    const bitmap = await createImageBitmap(jpeg);
-    if (feedCanvas.width !== bitmap.width || feedCanvas.height !== bitmap.height) {
-      feedCanvas.width = bitmap.width; feedCanvas.height = bitmap.height;
-      feedTexture.dispose();
-    }
-    feedCtx.drawImage(bitmap, 0, 0);
-    bitmap.close();
-    feedTexture.needsUpdate = true;
-    const now = performance.now();
-    stats.feed.frames += 1;
-    stats.feed.shown.push(now);
-    while (stats.feed.shown.length && stats.feed.shown[0] < now - 2000) stats.feed.shown.shift();
-    const shown = stats.feed.shown;
-    stats.feed.fps = shown.length > 1 ? (shown.length - 1) * 1000 / (shown[shown.length - 1] - shown[0]) : 0;
+    bitmap = await createImageBitmap(jpeg, { imageOrientation: "flipY" });  // ImageBitmaps ignore flipY
     ack.received_ms = header.received_ms;
     ack.t_ms = Date.now();
   } finally {
     if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(ack));
   }
+  const old = feedTexture.image;
+  if (!old || old.width !== bitmap.width || old.height !== bitmap.height) feedTexture.dispose();  // new size
+  feedTexture.image = bitmap;
+  feedTexture.flipY = false;
+  feedTexture.needsUpdate = true;
+  feedPending = true;
+  if (old && old.close) old.close();  // an ImageBitmap replaced before or after its upload: not needed any more
+}
+
+function countShown() {  // at a render: the panel shows a new feed image
+  if (!feedPending) return;
+  feedPending = false;
+  const now = performance.now();
+  stats.feed.frames += 1;
+  stats.feed.shown.push(now);
+  while (stats.feed.shown.length && stats.feed.shown[0] < now - 2000) stats.feed.shown.shift();
+  const shown = stats.feed.shown;
+  stats.feed.fps = shown.length > 1 ? (shown.length - 1) * 1000 / (shown[shown.length - 1] - shown[0]) : 0;
 }
 
 const r5 = (v) => Math.round(v * 1e5) / 1e5;  // 10 um, 1e-5 of a quaternion: a frame is about 4 kB of JSON
@@ -350,6 +358,7 @@ function render(time, frame) {
   const now = performance.now();
   for (const b of buttons) b.mesh.scale.setScalar(now - b.flash < 200 ? 0.9 : 1.0);  // a press shows
   if (frame && refSpace) onXRFrame(time, frame);
+  countShown();
   renderer.render(scene, camera);
 }
 renderer.setAnimationLoop(render);

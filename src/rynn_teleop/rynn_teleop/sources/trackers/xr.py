@@ -66,7 +66,7 @@ class XRHeadset(TrackerSource):
         Param("forearm", float, 0.27, "body model: elbow to wrist", "m", min=0.15, max=0.5),
         Param("neck_to_shoulders", float, 0.10, "body model: the shoulder line below the neck pivot", "m",
               min=0.0, max=0.4),
-        Param("elbow_out", float, 0.3, "body model: outward share of the direction an elbow hangs in "
+        Param("elbow_out", float, 0.15, "body model: outward share of the direction an elbow hangs in "
               "(0 = straight down)", min=0.0, max=2.0),
     )
 
