@@ -73,6 +73,7 @@ setup(
             "share/" + PACKAGE + "/config",
             [p for ext in ("yaml", "xml", "rviz", "json") for p in _data("config", "*." + ext)],
         ),
+        ("share/" + PACKAGE + "/config/sim", _data("config/sim", "*.yaml")),  # the twin's task scenes
         ("share/" + PACKAGE + "/urdf", _data("urdf", "*.urdf") + _data("urdf", "*.yaml")),
     ],
     install_requires=["setuptools"],
@@ -84,6 +85,7 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [f"{name} = {target}" for name, target in NODES.items()]
-        + ["rynn-teleop = rynn_teleop.cli:main"],
+        + ["rynn-teleop = rynn_teleop.cli:main",
+           "lifecycle_manager = rynn_teleop.nodes.lifecycle_manager:main"],  # the launch file's (not a node of NODES)
     },
 )

@@ -4,7 +4,10 @@
     rynn-teleop params NODE           print NODE's parameter file with every key documented
     rynn-teleop run NODE [NODE ...] [--duration S] [--config-dir DIR] [-p NODE.KEY=VALUE ...]
     rynn-teleop run --mode digital|real [--camera generated|physical] [--record] [--tracker-backend NAME] ...
+    rynn-teleop lifecycle active|inactive|unconfigured [NODE ...]   bring managed nodes (the drivers) there, in order
     rynn-teleop demo [--duration S] [--out DIR]
+    rynn-teleop sim export-model [OUT] [--scene S] [--seed N]   the physics twin's MJCF (opens in MuJoCo's viewer)
+    rynn-teleop sim run --scene S --seeds 0-19 | sim scenes      scripted task episodes in pure physics; the scenes
     rynn-teleop episodes list|info|check|recover|export PATH   recorded episodes (integrity, counts, rates, gaps,
                                       plot, preview, salvage, LeRobot export)
     rynn-teleop world-model encode-prompt BASE_DIR "PROMPT" OUT   the world model's fixed prompt, encoded once
@@ -157,7 +160,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     _stop_on_signals()
     nodes, overrides = _run_plan(args)
-    with Composition(nodes, config_dir=args.config_dir, overrides=overrides) as comp:
+    with Composition(nodes, config_dir=args.config_dir, overrides=overrides, lifecycle=args.lifecycle) as comp:
         freeze_startup_objects()
         for node in comp.nodes:
             node.get_logger().info("started")
@@ -245,6 +248,12 @@ def _cmd_training(args: argparse.Namespace) -> int:
     return module.run_cli(parser.parse_args(args.args))
 
 
+def _cmd_lifecycle(args: argparse.Namespace) -> int:
+    from .nodes.lifecycle_manager import manage
+
+    return manage(args.goal, args.nodes or list(bringup.MANAGED_NODES), timeout=args.timeout)
+
+
 def _cmd_call(args: argparse.Namespace) -> int:
     from .nodes.operator import call_main
 
@@ -285,6 +294,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "same elements and attributes, numbers equal within 1e-12")
     p.set_defaults(func=_cmd_urdf)
 
+    from .sim import cli as sim_cli  # imports no MuJoCo until a sim subcommand runs
+
+    sim_cli.add_parser(sub)
+
     p = sub.add_parser("params", help="print a node's parameter file, every key documented")
     p.add_argument("node")
     p.set_defaults(func=_cmd_params)
@@ -306,7 +319,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=_seconds, default=None, help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--config-dir", default=None, help="folder with <node>.yaml files (default: the package's config/)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NODE.KEY=VALUE", help="override a parameter")
+    p.add_argument("--lifecycle", choices=bringup.LIFECYCLE_GOALS, default="active",
+                   help="the state the managed nodes (the drivers) are brought to, in order: active (default), "
+                   "inactive (connected, commanding nothing) or unconfigured (nothing connected: use "
+                   "`rynn-teleop lifecycle` or `ros2 lifecycle set`)")
     p.set_defaults(func=_cmd_run)
+
+    p = sub.add_parser("lifecycle", help="bring running managed nodes (the drivers) to a lifecycle state, in order "
+                       "(all configured before any is activated; down in reverse order)")
+    p.add_argument("goal", choices=bringup.LIFECYCLE_GOALS, help="active: connected and following commands; "
+                   "inactive: connected, commanding nothing; unconfigured: disconnected")
+    p.add_argument("nodes", nargs="*", help="the nodes, in bring-up order (default: the bringup's managed nodes: "
+                   "arm_driver, hand_driver)")
+    p.add_argument("--timeout", type=_seconds, default=10.0, help="seconds to wait for each node's services and "
+                   "answers (default 10)")
+    p.set_defaults(func=_cmd_lifecycle)
 
     p = sub.add_parser("episodes", add_help=False,
                        help="recorded episodes: list|info|check|recover DIR (see `rynn-teleop episodes --help`)")
