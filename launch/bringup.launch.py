@@ -2,7 +2,8 @@
 
     ros2 launch rynn_teleop bringup.launch.py [mode:=digital|real] [camera:=generated|physical]
         [record:=false] [console:=false] [foxglove:=false] [tracker_backend:=synthetic]
-        [hand_retarget_backend:=synthetic] [world_model_backend:=render] [rviz:=false] [robot_state_publisher:=true]
+        [hand_retarget_backend:=synthetic] [world_model_backend:=render] [lifecycle:=active|inactive|unconfigured]
+        [rviz:=false] [robot_state_publisher:=true]
 
 ``ros2 launch rynn_teleop bringup.launch.py --show-args`` lists every argument with its choices (a backend
 argument's are the node's registered backends); a value outside them stops the launch before any node starts,
@@ -12,13 +13,28 @@ comes from config/<node>.yaml in the package share directory; each is read and c
 A node that exits is started again after ``bringup.RESPAWN_DELAY_S`` unless it talks to hardware (arm_driver,
 hand_driver, head_camera: a device error stays visible) or it refused to start (exit code 2: a bad parameter
 comes back the same at every restart).
+The drivers are managed (lifecycle) nodes: they start unconfigured, and ``lifecycle_manager`` brings them to the
+``lifecycle`` argument's state in the table's order (every one configured before any is activated), then exits;
+when one fails (a device missing) it exits with code 2 naming the node and why, and the drivers stay up where
+they were (``ros2 lifecycle set`` or ``rynn-teleop lifecycle active`` once fixed).
+In the digital mode the twin and the drivers run as one process (``bringup.COMPOSED``: the drivers' sim backend
+drives the twin's physics world, which lives in that process): ``rynn-teleop run twin arm_driver hand_driver
+--mode digital --lifecycle unconfigured``, its nodes' parameters from the same config files; the lifecycle manager
+brings its drivers up as any other.
 Processes get config/fastdds_profile.xml unless FASTDDS_DEFAULT_PROFILES_FILE is already set.
 """
 
 from functools import partial
 from pathlib import Path
 
-from launch.actions import DeclareLaunchArgument, LogInfo, OpaqueFunction, SetEnvironmentVariable, TimerAction
+from launch.actions import (
+    DeclareLaunchArgument,
+    ExecuteProcess,
+    LogInfo,
+    OpaqueFunction,
+    SetEnvironmentVariable,
+    TimerAction,
+)
 from launch.conditions import IfCondition, UnlessCondition
 from launch.launch_description import LaunchDescription
 from launch.substitutions import (
@@ -30,7 +46,7 @@ from launch.substitutions import (
 )
 from launch_ros.actions import Node
 from launch_ros.parameter_descriptions import ParameterValue
-from launch_ros.substitutions import FindPackageShare
+from launch_ros.substitutions import FindPackagePrefix, FindPackageShare
 
 from rynn_teleop import bringup
 from rynn_teleop.errors import REFUSED_EXIT_CODE
@@ -83,16 +99,44 @@ def _restart(spec, overrides, event, context):
     return [TimerAction(period=bringup.RESPAWN_DELAY_S, actions=[_node(spec, overrides)])]
 
 
+def _in_modes(modes):
+    """Started when the ``mode`` argument is one of ``modes``."""
+    return IfCondition(PythonExpression(["'", LaunchConfiguration("mode"), f"' in {tuple(modes)!r}"]))
+
+
 def _our_node(spec, tables):
+    """``spec``'s own process (None: it runs only inside a composed process)."""
+    modes = bringup.separate_modes(spec.name)
+    if not modes:
+        return None
     overrides = {t.key: _lookup(t) for t in tables if t.node == spec.name}
     condition = CONDITIONS[spec.started_when](LaunchConfiguration(spec.switch)) if spec.switch else None
+    if modes != bringup.MODES:
+        if spec.switch:  # both: one expression
+            condition = IfCondition(PythonExpression(["'", LaunchConfiguration("mode"), f"' in {tuple(modes)!r} and '",
+                                                      LaunchConfiguration(spec.switch), f"' == {spec.started_when!r}"]))
+        else:
+            condition = _in_modes(modes)
     return _node(spec, overrides, condition)
+
+
+def _composed(process):
+    """One process running ``process.nodes`` (``rynn-teleop run``) in its mode; never restarted (drivers)."""
+    executable = PathJoinSubstitution([FindPackagePrefix(PKG), "lib", PKG, "rynn-teleop"])
+    return ExecuteProcess(cmd=[executable, *bringup.composed_arguments(process)], name="+".join(process.nodes),
+                          output="screen", condition=_in_modes((process.mode,)))
 
 
 def _other_node(other, extras):
     kwargs = {"arguments": list(other.arguments), **extras.get(other.executable, {})}
     return Node(package=other.package, executable=other.executable,
                 condition=IfCondition(LaunchConfiguration(other.switch)), **kwargs)
+
+
+def _lifecycle_manager():
+    """The managed nodes brought to the ``lifecycle`` argument's state, in table order (nodes.lifecycle_manager)."""
+    return Node(package=PKG, executable=bringup.LIFECYCLE_MANAGER,
+                parameters=[{"node_names": list(bringup.MANAGED_NODES), "goal": LaunchConfiguration("lifecycle")}])
 
 
 def generate_launch_description():
@@ -111,5 +155,7 @@ def generate_launch_description():
         ),
         OpaqueFunction(function=_check_config_files),
         *(_other_node(other, extras) for other in bringup.OTHER_NODES),
-        *(_our_node(spec, tables) for spec in bringup.NODES),
+        *(node for node in (_our_node(spec, tables) for spec in bringup.NODES) if node is not None),
+        *(_composed(process) for process in bringup.COMPOSED),
+        _lifecycle_manager(),
     ])

@@ -138,14 +138,38 @@ def test_generated_pages_are_not_files_in_the_repository(pages):
         assert not (DOCS / path).exists(), f"docs/{path} is generated at build time: remove the file"
 
 
-def test_architecture_table_lists_every_node():
-    """The hand-written overview (concepts/architecture.md) names every node and its parameter file."""
+def test_architecture_overview_is_generated_from_the_io_declarations(gen):
+    """The node overview of concepts/architecture.md is generated (no hand-written table): every node, its parameter
+    file and the default names of what it publishes, subscribes to and serves."""
+    from rynn_teleop.nodes.io import node_io
+
     text = (DOCS / "concepts" / "architecture.md").read_text()
-    table = text.split("## Nodes and topics at a glance", 1)[1].split("\n## ", 1)[0]
-    listed = set(re.findall(r"^\| `([a-z_]+)` \|", table, flags=re.M))
-    assert listed == set(REGISTRY)
+    section = text.split("## Nodes and topics at a glance", 1)[1].split("\n## ", 1)[0]
+    assert gen.IO_OVERVIEW_MARKER in section
+    assert not re.search(r"^\| `[a-z_]+` \|", section, flags=re.M), "a hand-written node table"
+    rendered = gen.on_page_markdown(text, None, None, None)
+    rows = {m.group(1): m.group(0) for m in re.finditer(r"^\| \[`([a-z_]+)`\]\(.*$", rendered, flags=re.M)}
+    assert set(rows) == set(REGISTRY)
     for name in REGISTRY:
-        assert f"config/{name}.yaml" in table
+        cls = node_class(name)
+        assert f"`config/{name}.yaml`" in rows[name]
+        resolved = node_io(cls, cls.SCHEMA.defaults(), {f: "" for f in cls.IO.facts}, base=False)
+        for kind in ("publishers", "subscriptions", "services"):
+            for endpoint in resolved[kind]:
+                assert f"`{endpoint.name}`" in rows[name], f"{name}: {kind[:-1]} {endpoint.name}"
+
+
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_declared_topic_and_service_is_on_its_node_page(pages, name):
+    from rynn_teleop.core.node_io import KINDS
+
+    page = pages[f"reference/nodes/{name}.md"]
+    section = page.split("## Topics and services", 1)[1].split("\n## ", 1)[0]
+    for kind in KINDS:
+        for entry in node_class(name).IO.entries(kind):
+            row = next((line for line in section.splitlines() if line.startswith(f"| `{entry.name}`")), None)
+            assert row is not None, f"{name}: {kind[:-1]} {entry.name}"
+            assert entry.type in row or entry.type == "*"
 
 
 def test_readme_fits_on_a_screen_and_its_links_resolve():

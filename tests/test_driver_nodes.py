@@ -1,4 +1,5 @@
-"""arm_driver and hand_driver on real rclpy with the sim backend: rates, following, watchdog, e-stop."""
+"""arm_driver and hand_driver on real rclpy with the sim backend (the physical twin; here the robot alone, no twin
+node in the process): rates, following, watchdog, e-stop."""
 
 from __future__ import annotations
 
@@ -120,12 +121,12 @@ def test_hand_driver_rates_vendor_topics_and_the_shared_estop_topic(ros_domain_i
         probe = Probe(comp)
         hands, arms = comp.node("hand_driver"), comp.node("arm_driver")
         assert wait_for(lambda: probe.latest(HANDS) is not None and probe.vendor, 10.0)
+        right_start = probe.latest(HANDS)[20:]  # where the backend holds it (the twin: the open hand)
         assert probe.rate(HANDS, 1.0) > 0  # streaming (the rate is bench/stack.py's)
         assert list(probe.vendor[-1].name) == list(hand_joint_names("left"))
         goal = np.full(20, 0.3)  # the vendor driver's topic shape: 20 positions, names optional
         assert wait_for(lambda: (probe.hand_cmd.publish(JointState(position=goal.tolist())),
                                  np.abs(probe.latest(HANDS)[:20] - goal).max() < 0.01)[1], 10.0)
-        right_start = np.clip(np.zeros(20), hands.limits.lower[20:], hands.limits.upper[20:])
         np.testing.assert_allclose(probe.latest(HANDS)[20:], right_start, atol=1e-6)  # the other hand held
         probe.estop.publish(Bool(data=True))  # one message stops every driver
         assert wait_for(lambda: hands.safety.estopped and arms.safety.estopped, 5.0)

@@ -32,7 +32,8 @@ def demo(module_ros_env, tmp_path_factory):
                            "--out", str(out)], env=module_ros_env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     episode = Path(proc.stdout.strip().splitlines()[-1])  # the episode directory is the last line printed
-    summary = json.loads((out / "summary.json").read_text())
+    assert proc.stdout.strip().splitlines()[-2].startswith("outcome: ")  # the twin's judgement, just before it
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=_not_json)  # strict: no NaN
     assert summary["episode"] == str(episode)
     assert summary["arms"] == {"engaged": True, "calibrated": True}
     messages: dict[str, list] = defaultdict(list)
@@ -44,6 +45,10 @@ def demo(module_ros_env, tmp_path_factory):
     finally:
         reader.close()
     return {"out": out, "episode": episode, "summary": summary, "messages": messages, "stdout": proc.stdout}
+
+
+def _not_json(constant: str):
+    raise ValueError(f"summary.json holds {constant}, which JSON readers outside Python reject")
 
 
 def _stamp_ns(msg) -> int:

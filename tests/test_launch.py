@@ -53,7 +53,8 @@ def test_arguments_their_choices_and_defaults():
 
     names = [a.name for a in bringup.ARGUMENTS]
     assert len(set(names)) == len(names)
-    assert set(names) == {*VALUE_ARGUMENTS, "record", "console", "foxglove", "rviz", "robot_state_publisher"}
+    assert set(names) == {*VALUE_ARGUMENTS, "record", "console", "foxglove", "lifecycle", "rviz",
+                          "robot_state_publisher"}
     for arg in bringup.ARGUMENTS:
         assert arg.description and arg.default in arg.choices and len(set(arg.choices)) == len(arg.choices), arg
     assert bringup.argument("mode").choices == bringup.MODES
@@ -98,6 +99,18 @@ def test_nodes_are_registered_have_a_config_file_and_hardware_never_respawns():
     assert bringup.node("recorder").switch == "record" and bringup.node("robot_description").started_when == "false"
     with pytest.raises(KeyError):
         bringup.node("nope")
+
+
+def test_the_managed_nodes_are_the_lifecycle_nodes_arm_before_hand():
+    from rynn_teleop.core.lifecycle import GOALS
+    from rynn_teleop.nodes import node_class
+    from rynn_teleop.nodes.lifecycle import ManagedNode
+
+    assert bringup.MANAGED_NODES == ("arm_driver", "hand_driver")
+    for spec in bringup.NODES:
+        assert spec.managed is issubclass(node_class(spec.name), ManagedNode), spec.name
+    lifecycle = bringup.argument("lifecycle")
+    assert lifecycle.choices == GOALS and lifecycle.default == "active"
 
 
 def test_each_modes_backends_are_values_their_nodes_accept():
@@ -155,6 +168,9 @@ def test_started_nodes_follow_the_switches():
     assert bringup.mode_nodes() == tuple(n for n in (s.name for s in bringup.NODES) if n not in (
         "recorder", "console", "foxglove"))
     assert bringup.mode_nodes(record=True, console=True, foxglove=True) == tuple(s.name for s in bringup.NODES)
+    # the physical twin runs in the digital mode only, in the drivers' process
+    assert "twin" in bringup.mode_nodes() and "twin" not in bringup.mode_nodes(mode="real")
+    assert bringup.node("twin").group == bringup.node("arm_driver").group == bringup.node("hand_driver").group
 
 
 def test_the_demo_runs_the_digital_bringup_in_the_tables_process_groups():
@@ -165,7 +181,9 @@ def test_the_demo_runs_the_digital_bringup_in_the_tables_process_groups():
     assert sorted(members) == sorted(demo.DEMO_NODES)  # each node in exactly one process
     for group in demo.DEMO_GROUPS:
         assert len({bringup.node(n).group for n in group}) == 1, group
-    assert ("arm_driver", "hand_driver") in [tuple(n for n in g if n != "robot_description") for g in demo.DEMO_GROUPS]
+    # the drivers' sim backend drives the twin's physics world: one process
+    assert ("twin", "arm_driver", "hand_driver") in [tuple(n for n in g if n != "robot_description")
+                                                    for g in demo.DEMO_GROUPS]
     assert ("head_camera", "camera_switch") in demo.DEMO_GROUPS and ("tracker",) in demo.DEMO_GROUPS
     assert demo.OPERATOR_GROUP in demo.DEMO_GROUPS
 
@@ -183,14 +201,15 @@ class _Recorded:
 _FAKE_MODULES = {
     "launch": [],
     "launch.launch_description": ["LaunchDescription"],
-    "launch.actions": ["DeclareLaunchArgument", "LogInfo", "OpaqueFunction", "SetEnvironmentVariable", "TimerAction"],
+    "launch.actions": ["DeclareLaunchArgument", "ExecuteProcess", "LogInfo", "OpaqueFunction", "SetEnvironmentVariable",
+                       "TimerAction"],
     "launch.conditions": ["IfCondition", "UnlessCondition"],
     "launch.substitutions": ["Command", "EnvironmentVariable", "LaunchConfiguration", "PathJoinSubstitution",
                              "PythonExpression"],
     "launch_ros": [],
     "launch_ros.actions": ["Node"],
     "launch_ros.parameter_descriptions": ["ParameterValue"],
-    "launch_ros.substitutions": ["FindPackageShare"],
+    "launch_ros.substitutions": ["FindPackagePrefix", "FindPackageShare"],
 }
 
 
@@ -220,6 +239,8 @@ def _text(parts, values):
 def _is_started(condition, values):
     if condition is None:
         return True
+    if _kind(condition.args[0]) == "PythonExpression":  # a mode (and a switch)
+        return bool(eval(_text(condition.args[0].args[0], values))) is (_kind(condition) == "IfCondition")
     name = condition.args[0].args[0]
     return (values[name] == "true") is (_kind(condition) == "IfCondition")
 
@@ -237,24 +258,47 @@ def test_bringup_launch_declares_the_tables_arguments(fake_launch):
 def test_bringup_launch_starts_the_tables_nodes_with_their_overrides(fake_launch):
     entities = fake_launch.generate_launch_description().args[0]
     nodes = [e for e in entities if _kind(e) == "Node"]
-    ours = [n for n in nodes if n.kwargs["package"] == "rynn_teleop"]
+    ours = [n for n in nodes if n.kwargs["package"] == "rynn_teleop"
+            and n.kwargs["executable"] != bringup.LIFECYCLE_MANAGER]
     others = [n for n in nodes if n.kwargs["package"] != "rynn_teleop"]
-    assert nodes == others + ours  # other packages' first: a missing one stops the launch before ours start
-    assert [n.kwargs["executable"] for n in ours] == [s.name for s in bringup.NODES]
+    manager = nodes[-1]
+    assert nodes == others + ours + [manager]  # other packages' first: a missing one stops the launch before ours
+    # the lifecycle manager brings the drivers to the lifecycle argument's state, in the table's order
+    assert (manager.kwargs["package"], manager.kwargs["executable"]) == ("rynn_teleop", bringup.LIFECYCLE_MANAGER)
+    (params,) = manager.kwargs["parameters"]
+    assert params["node_names"] == list(bringup.MANAGED_NODES)
+    assert _kind(params["goal"]) == "LaunchConfiguration" and params["goal"].args[0] == "lifecycle"
+    assert manager.kwargs.get("condition") is None and manager.kwargs.get("on_exit") is None  # runs once
+    own = [s for s in bringup.NODES if bringup.separate_modes(s.name)]  # the twin runs only in a composed process
+    assert [n.kwargs["executable"] for n in ours] == [s.name for s in own]
+    assert bringup.separate_modes("twin") == () and bringup.separate_modes("arm_driver") == ("real",)
+    composed = [e for e in entities if _kind(e) == "ExecuteProcess"]
+    assert len(composed) == len(bringup.COMPOSED)
+    for action, process in zip(composed, bringup.COMPOSED):
+        executable, *arguments = action.kwargs["cmd"]
+        assert executable.args[0][1:] == ["lib", "rynn_teleop", "rynn-teleop"]  # the installed console script
+        assert arguments == bringup.composed_arguments(process) == [
+            "run", *process.nodes, "--mode", process.mode, "--lifecycle", "unconfigured"]
+        assert "on_exit" not in action.kwargs  # drivers: never restarted
     assert [(n.kwargs["package"], n.kwargs["executable"], n.kwargs["condition"].args[0].args[0])
             for n in others] == [(o.package, o.executable, o.switch) for o in bringup.OTHER_NODES]
     rviz = next(n for n in others if n.kwargs["executable"] == "rviz2")
     assert rviz.kwargs["arguments"][0] == "-d" and rviz.kwargs["arguments"][1].args[0][1:] == [
         "config", "rynn_teleop.rviz"]
-    for node, spec in zip(ours, bringup.NODES):
+    for node, spec in zip(ours, own):
         config, overrides = node.kwargs["parameters"]
         assert config.args[0][1:] == ["config", f"{spec.name}.yaml"]  # the share directory's config file
         assert set(overrides) == set(spec.overrides), spec.name
         assert (node.kwargs["on_exit"] is not None) is spec.respawn, spec.name
         assert "respawn" not in node.kwargs  # restarts go through on_exit (exit code 2 is not restarted)
-    for values in _combinations(SWITCHES):
-        started = [n.kwargs["executable"] for n in ours if _is_started(n.kwargs["condition"], values)]
-        assert tuple(started) == bringup.started_nodes(values), values
+    for values in _combinations((*SWITCHES, "mode")):
+        started = {n.kwargs["executable"] for n in ours if _is_started(n.kwargs["condition"], values)}
+        for action, process in zip(composed, bringup.COMPOSED):
+            if _is_started(action.kwargs["condition"], values):
+                assert not started & set(process.nodes), values  # each node in one process
+                started |= set(process.nodes)
+        assert tuple(n for n in (s.name for s in bringup.NODES) if n in started) == bringup.started_nodes(values), \
+            values
     for values in _combinations(VALUE_ARGUMENTS):
         resolved = {}
         for node in ours:
@@ -331,7 +375,11 @@ def test_bringup_resolves_per_mode(mode, camera, record):
     _declare(description, context, given)
     started, overrides = [], {}
     for action in description.entities:
-        if isinstance(action, Node) and action.node_package == "rynn_teleop":
+        if type(action).__name__ == "ExecuteProcess" and (action.condition is None
+                                                          or action.condition.evaluate(context)):
+            started += [n for c in bringup.COMPOSED if c.mode == mode for n in c.nodes]  # the composed process
+        if isinstance(action, Node) and action.node_package == "rynn_teleop" \
+                and action.node_executable != bringup.LIFECYCLE_MANAGER:
             if action.condition is None or action.condition.evaluate(context):
                 started.append(action.node_executable)
             # parameter files are found through the ament index; evaluate only the inline values
@@ -341,7 +389,9 @@ def test_bringup_resolves_per_mode(mode, camera, record):
                 overrides[action.node_executable] = values
             on_exit = action._ExecuteLocal__on_exit  # private: the restart policy wired to this node
             assert (on_exit is not None) is bringup.node(action.node_executable).respawn
-    assert tuple(started) == bringup.started_nodes(given) == bringup.mode_nodes(record=record == "true")
+    order = [s.name for s in bringup.NODES]
+    assert tuple(sorted(started, key=order.index)) == bringup.started_nodes(given) == bringup.mode_nodes(
+        record=record == "true", mode=mode)
     assert overrides == bringup.mode_overrides(mode, camera=camera or None, tracker_backend="openvr",
                                                hand_retarget_backend="manus", world_model_backend="diffusion")
 
@@ -456,7 +506,7 @@ def test_foxglove_layout_is_installed_and_uses_only_topics_the_stack_publishes()
     panels = layout["configById"]
     assert sorted(leaves(layout["layout"])) == sorted(panels)  # every panel placed once, none missing
     published = set(DEFAULT_TOPICS) | {"/robot_markers", "/head_camera/generated/color/image_raw",
-                                       "/head_camera/generated/color/camera_info"}
+                                       "/head_camera/generated/color/camera_info", "/twin/markers"}
     used = set()
     for panel_id, config in panels.items():
         kind = panel_id.split("!")[0]

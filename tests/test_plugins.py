@@ -361,7 +361,7 @@ def test_a_throwaway_backend_is_selected_by_the_node_parameter(throwaway, family
 @pytest.mark.parametrize(("node", "values", "error", "match"), [
     # an unknown backend name lists the registered ones
     ("arm_driver", {"backend": "ur5"}, UnknownBackendError, r"'backend' = 'ur5': unknown arm_driver backend; known: "
-                                                             r"marvin, sim"),
+                                                             r"kinematic, marvin, sim"),
     ("tracker", {"backend": "synthtic"}, UnknownBackendError, r"did you mean 'synthetic'\?"),
     ("world_model", {"backend": "cosmos"}, UnknownBackendError, "known: diffusion, render"),
     # a setting of another backend is validated too (one parameter file holds every backend's settings)
@@ -371,9 +371,11 @@ def test_a_throwaway_backend_is_selected_by_the_node_parameter(throwaway, family
     ("world_model", {"diffusion.device": "tpu"}, ParameterError, "'diffusion.device' = 'tpu' is not cpu, cuda"),
     # a key of no backend is an unknown parameter
     ("arm_driver", {"ur5.ip": "10.0.0.1"}, ParameterError, "unknown parameter 'ur5.ip' for node 'arm_driver'"),
-    ("hand_driver", {"sim.initial_position": [0.0] * 14}, ParameterError, "unknown parameter 'sim.initial_position'"),
+    ("hand_driver", {"kinematic.initial_position": [0.0] * 14}, ParameterError,
+     "unknown parameter 'kinematic.initial_position'"),
     # a wrong type
-    ("hand_driver", {"sim.latency_s": "fast"}, ParameterError, "'sim.latency_s' = 'fast' has type str, expected float"),
+    ("hand_driver", {"kinematic.latency_s": "fast"}, ParameterError,
+     "'kinematic.latency_s' = 'fast' has type str, expected float"),
     ("tracker", {"synthetic.dropouts": ["left_wrist:5:4"]}, ParameterError, "each must be 'role:start_s:end_s'"),
     # the former name of the choice
     ("head_camera", {"source": "replay"}, ParameterError, "'source' of node 'head_camera' was renamed 'backend'"),

@@ -20,7 +20,7 @@ from rynn_teleop.core.status import (
 
 def driver(estop: bool, **kw) -> dict[str, str]:
     return DriverStatus(**{"backend": "sim", "mode": "estop" if estop else "track", "estop": estop,
-                           "latched_by": "", "faults": (), **kw}).encode()
+                           "latched_by": "", "faults": (), "lifecycle": "active", "lifecycle_error": "", **kw}).encode()
 
 
 def _state() -> SessionState:
@@ -90,17 +90,32 @@ def test_drivers_state_in_the_snapshot_and_the_summary():
     st.on_diagnostics("arm_driver", 2, "e-stop latched", driver(True, latched_by="backend fault: overcurrent J3",
                                                                faults=("overcurrent J3",)), now=10.0)
     doc = st.snapshot(10.5)
-    assert doc["drivers"]["arm_driver"] == {"backend": "sim", "mode": "estop", "estop": True,
+    assert doc["drivers"]["arm_driver"] == {"backend": "sim", "lifecycle": "active", "lifecycle_error": "",
+                                            "mode": "estop", "estop": True,
                                             "latched_by": "backend fault: overcurrent J3", "faults": ["overcurrent J3"]}
     assert doc["drivers"]["hand_driver"]["mode"] == "track"
     text = st.summary(10.5)
-    assert "arm_driver sim (estop; latched by backend fault: overcurrent J3; faults: overcurrent J3)" in text
+    assert "arm_driver sim active (estop; latched by backend fault: overcurrent J3; faults: overcurrent J3)" in text
+
+
+def test_each_drivers_lifecycle_state_and_why_a_transition_failed():
+    st = _state()
+    error = "configure failed: marvin: sdk_path '' is not a folder"
+    st.on_diagnostics("arm_driver", 2, error, driver(False, lifecycle="unconfigured", lifecycle_error=error,
+                                                     mode="waiting"), now=10.0)
+    st.on_diagnostics("hand_driver", 1, "inactive", driver(False, lifecycle="inactive", mode="waiting"), now=10.0)
+    doc = st.snapshot(10.5)
+    assert doc["drivers"]["arm_driver"]["lifecycle"] == "unconfigured"
+    assert doc["drivers"]["arm_driver"]["lifecycle_error"] == error
+    assert doc["drivers"]["hand_driver"]["lifecycle"] == "inactive"
+    text = st.summary(10.5)
+    assert f"arm_driver sim unconfigured (waiting; {error})" in text and "hand_driver sim inactive (waiting)" in text
 
 
 def test_a_status_the_reader_cannot_read_is_shown_as_an_error_not_read_as_a_default():
     """A node of another version (a key renamed): its state reads unknown and its health says what is missing."""
     st = _state()
-    values = DriverStatus("sim", "track", True, "", ()).encode()
+    values = DriverStatus("sim", "track", True, "", (), "active", "").encode()
     values["estopped"] = values.pop("estop")  # a renamed key
     st.on_diagnostics("arm_driver", 0, "running", values, now=10.0)
     assert st.estop(10.5)["arm_driver"] is None  # unknown, never "released"

@@ -72,7 +72,7 @@ ANY_STATUS = st.sampled_from(STATUSES).flatmap(statuses)
 
 def test_every_status_type_is_covered_and_every_reader_has_one():
     assert {c.__name__ for c in STATUSES} == {"ArmIKStatus", "DriverStatus", "FeedStatus", "RecorderStatus",
-                                              "ConsoleStatus"}
+                                              "ConsoleStatus", "TwinStatus"}
     assert set(STATUS_OF_NODE.values()) == set(STATUSES)
     assert {"arm_ik", "camera_switch", "recorder", *DRIVERS} <= set(STATUS_OF_NODE)
     for cls in STATUSES:  # no two fields share a key: each key has one writer field
@@ -118,9 +118,9 @@ def test_the_constructor_validates_and_normalises():
     arm = ArmIKStatus(np.bool_(True), False, True, {"left": np.bool_(False), "right": True})
     assert arm.calibrated is True and arm.following["left"] is False  # numpy scalars become Python ones
     with pytest.raises(BadStatusValue, match="estop = 'True' is not True or False"):
-        DriverStatus("sim", "track", "True", "", ())  # a string where a flag belongs
+        DriverStatus("sim", "track", "True", "", (), "active", "")  # a string where a flag belongs
     with pytest.raises(BadStatusValue, match="faults"):
-        DriverStatus("sim", "track", False, "", "overcurrent")  # a string is not a list of faults
+        DriverStatus("sim", "track", False, "", "overcurrent", "active", "")  # a string is not a list of faults
     with pytest.raises(BadStatusValue, match="following"):
         ArmIKStatus(True, True, True, {"left": True})  # a side missing
     with pytest.raises(BadStatusValue, match="messages"):
@@ -128,7 +128,7 @@ def test_the_constructor_validates_and_normalises():
 
 
 def test_extras_cannot_overwrite_a_typed_key():
-    driver = DriverStatus("sim", "track", False, "", ())
+    driver = DriverStatus("sim", "track", False, "", (), "active", "")
     values = driver.values({"loop_errors": 0, "backend.temperature_c": 41})
     assert values["loop_errors"] == 0 and values["backend"] == "sim"
     with pytest.raises(StatusKeyCollision, match="estop"):

@@ -25,6 +25,7 @@ NODES = {
     "hand_retarget": "rynn_teleop.nodes.hand_retarget:main",
     "arm_driver": "rynn_teleop.nodes.arm_driver:main",
     "hand_driver": "rynn_teleop.nodes.hand_driver:main",
+    "twin": "rynn_teleop.nodes.twin:main",
     "head_camera": "rynn_teleop.nodes.head_camera:main",
     "camera_switch": "rynn_teleop.nodes.camera_switch:main",
     "world_model": "rynn_teleop.nodes.world_model:main",

@@ -4,8 +4,10 @@
 and ``rynn-teleop demo`` read the same one: adding a node or a mode is an edit here. A mode only chooses
 backends; every other parameter comes from the same ``config/<node>.yaml`` files.
 
-* ``digital``: simulated arm and hand drivers, the world model generating the head camera, the feed switch on
-  the generated stream (the physical camera node still runs, synthetic scene, so the feed can be toggled).
+* ``digital``: the physical twin (``twin``: MuJoCo physics of the robot and a task scene) with the arm and hand
+  drivers on it (their ``sim`` backend), the world model generating the head camera, the feed switch on the
+  generated stream (the physical camera node still runs, synthetic scene, so the feed can be toggled). The twin
+  and the drivers share one physics world, so they run in one process (:data:`COMPOSED`).
 * ``real``: vendor backends (Marvin arms, Wuji hands, RealSense camera), the feed switch on the physical
   stream; the world model may still run as a preview.
 
@@ -15,6 +17,10 @@ operator input and the world model are chosen separately, each by the launch arg
 (:data:`BACKEND_ARGUMENTS`: ``tracker_backend``, ``hand_retarget_backend``, ``world_model_backend``), whose
 choices are the registered backends; ``synthetic`` needs nothing. The feeds are named as the camera switch
 names them: ``generated`` and ``physical``.
+
+The managed nodes (:attr:`NodeSpec.managed`: the arm and hand drivers, lifecycle nodes) start unconfigured; the
+launch file's ``lifecycle_manager`` (:data:`LIFECYCLE_MANAGER`) and ``rynn-teleop run`` bring them to the
+``lifecycle`` argument's state (default active) in table order, every one configured before any is activated.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from .core.lifecycle import GOALS as LIFECYCLE_GOALS
 from .errors import ConfigurationError
 
 MODES = ("digital", "real")
@@ -31,6 +38,7 @@ CAMERAS = ("generated", "physical")  # the camera argument's words ("" = by mode
 DEFAULT_CAMERA = {"digital": "generated", "real": "physical"}  # the feed shown first when no camera is given
 SWITCH = ("true", "false")  # the choices of an on/off launch argument
 RESPAWN_DELAY_S = 2.0  # [s] a launch file restarts a respawning node this long after it exited
+LIFECYCLE_MANAGER = "lifecycle_manager"  # the executable that brings the managed nodes up (nodes.lifecycle_manager)
 
 #: each mode's backends: node -> parameter -> value
 BACKENDS: dict[str, dict[str, dict[str, Any]]] = {
@@ -106,6 +114,9 @@ def _arguments(trackers: tuple[str, ...], hands: tuple[str, ...],
         Argument("world_model_backend", "render", world_models, "world model: render (robot drawn "
                  "over the reference frame), diffusion (needs diffusion.base_dir and diffusion.prompt_file in "
                  "config/world_model.yaml), or another registered backend"),
+        Argument("lifecycle", "active", LIFECYCLE_GOALS, "the state the managed nodes (arm_driver, then hand_driver) "
+                 "are brought to: active (following commands), inactive (connected, commanding nothing) or "
+                 "unconfigured (nothing connected; ros2 lifecycle set or rynn-teleop lifecycle by hand)"),
         Argument("rviz", "false", SWITCH, "start RViz (config/rynn_teleop.rviz: robot, camera feed, tracker poses)"),
         Argument("robot_state_publisher", "true", SWITCH, "use robot_state_publisher (tf + /robot_description; needs "
                  "a ROS install); false: this package's robot_description node"),
@@ -123,6 +134,9 @@ class NodeSpec:
         switch: the on/off launch argument that starts it (None: always started).
         started_when: the value of ``switch`` that starts it.
         overrides: parameter -> the launch arguments its value depends on (values: :func:`mode_overrides`).
+        managed: a lifecycle node (``nodes.lifecycle.ManagedNode``): started unconfigured, then brought to the
+            ``lifecycle`` argument's state, in table order, by :data:`LIFECYCLE_MANAGER` (or ``rynn-teleop run``).
+        modes: the modes that start it (the twin: digital only).
     """
 
     name: str
@@ -131,6 +145,8 @@ class NodeSpec:
     switch: str | None = None
     started_when: str = "true"
     overrides: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    managed: bool = False
+    modes: tuple[str, ...] = MODES
 
     @property
     def respawn(self) -> bool:
@@ -154,8 +170,9 @@ NODES: tuple[NodeSpec, ...] = (
     NodeSpec("arm_ik", "arm_ik", overrides={"auto_calibrate": ("tracker_backend",),
                                             "auto_engage": ("tracker_backend",)}),
     NodeSpec("hand_retarget", "hand_retarget", overrides={"backend": ("hand_retarget_backend",)}),
-    NodeSpec("arm_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}),
-    NodeSpec("hand_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}),
+    NodeSpec("twin", "drivers", modes=("digital",)),
+    NodeSpec("arm_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}, managed=True),
+    NodeSpec("hand_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}, managed=True),
     NodeSpec("head_camera", "camera", hardware=True, overrides={"backend": ("mode",)}),
     NodeSpec("world_model", "world_model", overrides={"backend": ("world_model_backend",)}),
     NodeSpec("camera_switch", "camera", overrides={"active_source": ("mode", "camera")}),
@@ -174,6 +191,36 @@ OTHER_NODES: tuple[OtherNode, ...] = (
 )
 RECORDER, CONSOLE, FOXGLOVE = "recorder", "console", "foxglove"
 HARDWARE_NODES = tuple(spec.name for spec in NODES if spec.hardware)
+MANAGED_NODES = tuple(spec.name for spec in NODES if spec.managed)  # in bring-up order
+
+
+class ComposedProcess(NamedTuple):
+    """Nodes a launch file starts as one process in ``mode`` (``rynn-teleop run NODES``, :func:`composed_arguments`)
+    instead of one process each, because they share what only one process can hold."""
+
+    mode: str
+    nodes: tuple[str, ...]  # in start order
+    why: str
+
+
+#: the processes a launch file composes: in the digital mode the drivers' sim backend sets and reads the joints
+#: of the twin node's physics world (``sim.shared``), which lives in the twin's process
+COMPOSED: tuple[ComposedProcess, ...] = (
+    ComposedProcess("digital", ("twin", "arm_driver", "hand_driver"),
+                    "the drivers' sim backend drives the twin node's physics world, held in that process"),
+)
+
+
+def separate_modes(name: str) -> tuple[str, ...]:
+    """The modes in which a launch file starts node ``name`` as its own process (not in a :data:`COMPOSED` one)."""
+    composed = {c.mode for c in COMPOSED if name in c.nodes}
+    return tuple(m for m in node(name).modes if m not in composed)
+
+
+def composed_arguments(process: ComposedProcess) -> list[str]:
+    """The ``rynn-teleop`` arguments that run ``process``: its nodes with the mode's backends, managed nodes left
+    unconfigured (the launch file's lifecycle manager brings them up)."""
+    return ["run", *process.nodes, "--mode", process.mode, "--lifecycle", "unconfigured"]
 
 
 def argument(name: str) -> Argument:
@@ -211,15 +258,17 @@ def _with_defaults(given: Mapping[str, str]) -> dict[str, str]:
 def started_nodes(arguments: Mapping[str, str]) -> tuple[str, ...]:
     """This package's nodes a launch with these argument values starts, in start order (defaults for the rest)."""
     values = _with_defaults(arguments)
-    return tuple(s.name for s in NODES if s.switch is None or values[s.switch] == s.started_when)
+    return tuple(s.name for s in NODES if values["mode"] in s.modes
+                 and (s.switch is None or values[s.switch] == s.started_when))
 
 
-def mode_nodes(record: bool = False, console: bool = False, foxglove: bool = False) -> tuple[str, ...]:
-    """The nodes of a bringup without robot_state_publisher (``rynn-teleop run --mode``): ``record`` adds the
-    recorder, ``console`` the operator console, ``foxglove`` the Foxglove WebSocket server."""
+def mode_nodes(record: bool = False, console: bool = False, foxglove: bool = False,
+               mode: str = "digital") -> tuple[str, ...]:
+    """The nodes of a bringup without robot_state_publisher (``rynn-teleop run --mode``) in ``mode``: ``record``
+    adds the recorder, ``console`` the operator console, ``foxglove`` the Foxglove WebSocket server."""
     words = {True: "true", False: "false"}
     return started_nodes({"robot_state_publisher": "false", "record": words[record], "console": words[console],
-                          "foxglove": words[foxglove]})
+                          "foxglove": words[foxglove], "mode": mode})
 
 
 def process_groups(nodes: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], ...]:

@@ -10,6 +10,7 @@
     rynn-teleop sim run --scene S --seeds 0-19 | sim scenes      scripted task episodes in pure physics; the scenes
     rynn-teleop episodes list|info|check|recover|export PATH   recorded episodes (integrity, counts, rates, gaps,
                                       plot, preview, salvage, LeRobot export)
+    rynn-teleop episodes replay EPISODE [--twin]   its commands through the drivers again; on a twin, the outcome
     rynn-teleop world-model encode-prompt BASE_DIR "PROMPT" OUT   the world model's fixed prompt, encoded once
     rynn-teleop world-model dataset|tiny-base|train|distill|eval ...   make and judge world-model weights
 
@@ -70,7 +71,12 @@ def _cmd_urdf(args: argparse.Namespace) -> int:
 def _cmd_episodes(args: argparse.Namespace) -> int:
     from .recording.inspect import episodes_main
 
-    return episodes_main(args.args)
+    def replay(parsed: argparse.Namespace) -> int:  # needs ROS: imported only for this subcommand
+        from .replay import main
+
+        return main(parsed)
+
+    return episodes_main(args.args, replay=replay)
 
 
 def _cmd_params(args: argparse.Namespace) -> int:
@@ -142,7 +148,8 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
                                                **{name: getattr(args, name) for name in bringup.BACKEND_ARGUMENTS})
         except ValueError as exc:
             raise RynnTeleopError(str(exc)) from None
-        nodes = nodes or list(bringup.mode_nodes(record=args.record, console=args.console, foxglove=args.foxglove))
+        nodes = nodes or list(bringup.mode_nodes(record=args.record, console=args.console, foxglove=args.foxglove,
+                                                 mode=args.mode))
     elif not nodes:
         raise RynnTeleopError("run: name the nodes to start, or give --mode digital|real")
     overrides = {n: v for n, v in overrides.items() if n in nodes}  # a subset of a mode keeps its backends
@@ -336,7 +343,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_lifecycle)
 
     p = sub.add_parser("episodes", add_help=False,
-                       help="recorded episodes: list|info|check|recover DIR (see `rynn-teleop episodes --help`)")
+                       help="recorded episodes: list|info|check|recover|export|replay (see `rynn-teleop episodes "
+                            "--help`)")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_episodes)
 

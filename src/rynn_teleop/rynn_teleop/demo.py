@@ -19,9 +19,10 @@ and lasts ``duration`` seconds.
 
 Output, in the output folder: the episode directory (rosbag2 MCAP +
 ``episode.yaml``), ``joints.png`` (commanded vs measured joints) and
-``preview.mp4`` (the consumer camera stream) beside it, ``summary.json``. A
-table of per-node rates and latencies is printed; the last line printed is
-the episode directory.
+``preview.mp4`` (the consumer camera stream) beside it, ``summary.json`` (strict JSON: a value that is not a
+number, such as the latency of a meter without latencies, is ``null``). A table of per-node rates and
+latencies is printed, then the episode's outcome as the physical twin judged it (``episode.yaml``: success, or
+failure with the reason); the last line printed is the episode directory.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import json
+import math
 import os
 import signal
 import subprocess
@@ -50,6 +52,7 @@ from .nodes.operator import OperatorClient, Result
 from .nodes.process import use_transport_profile
 from .nodes.recorder import DEFAULT_TOPICS
 from .recording.inspect import episode_info, plot_joints, video_preview
+from .recording.metadata import episode_doc
 from .runner import Composition
 
 #: the bringup's nodes the demo leaves out: robot_markers only feeds RViz, and its 300 Hz /joint_states input
@@ -319,11 +322,12 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     plot_joints(episode, out / "joints.png")
     video_preview(episode, out / "preview.mp4", topic="/head_camera/color/image_raw")
     arms = {"engaged": arm_ik.engaged if arm_ik else None, "calibrated": arm_ik.calibrated if arm_ik else None}
+    outcome = episode_outcome(episode)
     summary = {"duration_s": duration, "groups": [list(g) for g in DEMO_GROUPS], "meters": rows, "arms": arms,
                "toggles": toggles, "active_sources_seen": active_sources, "episode": str(episode),
-               "episode_problems": info.problems, "host_stalls": host_report,
+               "episode_problems": info.problems, "host_stalls": host_report, "outcome": outcome,
                "robot_description_received": description is not None}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(out / "summary.json", summary)
     header = f"{'node':<18} {'meter':<22} {'rate Hz':>8} {'p50 ms':>8} {'p99 ms':>8}"
     print(header)
     print("-" * len(header))
@@ -336,7 +340,41 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     for problem in info.problems:
         print(f"  {problem}")
     print(host_stall_line(host_report))
+    print(outcome_line(outcome))
     return episode  # printed last by the CLI
+
+
+def episode_outcome(episode: Path) -> dict:
+    """The episode's outcome as ``episode.yaml`` holds it: ``outcome`` (success, failure or '' when nobody judged
+    it: no twin ran and no operator labelled it) and ``reason``."""
+    doc = episode_doc(episode)
+    return {"outcome": str(doc.get("outcome") or ""), "reason": str(doc.get("outcome_reason") or ""),
+            "twin": (doc.get("extra") or {}).get("twin")}
+
+
+def outcome_line(outcome: dict) -> str:
+    """One line for the operator: the task's outcome as the physical twin judged it."""
+    if not outcome["outcome"]:
+        return "outcome: not judged (no twin reported one)"
+    reason = f" ({outcome['reason']})" if outcome["reason"] else ""
+    return f"outcome: {outcome['outcome']}{reason}"
+
+
+def strict_json(value):
+    """``value`` with every float that is not a number (NaN, infinity) replaced by None, so that any JSON reader
+    accepts it."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
+def write_json(path: Path, value) -> None:
+    """``value`` as strict JSON (:func:`strict_json`; never ``NaN``) to ``path``."""
+    path.write_text(json.dumps(strict_json(value), indent=2, allow_nan=False) + "\n")
 
 
 def record_episodes(count: int, duration: float, out_dir: str | Path, *, gap: float = 1.0,

@@ -3,7 +3,9 @@
 For machines without launch_ros, for the demo and for integration tests.
 Each node gets the parameters of ``config/<name>.yaml`` (validated against
 its schema: unknown keys and bad values stop everything before any node
-starts), then per-node overrides.
+starts), then per-node overrides. Managed nodes (the drivers, ``nodes.lifecycle``)
+are then brought to active, in the order named, as the launch file's
+``lifecycle_manager`` does (``core.lifecycle.bring_to``).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from rclpy.node import Node
 from rclpy.signals import SignalHandlerOptions
 from rclpy.task import Future
 
+from .core.lifecycle import ACTIVE, GOALS, bring_to
 from .core.params import ParamSchema
 from .core.scheduling import name_this_thread
 from .nodes import node_class
+from .nodes.lifecycle import ManagedNode
 from .nodes.parameters import to_ros_parameters
 from .nodes.process import (
     process_priority_class,
@@ -56,6 +60,11 @@ class Composition:
 
     Use as a context manager; :meth:`spin` returns after ``duration`` or on
     Ctrl-C / shutdown, and leaving the block shuts everything down.
+
+    ``lifecycle``: the state the managed nodes are brought to once every node is up, in the order of ``names``
+    (every one configured before any is activated): ``active`` (default), ``inactive`` (connected, commanding
+    nothing) or ``unconfigured`` (left to ``ros2 lifecycle set`` or ``lifecycle_manager``). A transition that
+    fails shuts everything down and raises the node's own error (e.g. ``HardwareUnavailableError``).
     """
 
     def __init__(
@@ -65,7 +74,10 @@ class Composition:
         config_dir: str | Path | None = None,
         overrides: Mapping[str, Mapping[str, Any]] | None = None,
         domain_id: int | None = None,
+        lifecycle: str = ACTIVE,
     ) -> None:
+        if lifecycle not in GOALS:
+            raise ValueError(f"unknown lifecycle state {lifecycle!r}; choose one of {', '.join(GOALS)}")
         names = list(names)
         overrides = overrides or {}
         unknown = set(overrides) - set(names)
@@ -92,12 +104,19 @@ class Composition:
         try:
             for cls, values in zip(classes, params):
                 self.add_node(cls(context=self.context, parameter_overrides=to_ros_parameters(cls.SCHEMA, values)))
+            self.bring_to(lifecycle)
         except BaseException:
             self.shutdown()
             raise
         self.priority = use_process_priority(priority_class)  # the scheduling this process took, in words
         if classes:
             rclpy.logging.get_logger("rynn_teleop.runner").info(f"scheduling: {self.priority}")
+
+    def bring_to(self, goal: str) -> None:
+        """Bring the managed nodes to ``goal`` (unconfigured, inactive, active) in the order they were added;
+        a failed transition undoes this call's and raises the node's error."""
+        managed = [n.get_name() for n in self.nodes if isinstance(n, ManagedNode)]
+        bring_to(goal, managed, _InProcess(self))
 
     def add_node(self, node: Node) -> None:
         """Spin ``node`` (created with :attr:`context`) on its own executor thread."""
@@ -187,3 +206,16 @@ class Composition:
 
     def __exit__(self, *exc) -> None:
         self.shutdown()
+
+
+class _InProcess:
+    """The managed nodes of a composition, transitioned in this process (``core.lifecycle.Transitioner``)."""
+
+    def __init__(self, comp: Composition) -> None:
+        self.comp = comp
+
+    def state(self, node: str) -> str:
+        return self.comp.node(node).lifecycle_state
+
+    def change(self, node: str, transition: str) -> None:
+        self.comp.node(node).change_state(transition)

@@ -55,6 +55,7 @@ import cv2
 import numpy as np
 from aiohttp import WSMsgType, web
 
+from ..core.scheduling import lower_this_thread
 from ..core.xr import XR_REASONS, FrameClock, XRFrame, XRFrameError, parse_frame
 from .access import (
     AccessRules,
@@ -202,8 +203,12 @@ class ConsoleServer:
         self._xr_owner: _XRClient | None = None  # the headset that is the XR input
         self._xr_times: list[float] = []  # monotonic times [s] of the accepted frames, last 2 s
         self._connections = 0  # WebSockets accepted so far (numbers them in XR messages)
-        self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-encode")
-        self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-action")
+        # the JPEG encoders and the action workers (waiting for services) are never urgent: in the normal scheduler
+        # below the rest (lower_this_thread), while the loop's thread takes the XR frames at the node's priority
+        self._encoder = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-encode",
+                                           initializer=lower_this_thread)
+        self._workers = ThreadPoolExecutor(max_workers=2, thread_name_prefix="console-action",
+                                           initializer=lower_this_thread)
         self._jpeg: dict[str, tuple[int, bytes]] = {}  # stream -> (seq, header + JPEG) of the newest encoded
         self._encoding: dict[str, tuple[int, asyncio.Future]] = {}  # stream -> (seq, its encoding)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -416,8 +421,12 @@ class ConsoleServer:
         acked = {s: _Acks() for s in self.hub.streams}
         senders = {s: asyncio.ensure_future(self._send_stream(ws, s, wanted, acked[s])) for s in self.hub.streams}
         state = asyncio.ensure_future(self._send_state(ws))
+        too_big = False
         try:
             async for msg in ws:
+                if msg.type == WSMsgType.ERROR:  # e.g. a message over the size limit: aiohttp closed it
+                    too_big = getattr(msg.data, "code", None) == WS_TOO_BIG
+                    break
                 if msg.type != WSMsgType.TEXT:
                     continue
                 try:
@@ -446,7 +455,7 @@ class ConsoleServer:
             self.clients -= 1
             for task in (*senders.values(), state):
                 task.cancel()
-            if ws.close_code == WS_TOO_BIG and xr.frames:
+            if too_big and xr.frames:  # a headset's (oversized) frame
                 self._xr_refuse(xr, XRFrameError("oversized", "a message over the WebSocket's size limit: closed"))
             if self._xr_owner is xr:
                 self._xr_owner = None  # another headset may stream now

@@ -12,7 +12,8 @@ the primitive's URDF colour, Lambert-shaded by one directional light fixed in th
 diffuse * max(0, n . l)); primitives are painted far to near by the optical z of their centre; faces crossing
 the near plane are clipped at it. On request it also returns the depth of what it paints
 (:meth:`PrimitiveRenderer.draw_depth`). :class:`RobotRenderer` poses a description's primitives at a joint vector
-and draws them through its head camera.
+and draws them through its head camera, together with scene objects posed in ``base_link`` (the physical twin's
+boxes, cylinders and spheres: :func:`object_primitive`), all in one painter's order.
 
 The result depends only on (image, poses): the same inputs give a bit-identical image.
 """
@@ -619,18 +620,40 @@ class PrimitiveRenderer:
         return out
 
 
+def object_primitive(name: str, shape: str, size: Sequence[float], rgba: Sequence[float]) -> Primitive:
+    """The :class:`~.robot_geometry.Primitive` of a scene object given as a scene file does (``rynn_teleop.sim``):
+    ``shape`` box (``size`` x, y, z edges), cylinder (radius, height along z) or sphere (radius) [m]; ``rgba`` in
+    [0, 1]. Its pose is its centre's.
+
+    Raises:
+        ValueError: an unknown shape or a size of the wrong length.
+    """
+    size = [float(v) for v in size]
+    lengths = {"box": 3, "cylinder": 2, "sphere": 1}
+    if shape not in lengths or len(size) != lengths[shape]:
+        raise ValueError(f"render: object {name!r}: expected a box (3 sizes), cylinder (2) or sphere (1), got "
+                         f"{shape!r} with {len(size)}")
+    extent = {"box": size, "cylinder": [2 * size[0], 2 * size[0], size[1] if len(size) > 1 else 0.0],
+              "sphere": [2 * size[0]] * 3}[shape]
+    return Primitive(name, name, shape, np.array(extent), np.asarray(rgba, dtype=float))
+
+
 class RobotRenderer:
-    """A robot description drawn through its head camera at a joint vector.
+    """A robot description drawn through its head camera at a joint vector, with scene objects.
 
     Poses the description's visual primitives (:class:`~.robot_geometry.RobotGeometry`) at ``q``, expresses
     them in the camera's optical frame (the description's ``camera_frame``, fixed to the torso:
-    :meth:`CameraView.from_robot`) and paints them with a :class:`PrimitiveRenderer`.
+    :meth:`CameraView.from_robot`) and paints them with a :class:`PrimitiveRenderer`; the scene objects
+    (:meth:`set_objects`, posed in ``base_link`` at each draw) are painted in the same pass, so the robot and the
+    objects occlude each other by the painter's order of their centres.
 
     Attributes:
         robot: the robot model (joint order, kinematics, the camera frame).
         geometry: its visual primitives.
         view: the head camera (intrinsics and optical frame in ``base_link``).
-        renderer: the painter of :attr:`geometry`'s primitives through :attr:`view`.
+        objects: the scene objects' primitives (drawn after the robot's in :attr:`renderer`'s list).
+        draw_robot: False: the robot is not drawn (the objects only).
+        renderer: the painter of :attr:`geometry`'s primitives (with ``draw_robot``) and :attr:`objects`.
     """
 
     def __init__(
@@ -639,6 +662,9 @@ class RobotRenderer:
         intrinsics: CameraIntrinsics,
         shading: Shading | None = None,
         camera_frame: str = DEFAULT_CAMERA_FRAME,
+        objects: Sequence[Primitive] = (),
+        *,
+        draw_robot: bool = True,
     ) -> None:
         """
         Args:
@@ -646,6 +672,8 @@ class RobotRenderer:
             intrinsics: the camera's intrinsics (the size of the images drawn into).
             shading: light, tessellation, anti-aliasing, near plane (default :class:`Shading`).
             camera_frame: the camera's optical frame in the description.
+            objects: scene objects (:func:`object_primitive`), posed at each draw.
+            draw_robot: False: draw the objects only.
 
         Raises:
             FrameNotFoundError: ``camera_frame`` is not in the description.
@@ -655,24 +683,42 @@ class RobotRenderer:
         self.shading = shading if shading is not None else Shading()
         self.geometry = RobotGeometry(robot)
         self.view = CameraView.from_robot(robot, intrinsics, camera_frame, self.shading.near)
-        self.renderer = PrimitiveRenderer(self.geometry.primitives, self.view, self.shading)
+        self.draw_robot = bool(draw_robot)
+        self.set_objects(objects)
 
-    def poses(self, q: np.ndarray) -> np.ndarray:
-        """(N, 4, 4) poses of the primitives in the optical frame at ``q`` (54,) [rad], canonical order.
+    def set_objects(self, objects: Sequence[Primitive]) -> None:
+        """Draw these scene objects from now on (each draw then takes one pose per object)."""
+        self.objects = tuple(objects)
+        robot = self.geometry.primitives if self.draw_robot else ()
+        self.renderer = PrimitiveRenderer((*robot, *self.objects), self.view, self.shading)
+
+    def poses(self, q: np.ndarray, object_poses: np.ndarray | None = None) -> np.ndarray:
+        """(N, 4, 4) poses in the optical frame of the robot's primitives at ``q`` (54,) [rad], canonical order
+        (none without :attr:`draw_robot`), then of the objects at ``object_poses`` (M, 4, 4) in ``base_link``.
 
         Raises:
-            ValueError: not a finite (54,) joint vector.
+            ValueError: not a finite (54,) joint vector; not one pose per object.
         """
-        q = np.asarray(q, dtype=float)
-        if q.shape != (len(self.robot.joint_names),) or not np.all(np.isfinite(q)):
-            raise ValueError(f"render: expected a finite ({len(self.robot.joint_names)},) joint vector, got {q.shape}")
-        return self.view.T_camera_base @ self.geometry.poses(q)
+        parts = []
+        if self.draw_robot:
+            q = np.asarray(q, dtype=float)
+            if q.shape != (len(self.robot.joint_names),) or not np.all(np.isfinite(q)):
+                raise ValueError(f"render: expected a finite ({len(self.robot.joint_names)},) joint vector, got "
+                                 f"{q.shape}")
+            parts.append(self.view.T_camera_base @ self.geometry.poses(q))
+        if self.objects:
+            T = np.asarray(object_poses if object_poses is not None else (), dtype=float)
+            if T.shape != (len(self.objects), 4, 4):
+                raise ValueError(f"render: expected ({len(self.objects)}, 4, 4) object poses, got {T.shape}")
+            parts.append(self.view.T_camera_base @ T)
+        return np.concatenate(parts) if parts else np.empty((0, 4, 4))
 
-    def draw(self, image: np.ndarray, q: np.ndarray) -> np.ndarray:
-        """Paint the robot at ``q`` (54,) [rad] into ``image`` (in place); returns ``image``."""
-        return self.renderer.draw(image, self.poses(q))
+    def draw(self, image: np.ndarray, q: np.ndarray, object_poses: np.ndarray | None = None) -> np.ndarray:
+        """Paint the robot at ``q`` (54,) [rad] and the objects at ``object_poses`` (M, 4, 4) in ``base_link`` into
+        ``image`` (in place); returns ``image``."""
+        return self.renderer.draw(image, self.poses(q, object_poses))
 
-    def draw_depth(self, image: np.ndarray, q: np.ndarray) -> PixelDepths:
-        """Paint the robot at ``q`` (54,) [rad] into ``image`` (in place); returns the pixels it covers and their
-        depth (:meth:`PrimitiveRenderer.draw_depth`)."""
-        return self.renderer.draw_depth(image, self.poses(q))
+    def draw_depth(self, image: np.ndarray, q: np.ndarray, object_poses: np.ndarray | None = None) -> PixelDepths:
+        """Paint the robot at ``q`` (54,) [rad] and the objects at ``object_poses`` (M, 4, 4) in ``base_link`` into
+        ``image`` (in place); returns the pixels they cover and their depth (:meth:`PrimitiveRenderer.draw_depth`)."""
+        return self.renderer.draw_depth(image, self.poses(q, object_poses))

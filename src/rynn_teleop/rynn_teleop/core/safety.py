@@ -267,6 +267,12 @@ class SafetyController:
         if not self._estop:
             return
         self._estop = False
+        self.restart(now)
+
+    def restart(self, now: float | None = None) -> None:
+        """Start again at ``now`` [s] as after a reset, whether or not the e-stop is latched (it stays as it is):
+        forget every command, re-seed from the next measurement, follow (ramped) only commands received after
+        ``now``. A driver calls it when it starts commanding again (lifecycle activation) and when it stops."""
         self._command[:] = np.nan
         self._command_time[:] = -np.inf
         self._command_changed = True
@@ -275,6 +281,7 @@ class SafetyController:
         self._resuming = True
         last = self.watchdog.last_command
         self.watchdog.tripped_at = max(last if last is not None else -np.inf, now if now is not None else -np.inf)
+        self.mode = "estop" if self._estop else "waiting"
 
     @property
     def estopped(self) -> bool:

@@ -4,9 +4,10 @@ Every node publishes ``/diagnostics`` once a second (``nodes.base.TeleopNode``):
 key/value strings. :class:`SessionState` decodes each node's typed status from those (``core.status``: the
 same classes the nodes write them with, by node name :data:`~.status.STATUS_OF_NODE`) and folds them, with
 the latched active camera source, into what an operator needs: calibrated / engaged / following per arm,
-e-stop latched or not and each driver's state, the active feed, the episode being recorded, and each node's
-health (rates against their nominal values, latency percentiles). The console node and ``rynn-teleop call
-status`` both read it; neither parses diagnostics itself.
+e-stop latched or not and each driver's state (its lifecycle state: unconfigured, inactive or active, and its
+safety mode), the active feed, the episode being recorded, and each node's health (rates against their
+nominal values, latency percentiles). The console node and ``rynn-teleop call status`` both read it; neither
+parses diagnostics itself.
 
 A node whose diagnostics do not hold its status (another version's keys) is shown as such: its health is an
 error naming what is missing, and what it would tell reads unknown; nothing is read as a default.
@@ -30,6 +31,7 @@ from .status import (
     RecorderStatus,
     Status,
     StatusError,
+    TwinStatus,
     decode_meters,
 )
 
@@ -146,6 +148,15 @@ class SessionState:
                        problems=list(rec.problems))
         return out
 
+    def twin(self, now: float) -> dict[str, Any]:
+        """The physical twin (digital mode): ``running``; when it runs ``scene``, ``seed``, ``task``, ``outcome``
+        (success, failure or undecided), ``reason``, ``sim_time_s``."""
+        twin = self.status("twin", TwinStatus, now)
+        if twin is None:
+            return {"running": False}
+        return {"running": True, "scene": twin.scene, "seed": twin.seed, "task": twin.task, "outcome": twin.outcome,
+                "reason": twin.reason, "sim_time_s": twin.sim_time_s}
+
     def health(self, now: float) -> list[dict[str, Any]]:
         """Every node seen: level name (``stale`` when it stopped reporting), message, meters. A node whose
         status (or a meter) cannot be read is an error that says why."""
@@ -164,12 +175,14 @@ class SessionState:
 
     def snapshot(self, now: float) -> dict[str, Any]:
         """Everything above as plain data (JSON-serialisable; NaN as None)."""
-        drivers = {d: None if st is None else {"backend": st.backend, "mode": st.mode, "estop": st.estop,
-                                               "latched_by": st.latched_by, "faults": list(st.faults)}
+        drivers = {d: None if st is None else {"backend": st.backend, "lifecycle": st.lifecycle,
+                                               "lifecycle_error": st.lifecycle_error, "mode": st.mode,
+                                               "estop": st.estop, "latched_by": st.latched_by,
+                                               "faults": list(st.faults)}
                    for d, st in self.drivers(now).items()}
         return _jsonable({"arms": self.arms(now), "estop": self.estop(now), "estop_latched": self.estop_latched(now),
                           "drivers": drivers, "active_source": self.active_source(now), "episode": self.episode(now),
-                          "nodes": self.health(now)})
+                          "twin": self.twin(now), "nodes": self.health(now)})
 
     def summary(self, now: float) -> str:
         """A few lines for a terminal (``rynn-teleop call status``)."""
@@ -180,7 +193,9 @@ class SessionState:
         estop = self.estop(now)
         lines.append("e-stop: " + ", ".join(f"{d} {'LATCHED' if v else ('released' if v is False else 'not running')}"
                                            for d, v in estop.items()))
-        drivers = [f"{d} {st.backend} ({st.mode}" + (f"; latched by {st.latched_by}" if st.latched_by else "")
+        drivers = [f"{d} {st.backend} {st.lifecycle} ({st.mode}"
+                   + (f"; {st.lifecycle_error}" if st.lifecycle_error else "")
+                   + (f"; latched by {st.latched_by}" if st.latched_by else "")
                    + (f"; faults: {'; '.join(st.faults)}" if st.faults else "") + ")"
                    for d, st in self.drivers(now).items() if st is not None]
         if drivers:
@@ -195,6 +210,10 @@ class SessionState:
                          f"problems: {problems})")
         else:
             lines.append(f"episode: not recording (output {ep['output_dir']})")
+        twin = self.twin(now)
+        if twin["running"]:
+            lines.append(f"twin: {twin['scene']} (seed {twin['seed']}), {twin['task']}: {twin['outcome']} "
+                         f"({twin['reason']})")
         unreadable = [f"{n.name}: {n.status_error}" for n in self.nodes.values()
                       if n.status_error and self.alive(n.name, now)]
         lines += [f"status unreadable: {u}" for u in unreadable]

@@ -11,10 +11,12 @@ default.
 Each status, who writes it and who reads it:
 
 * :class:`ArmIKStatus`: ``core.arm_session`` (arm_ik); the session (arms), the demo (engaged), tests.
-* :class:`DriverStatus`: ``nodes.driver`` (arm_driver, hand_driver); the session (e-stop, drivers), tests.
+* :class:`DriverStatus`: ``nodes.driver`` (arm_driver, hand_driver); the session (e-stop, drivers and their
+  lifecycle states), tests.
 * :class:`FeedStatus`: ``nodes.camera_switch``; the session (the active feed).
 * :class:`RecorderStatus`: ``nodes.recorder``; the session (episode), the demo (topics flowing), tests.
 * :class:`ConsoleStatus`: ``nodes.console``; the demo (the page's address).
+* :class:`TwinStatus`: ``nodes.twin`` (the physical twin); the session (scene and task outcome), the console.
 * :class:`Meter`: ``nodes.base`` (every node's meters); the session (health), the demo (rates table).
 
 Encoding of a field by its type: ``bool`` as ``True`` / ``False``; ``int``, ``float`` (``fmt`` of the field,
@@ -320,6 +322,10 @@ class DriverStatus(Status):
     estop: bool = key("estop", doc="the e-stop is latched (~/reset releases it)")
     latched_by: str = key("latched_by", doc="the fault that latched the e-stop ('' none, or an operator's e-stop)")
     faults: tuple[str, ...] = key("faults", doc="the backend's present faults")
+    lifecycle: str = key("lifecycle", doc="the managed node's state (core.lifecycle: unconfigured, inactive, active, "
+                         "finalized); only an active driver commands its joints")
+    lifecycle_error: str = key("lifecycle_error", doc="why the latest lifecycle transition failed ('' when it "
+                               "succeeded), e.g. a configure that found no device")
 
 
 @dataclass(frozen=True)
@@ -364,10 +370,26 @@ class ConsoleStatus(Status):
     url: str = key("url", doc="the page's address (without its token)")
 
 
+@dataclass(frozen=True)
+class TwinStatus(Status):
+    """The physical twin (``nodes.twin``): its scene and the task's outcome so far."""
+
+    PRODUCER: ClassVar[str] = "twin"
+
+    scene: str = key("scene", doc="the task scene's name (config/sim/<scene>.yaml)")
+    seed: int = key("seed", doc="the layout's seed (the objects' initial poses)")
+    task: str = key("task", doc="the task in words (place red_cube in goal)")
+    outcome: str = key("outcome", doc="success (the task's predicate holds now), failure (it cannot any more) or "
+                       "undecided")
+    reason: str = key("outcome_reason", doc="why, in words")
+    sim_time_s: float = key("sim_time_s", ".2f", doc="[s] simulated time since the last reset")
+    slipped_s: float = key("slipped_s", ".3f", doc="[s] simulated time skipped because the process stalled")
+
+
 #: the statuses of the bringup's nodes, by node name (what SessionState decodes)
 STATUS_OF_NODE: dict[str, type[Status]] = {
     "arm_ik": ArmIKStatus, "arm_driver": DriverStatus, "hand_driver": DriverStatus,
-    "camera_switch": FeedStatus, "recorder": RecorderStatus, "console": ConsoleStatus,
+    "camera_switch": FeedStatus, "recorder": RecorderStatus, "console": ConsoleStatus, "twin": TwinStatus,
 }
 
 

@@ -54,6 +54,12 @@ class JointBackend(Backend, ABC):
     ``read()`` / ``write(targets)``; ``stop()`` is the emergency stop (must be
     safe to call at any time, repeatedly); ``disable()`` and ``close()`` on
     shutdown (idempotent). Usable as a context manager (``__exit__`` closes).
+
+    The driver node's lifecycle transitions make these calls (``core.lifecycle``): configure ``connect()``,
+    activate ``enable()`` (skipped while the e-stop is latched), deactivate ``stop()`` then ``disable()``,
+    cleanup and shutdown ``stop()`` then ``close()``. While inactive (connected, not enabled) the node calls
+    ``read()``, ``faults()``, ``status()`` and ``stop()``, never ``write()``. A backend is built once per node
+    and may be connected again after ``close()`` (cleanup, then configure).
     """
 
     name: ClassVar[str]  # the backend name, e.g. "sim", "marvin", "wuji"
@@ -94,6 +100,11 @@ class JointBackend(Backend, ABC):
     def faults(self) -> list[str]:
         """Current faults in words (empty when healthy); the node reports them as ERROR."""
         return []
+
+    def discontinuity(self) -> bool:
+        """True (once) when the measured joints jumped since the last call without being driven there (a
+        simulation reset): the driver then restarts its safety layer from the measurement. Hardware: never."""
+        return False
 
     def __enter__(self) -> JointBackend:
         return self

@@ -1,9 +1,10 @@
-"""Simulated joints: a kinematic model that tracks position targets (ROS-free).
+"""Simulated joints without physics: a kinematic model that tracks position targets (ROS-free).
 
-Each joint follows its target like a first-order system of the given
-bandwidth, after a transport latency, with its velocity and acceleration
-clipped to the limits and its position kept within them. Used for digital
-teleoperation (no robot) and the tests.
+The drivers' ``kinematic`` backend. Each joint follows its target like a first-order system of the given
+bandwidth, after a transport latency, with its velocity and acceleration clipped to the limits and its position
+kept within them. Nothing else exists: no objects, no contacts, no gravity. The digital mode's drivers use the
+physical twin instead (the ``sim`` backend, :mod:`.twin`); this one needs no MuJoCo and no twin node, for a
+driver run on its own, a bench or a test of the safety layer.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from ..core.robot_model import JointLimits
 from ..errors import ConfigurationError
 from .base import ARM_BACKENDS, HAND_BACKENDS, DriverContext, JointBackend, JointReading
 
-#: the settings of the simulation in either driver
+#: the settings of the kinematic simulation in either driver
 SIM_SETTINGS = (
     Param("bandwidth_hz", float, 10.0, "tracking bandwidth", "Hz", min=0.1, max=200.0),
     Param("latency_s", float, 0.005, "command latency", "s", min=0.0, max=1.0),
@@ -28,9 +29,9 @@ SIM_SETTINGS = (
 
 
 class SimBackend(JointBackend):
-    """Kinematic joint simulation (``name = "sim"``)."""
+    """Kinematic joint simulation (``name = "kinematic"``)."""
 
-    name = "sim"
+    name = "kinematic"
 
     def __init__(
         self,
@@ -181,7 +182,7 @@ class SimBackend(JointBackend):
 
 @ARM_BACKENDS.register
 class SimArms(SimBackend):
-    """The arm_driver's simulation: both arms, starting at ``initial_position``."""
+    """The arm_driver's kinematic simulation: both arms, starting at ``initial_position``."""
 
     SETTINGS = (
         *SIM_SETTINGS,
@@ -197,7 +198,7 @@ class SimArms(SimBackend):
 
 @HAND_BACKENDS.register
 class SimHands(SimBackend):
-    """The hand_driver's simulation: the hands driven, starting open (all joints at 0)."""
+    """The hand_driver's kinematic simulation: the hands driven, starting open (all joints at 0)."""
 
     SETTINGS = SIM_SETTINGS
 

@@ -2,8 +2,9 @@
 
 :data:`REGISTRY` maps each node's name (its executable, its YAML file
 ``config/<name>.yaml`` and its default ROS node name) to its class. The
-console scripts in ``setup.py`` and the README's node table list the same
-names; a test keeps the three in step.
+console scripts in ``setup.py`` list the same names, and the reference pages
+and the architecture overview are generated from each class's ``SCHEMA`` and
+``IO`` (``docs/gen_reference.py``); tests keep them in step.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ REGISTRY: dict[str, str] = {
     "hand_retarget": "rynn_teleop.nodes.hand_retarget:HandRetargetNode",
     "arm_driver": "rynn_teleop.nodes.arm_driver:ArmDriverNode",
     "hand_driver": "rynn_teleop.nodes.hand_driver:HandDriverNode",
+    "twin": "rynn_teleop.nodes.twin:TwinNode",
     "head_camera": "rynn_teleop.nodes.head_camera:HeadCameraNode",
     "camera_switch": "rynn_teleop.nodes.camera_switch:CameraSwitchNode",
     "world_model": "rynn_teleop.nodes.world_model:WorldModelNode",

@@ -18,7 +18,7 @@ from ..core.robot_model import arm_joint_names
 from ..hardware.base import ARM_BACKENDS, DriverContext
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import run_single
-from .driver import JointDriverNode, safety_params
+from .driver import DRIVER_IO, JointDriverNode, safety_params
 
 
 class ArmDriverNode(JointDriverNode):
@@ -31,6 +31,7 @@ class ArmDriverNode(JointDriverNode):
         ],
         backends=ARM_BACKENDS, default="sim", description="joint backend",
     )
+    IO = DRIVER_IO
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -39,7 +40,7 @@ class ArmDriverNode(JointDriverNode):
         names = tuple(n for side in SIDES for n in arm_joint_names(side))
         context = DriverContext(names, robot.limits[robot.indices(names)], SIDES, p["rate_hz"])
         backend = self.SCHEMA.create(p, context)
-        self._start(robot, backend, p["command_topic"])
+        self._start(robot, backend)
         self.get_logger().info(f"{backend.name} arms, {p['rate_hz']:.0f} Hz, commands from {p['command_topic']}")
 
 

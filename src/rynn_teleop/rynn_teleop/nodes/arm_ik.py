@@ -5,15 +5,6 @@ auto-calibration, auto-engage) ``core.arm_session``; this node converts messages
 ``rate_hz`` on its own thread drains the tracker frames and publishes one command per cycle, stamped with
 the cycle's time (node clock): the Ruckig trajectory advanced by the time since the previous command.
 
-Topics:
-    in:  <operator_prefix>/trackers  geometry_msgs/PoseArray per tracker frame (stamp = capture time, poses in
-                                     ``ROLES`` order, all-NaN for a role without a sample)
-         <operator_prefix>/clutch    std_msgs/Bool (pedal: true engages, false disengages)
-         /joint_states               sensor_msgs/JointState (start_from: measured; until the start)
-    out: /arms/command  sensor_msgs/JointState, 14 arm joints, position + velocity, reliable
-         ~/engaged      std_msgs/Bool, transient local (latched)
-Services: ~/calibrate (std_srvs/Trigger: capture and save the calibration, operator in the home posture),
-    ~/set_clutch (std_srvs/SetBool: engage / disengage).
 Diagnostics: ``cycles``, ``stale_cycles``, per side ``outliers``, ``ik_reseeds``, ``unreachable_count``,
 ``stale_events``.
 """
@@ -26,8 +17,6 @@ from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from geometry_msgs.msg import PoseArray
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool
 from std_srvs.srv import SetBool, Trigger
@@ -37,6 +26,7 @@ from ..core.arm_session import ArmSession, SessionSettings
 from ..core.arm_teleop import DEFAULT_HOME, ArmTeleop, ArmTeleopSettings
 from ..core.calibration import Calibration
 from ..core.layout import N_ARM
+from ..core.node_io import LATCHED, SENSOR_DATA, NodeIO, QoS, Service, Topic, when
 from ..core.params import FLOAT_LIST, Param, ParamSchema
 from ..core.robot_model import GROUPS, JointLimits
 from ..core.trackers import frame_matrices
@@ -53,10 +43,9 @@ DEFAULT_ACCELERATION = [round(0.5 * math.radians(a), 4) for a in (450, 450, 900,
 DEFAULT_JERK = [30.0] * N_ARM
 
 # 100: half a second of history for a subscriber that falls behind (the recorder on a loaded machine)
-COMMAND_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
-POSE_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.BEST_EFFORT)  # drained per cycle; 50 = 0.4 s of 120 Hz
+COMMAND_QOS = QoS(100)
+POSE_QOS = QoS(50, reliable=False)  # drained per cycle; 50 = 0.4 s of 120 Hz
 LATENCY_BUDGET_MS = 10.0  # tracker sample -> the command that first solves it, p99 (shown against in diagnostics)
-LATCHED_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 class ArmIKNode(TeleopNode):
@@ -131,6 +120,30 @@ class ArmIKNode(TeleopNode):
             Param("command_topic", str, "/arms/command", "arm command output"),
         ],
     )
+    IO = NodeIO(
+        publishers=(
+            Topic("{command_topic}", "sensor_msgs/msg/JointState", COMMAND_QOS,
+                  "the 14 arm joints, position + velocity, one per control cycle (rate_hz), stamped with the cycle's "
+                  "time; depth 100: half a second for a subscriber that falls behind"),
+            Topic("~/engaged", "std_msgs/msg/Bool", LATCHED, "true while the arms follow the operator"),
+        ),
+        subscriptions=(
+            Topic("{operator_prefix}/trackers", "geometry_msgs/msg/PoseArray", POSE_QOS,
+                  "the tracker node's frames (stamp: capture time; poses in ROLES order, all-NaN for a role without "
+                  "a sample), drained at each control cycle"),
+            Topic("{operator_prefix}/clutch", "std_msgs/msg/Bool", SENSOR_DATA,
+                  "the pedal: true engages, false disengages (a deadman with clutch_topic_timeout_s); best effort "
+                  "accepts reliable and best-effort publishers"),
+            Topic("{joint_states_topic}", "sensor_msgs/msg/JointState", POSE_QOS,
+                  "the measured arm positions the first command starts from", when=(when("start_from", "measured"),),
+                  dynamic="until the first command"),
+        ),
+        services=(
+            Service("~/calibrate", "std_srvs/srv/Trigger",
+                    "capture and save the calibration (operator in the home posture)"),
+            Service("~/set_clutch", "std_srvs/srv/SetBool", "engage (true) or disengage (false) the clutch"),
+        ),
+    )
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -181,20 +194,19 @@ class ArmIKNode(TeleopNode):
         self._ik_times: deque[float] = deque(maxlen=2000)
         self.malformed_frames = 0  # tracker messages whose bytes are not a PoseArray
 
-        prefix = p["operator_prefix"].rstrip("/")
         # tracker frames are drained at each control cycle, oldest first: no executor wake-up per frame
-        self._frames_sub = self.create_polled_subscription(PoseArray, f"{prefix}/trackers", POSE_QOS, raw=True)
+        self._frames_sub = self.io_polled_subscription("{operator_prefix}/trackers", raw=True)
         # best effort: accepts reliable and best-effort pedal publishers alike
-        self.create_subscription(Bool, f"{prefix}/clutch", self._on_clutch, qos_profile_sensor_data)
+        self.io_subscription("{operator_prefix}/clutch", self._on_clutch)
         self._joint_states_sub = None  # measured positions are needed only until the first command
         if self.session.needs_joint_states:
-            self._joint_states_sub = self.create_polled_subscription(JointState, p["joint_states_topic"], POSE_QOS)
-        self._pub = self.create_publisher(JointState, p["command_topic"], COMMAND_QOS)
-        self._engaged_pub = self.create_publisher(Bool, "~/engaged", LATCHED_QOS)
+            self._joint_states_sub = self.io_polled_subscription("{joint_states_topic}")
+        self._pub = self.io_publisher("{command_topic}")
+        self._engaged_pub = self.io_publisher("~/engaged")
         self._engaged = False
         self._engaged_pub.publish(Bool(data=False))
-        self.create_service(Trigger, "~/calibrate", self._srv_calibrate)
-        self.create_service(SetBool, "~/set_clutch", self._srv_clutch)
+        self.io_service("~/calibrate", self._srv_calibrate)
+        self.io_service("~/set_clutch", self._srv_clutch)
         self._msg = JointState(name=self.names)
         self.meter("command", nominal_hz=p["rate_hz"], latency_budget_ms=LATENCY_BUDGET_MS)
         self._loop = self.create_loop(p["rate_hz"], self._tick, "control")

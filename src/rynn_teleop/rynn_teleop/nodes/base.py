@@ -31,6 +31,7 @@ from rclpy.node import Node
 from rclpy.qos import QoSCompatibility, qos_check_compatible
 from rclpy.subscription import Subscription
 
+from ..core.node_io import BASE_IO, NodeIO
 from ..core.params import ParamSchema
 from ..core.scheduling import Deadlines, name_this_thread
 from ..core.stats import RateMeter
@@ -38,6 +39,7 @@ from ..core.status import Meter, encode_meters
 from ..core.yamlfile import read_yaml
 from ..errors import REFUSED_EXIT_CODE, RynnTeleopError
 from ..recording.cdr import first_name_after_header, header_stamp_ns
+from .io import declared, qos_profile
 from .parameters import declare_schema
 from .process import (
     freeze_startup_objects,
@@ -232,6 +234,9 @@ class TeleopNode(Node):
     """
 
     SCHEMA: ClassVar[ParamSchema]
+    #: the node's topics and services (``core.node_io``): created from it by :meth:`io_publisher` and friends,
+    #: rendered on its reference page, compared with the graph by tests/test_node_io.py
+    IO: ClassVar[NodeIO] = NodeIO()
     #: the node's :data:`~..core.scheduling.PRIORITY_CLASSES` name: how urgently its process must run
     PRIORITY: ClassVar[str] = "normal"
 
@@ -243,13 +248,46 @@ class TeleopNode(Node):
         self._owned: list[Any] = []  # closed by destroy_node, newest first (close_on_destroy)
         super().__init__(self.SCHEMA.node_name, **node_kwargs)
         self.params: dict[str, Any] = declare_schema(self, self.SCHEMA)
+        self.IO.check(self.params, f"node {self.SCHEMA.node_name}")
+        self.io_facts: dict[str, Any] = {}  # the facts of IO.facts, set before the entries that depend on them
         self.meters: dict[str, RateMeter] = {}
         self.nominal_hz: dict[str, float] = {}  # meter name -> the rate it should show [Hz] (diagnostics)
         self.latency_budget_ms: dict[str, float] = {}  # meter name -> the p99 latency it should stay under [ms]
         self._polled_group = NeverExecuted()  # the callback group of polled subscriptions: no executor serves it
         self.incompatible_qos: dict[str, str] = {}  # subscribed topic -> why a publisher of it cannot match
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics",
+                                               qos_profile(BASE_IO.entry("publishers", "/diagnostics").qos))
         self._diag_timer = self.create_timer(1.0, self._publish_diagnostics)
+
+    # ------------------------------------------------------------------ entities from the IO declaration
+    def _declared(self, kind: str, name: str, each: dict[str, Any]):
+        return declared(self.IO, kind, name, {**self.params, **self.io_facts}, self.get_name(),
+                        self.get_namespace(), each)
+
+    def io_publisher(self, name: str, **each: Any) -> Any:
+        """The publisher declared in :attr:`IO` as ``name`` (as written there, e.g. ``"{command_topic}"``;
+        ``each``: the value of its ``each`` variable, e.g. ``side="left"``), with the declared type and QoS.
+
+        Raises:
+            NodeIOError: not declared, or its ``when`` does not hold for the node's parameters and facts.
+        """
+        d = self._declared("publishers", name, each)
+        return self.create_publisher(d.cls, d.name, d.qos)
+
+    def io_subscription(self, name: str, callback: Callable, *, raw: bool = False, **each: Any) -> Subscription:
+        """The subscription declared in :attr:`IO` as ``name``, served by the executor (see :meth:`io_publisher`)."""
+        d = self._declared("subscriptions", name, each)
+        return self.create_subscription(d.cls, d.name, callback, d.qos, raw=raw)
+
+    def io_polled_subscription(self, name: str, *, raw: bool = False, **each: Any) -> Subscription:
+        """The subscription declared in :attr:`IO` as ``name``, polled (:meth:`create_polled_subscription`)."""
+        d = self._declared("subscriptions", name, each)
+        return self.create_polled_subscription(d.cls, d.name, d.qos, raw=raw)
+
+    def io_service(self, name: str, callback: Callable, **each: Any) -> Any:
+        """The service declared in :attr:`IO` as ``name`` (see :meth:`io_publisher`)."""
+        d = self._declared("services", name, each)
+        return self.create_service(d.cls, d.name, callback)
 
     # ------------------------------------------------------------------ polled subscriptions
     def create_polled_subscription(self, msg_type: Any, topic: str, qos: Any, *, raw: bool = False) -> Subscription:

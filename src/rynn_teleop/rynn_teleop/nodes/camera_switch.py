@@ -1,13 +1,9 @@
 """camera_switch node: the consumer-facing head camera carries the physical or the generated stream.
 
-Inputs (both stay available under their own names):
-    <physical_ns>/color/image_raw, <physical_ns>/color/camera_info (+ depth/...)   from head_camera
-    <generated_ns>/color/image_raw, <generated_ns>/color/camera_info               from the world model
-Outputs (what recorders, viewers and policies subscribe to), SensorDataQoS:
-    <output_ns>/color/image_raw, <output_ns>/color/camera_info
-    <output_ns>/aligned_depth_to_color/image_raw (+ camera_info),
-    <output_ns>/depth/image_rect_raw (+ camera_info)       (only while the active source provides them)
-    <output_ns>/active_source   std_msgs/String "physical" | "generated", transient local (latched)
+Inputs: the realsense-ros layout (colour, aligned depth, depth and their camera infos) under ``physical_ns``
+(head_camera) and ``generated_ns`` (the world model); both stay available under their own names. Outputs
+(what recorders, viewers and policies subscribe to): the same layout under ``output_ns`` (a depth stream only
+while the active source provides it) and the active source's name, latched.
 
 Select with the parameter ``active_source`` (runtime-settable) or the services ``~/use_physical``,
 ``~/use_generated``, ``~/toggle`` (std_srvs/Trigger). The switch is immediate: a frame is forwarded only if
@@ -22,16 +18,18 @@ from __future__ import annotations
 from diagnostic_msgs.msg import DiagnosticStatus
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.parameter import Parameter
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from sensor_msgs.msg import CameraInfo, Image
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
+from ..core import node_io
 from ..core.feed_switch import SOURCES, FeedSwitch
+from ..core.node_io import SENSOR_DATA, Each, NodeIO, Service, Topic
 from ..core.params import Param, ParamSchema
 from ..core.status import FeedStatus
 from ..recording.cdr import header_stamp_ns
 from .base import TeleopNode, run_single
+from .io import qos_profile
 
 STREAMS = (  # (name, topic under a camera namespace, type): realsense-ros layout
     ("color", "color/image_raw", Image),
@@ -41,7 +39,22 @@ STREAMS = (  # (name, topic under a camera namespace, type): realsense-ros layou
     ("depth", "depth/image_rect_raw", Image),
     ("depth_info", "depth/camera_info", CameraInfo),
 )
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+LATCHED = qos_profile(node_io.LATCHED)  # of <output_ns>/active_source, for its subscribers (the demo, tests)
+IMAGES = tuple(topic for _, topic, kind in STREAMS if kind is Image)
+INFOS = tuple(topic for _, topic, kind in STREAMS if kind is CameraInfo)
+
+
+def _stream(namespace_param: str, topic: str) -> tuple[str, dict[str, str]]:
+    """The IO declaration's name of ``topic`` (one of STREAMS') under a namespace parameter, and its binding."""
+    var = "image" if topic in IMAGES else "info"
+    return f"{{{namespace_param}}}/{{{var}}}", {var: topic}
+
+
+def _streams(namespace_param: str, what: str) -> tuple[Topic, ...]:
+    return (Topic(f"{{{namespace_param}}}/{{image}}", "sensor_msgs/msg/Image", SENSOR_DATA, f"{what}: images",
+                  each=Each("image", values=IMAGES)),
+            Topic(f"{{{namespace_param}}}/{{info}}", "sensor_msgs/msg/CameraInfo", SENSOR_DATA,
+                  f"{what}: camera infos", each=Each("info", values=INFOS)))
 LATENCY_BUDGET_MS = 15.0  # capture -> forwarded on the consumer topic, p99 (shown against in diagnostics)
 
 
@@ -60,31 +73,47 @@ class CameraSwitchNode(TeleopNode):
             Param("fallback", bool, False, "switch to the other source while the active one is silent"),
         ],
     )
+    IO = NodeIO(
+        publishers=(
+            *_streams("output_ns", "the active source's frames, forwarded unchanged (a depth stream only while the "
+                      "active source provides it)"),
+            Topic("{output_ns}/active_source", "std_msgs/msg/String", node_io.LATCHED,
+                  "physical or generated, at every switch"),
+        ),
+        subscriptions=(*_streams("physical_ns", "the physical camera (head_camera)"),
+                       *_streams("generated_ns", "the generated camera (world_model)")),
+        services=(
+            Service("~/use_physical", "std_srvs/srv/Trigger", "show the physical source"),
+            Service("~/use_generated", "std_srvs/srv/Trigger", "show the generated source"),
+            Service("~/toggle", "std_srvs/srv/Trigger", "show the other source"),
+        ),
+    )
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         p = self.params
         self.feed = FeedSwitch(p["active_source"], p["silent_timeout_s"], p["fallback"])
         self._syncing_parameter = False
-        out = p["output_ns"].rstrip("/")
-        qos = qos_profile_sensor_data
-        self._pubs = {stream: self.create_publisher(kind, f"{out}/{topic}", qos) for stream, topic, kind in STREAMS}
+        self._pubs = {}
+        for stream, topic, _ in STREAMS:
+            name, each = _stream("output_ns", topic)
+            self._pubs[stream] = self.io_publisher(name, **each)
         self.meter("output", latency_budget_ms=LATENCY_BUDGET_MS)
-        self._active_pub = self.create_publisher(String, f"{out}/active_source", LATCHED)
+        self._active_pub = self.io_publisher("{output_ns}/active_source")
         self.forwarded = {s: 0 for s in SOURCES}
         self._inputs: dict[int, tuple[str, str]] = {}  # id(subscription) -> (source, stream)
         subs = []
         for source in SOURCES:
-            ns = p[f"{source}_ns"].rstrip("/")
-            for stream, topic, kind in STREAMS:
+            for stream, topic, _ in STREAMS:
                 # raw: the serialized bytes are forwarded as they are (no (de)serialization of 1 MB images)
-                sub = self.create_polled_subscription(kind, f"{ns}/{topic}", qos, raw=True)
+                name, each = _stream(f"{source}_ns", topic)
+                sub = self.io_polled_subscription(name, raw=True, **each)
                 self._inputs[id(sub)] = (source, stream)
                 subs.append(sub)
         # forwarded as they arrive, by a thread woken by the middleware (not one executor callback per message)
         self._relay = self.create_event_loop(subs, self._on_ready, "relay")
         for name, target in (("use_physical", "physical"), ("use_generated", "generated"), ("toggle", None)):
-            self.create_service(Trigger, f"~/{name}", lambda req, res, t=target: self._srv_select(t, res))
+            self.io_service(f"~/{name}", lambda req, res, t=target: self._srv_select(t, res))
         self.add_post_set_parameters_callback(self._on_parameters)
         self._timer = self.create_timer(0.1, self._watch)
         self._publish_active()

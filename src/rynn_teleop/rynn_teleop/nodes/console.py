@@ -20,13 +20,7 @@ backends (``sources.trackers.xr``, ``sources.hands.xr``) take them. WebXR needs 
 the page is served over HTTPS (``console.tls``: ``tls.cert_file`` / ``tls.key_file``, or a self-signed
 certificate made on first use in ``tls.dir``, its SHA-256 fingerprint logged).
 
-Topics:
-    in:  ``consumer_topic``, ``physical_topic``, ``generated_topic`` (sensor_msgs/Image, SensorDataQoS),
-         /diagnostics, /head_camera/active_source
-    out: /estop (std_msgs/Bool, with the drivers' e-stop services), /diagnostics (also once per action),
-         ``xr.poses_topic`` (geometry_msgs/PoseArray per XR frame: head, left wrist, right wrist; untracked:
-         all-NaN), ``xr.hands_topic`` (geometry_msgs/PoseArray per tracked hand and XR frame: the 25 WebXR
-         joints, ``core.xr.WEBXR_JOINTS`` order; nothing for an untracked hand)
+Topics and services: :attr:`ConsoleNode.IO` (``/diagnostics`` also goes out once per action).
 Diagnostics: ``url`` (typed: ``core.status.ConsoleStatus``), ``browsers``, per stream ``<stream>.sent`` /
 ``.skipped`` / ``.acks_missed``, the ``browser.<stream>`` meters (latency: ROS message received -> frame
 drawn), ``cpu_process_percent`` and ``cpu_server_percent`` [% of one core], ``requests_refused`` and per
@@ -48,8 +42,6 @@ from typing import Any
 import cv2
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from geometry_msgs.msg import PoseArray
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
 from sensor_msgs.msg import Image
 
@@ -57,7 +49,9 @@ from ..console import tls
 from ..console.access import REASONS, AccessRules, Refusal
 from ..console.audit import ActionRecord
 from ..console.server import LOOPBACK, STREAMS, ConsoleError, ConsoleServer, FrameHub
+from ..core import node_io
 from ..core.layout import SIDES
+from ..core.node_io import SENSOR_DATA, Each, NodeIO, QoS, Service, Topic
 from ..core.params import STR_LIST, Param, ParamSchema
 from ..core.status import ConsoleStatus
 from ..core.xr import XR_REASONS, XRFrame, frame_world_poses, to_world
@@ -65,16 +59,40 @@ from ..errors import ConfigurationError, ParameterError
 from ..recording.cdr import header_stamp_ns, pose_array_cdr
 from .base import TeleopNode, run_single
 from .conversions import image_array
-from .operator import ACTIONS, RECORDER_FIELDS, OperatorClient
+from .io import type_name
+from .operator import (
+    ACTIONS,
+    ACTIVE_SOURCE_TOPIC,
+    DIAGNOSTICS_TOPIC,
+    EPISODE_TOPIC,
+    ESTOP_TOPIC,
+    RECORDER_FIELDS,
+    OperatorClient,
+)
 
 BROWSER_BUDGET_MS = 50.0  # ROS message received -> frame drawn in a browser, p99 (shown against in diagnostics)
 REFUSED_WARN_S = 60.0  # [s] the node's status stays WARN after the newest refused request
 REFUSED_LOG_S = 5.0  # [s] at most one log line per refusal reason this often (a page retrying floods no log)
 CPU_WINDOW_S = 0.5  # [s] shortest interval the CPU shares are measured over (diagnostics also go out per action)
-XR_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)  # matches reliable and best-effort readers
+XR_QOS = QoS(10)  # reliable: matches reliable and best-effort readers
+
+
+def _operator_clients() -> tuple[Service, ...]:
+    """The service clients of :class:`~.operator.OperatorClient`: one per service an action calls."""
+    used: dict[str, tuple[str, list[str]]] = {}
+    for action_name, action in ACTIONS.items():
+        for step in action.steps:
+            used.setdefault(step.service, (type_name(step.srv_type), []))[1].append(action_name)
+    clients = [Service(name, kind, f"operator actions: {', '.join(actions)}") for name, (kind, actions) in used.items()]
+    clients.append(Service("/recorder/set_parameters", "rcl_interfaces/srv/SetParameters",
+                           "the recorder's task, operator, notes and outcome before an episode action"))
+    return tuple(clients)
 
 
 class ConsoleNode(TeleopNode):
+    # an XR headset's frames come in here and go on to the tracker and hand_retarget (input class, like theirs);
+    # the JPEG encoders run below everything else (console.server)
+    PRIORITY = "input"
     SCHEMA = ParamSchema(
         "console",
         [
@@ -104,6 +122,28 @@ class ConsoleNode(TeleopNode):
                   "first use off loopback (delete its files to make a new one)"),
         ],
     )
+    IO = NodeIO(
+        publishers=(
+            Topic(ESTOP_TOPIC, "std_msgs/msg/Bool", QoS(10), "true with the e-stop action (beside the drivers' "
+                  "e-stop services)"),
+            Topic("{xr.poses_topic}", "geometry_msgs/msg/PoseArray", XR_QOS,
+                  "per accepted XR frame: head, left wrist, right wrist in xr.frame_id (untracked: all-NaN), stamped "
+                  "with the frame's time on this node's clock"),
+            Topic("{xr.hands_topic}", "geometry_msgs/msg/PoseArray", XR_QOS,
+                  "per tracked hand and XR frame: its 25 WebXR joints (core.xr.WEBXR_JOINTS order); nothing for an "
+                  "untracked hand", each=Each("side", values=SIDES)),
+        ),
+        subscriptions=(
+            *(Topic(f"{{{stream}_topic}}", "sensor_msgs/msg/Image", SENSOR_DATA,
+                    f"the {stream} feed, kept as received (newest only), JPEG-encoded while a browser shows it")
+              for stream in STREAMS),
+            Topic(DIAGNOSTICS_TOPIC, "diagnostic_msgs/msg/DiagnosticArray", QoS(50),
+                  "every node's status: the session state the page shows"),
+            Topic(ACTIVE_SOURCE_TOPIC, "std_msgs/msg/String", node_io.LATCHED, "the feed the camera switch shows"),
+            Topic(EPISODE_TOPIC, "std_msgs/msg/String", node_io.LATCHED, "the recorder's newest episode directory"),
+        ),
+        clients=_operator_clients(),
+    )
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -118,8 +158,7 @@ class ConsoleNode(TeleopNode):
         for stream in STREAMS:  # created here: the server's thread ticks them while diagnostics iterate the meters
             self.meter(f"browser.{stream}", latency_budget_ms=BROWSER_BUDGET_MS)
         for stream in STREAMS:
-            self.create_subscription(Image, p[f"{stream}_topic"], lambda raw, s=stream: self._on_image(s, raw),
-                                     qos_profile_sensor_data, raw=True)
+            self.io_subscription(f"{{{stream}_topic}}", lambda raw, s=stream: self._on_image(s, raw), raw=True)
         actions = {name: RECORDER_FIELDS.get(name, ()) for name in ACTIONS}
         rules = AccessRules(host, tuple(p["allowed_hosts"]), tuple(p["allowed_origins"]))  # ParameterError
         self._records: deque[ActionRecord] = deque()  # accepted actions not yet published (server -> executor)
@@ -128,9 +167,8 @@ class ConsoleNode(TeleopNode):
         self._refusal_logged: dict[str, float] = {}  # reason -> monotonic time [s] of its last log line
         self._record_ready = self.create_guard_condition(self._publish_records)
         self._xr_frame_id = p["xr.frame_id"]
-        self._xr_poses_pub = self.create_publisher(PoseArray, p["xr.poses_topic"], XR_QOS)
-        self._xr_hand_pubs = {s: self.create_publisher(PoseArray, p["xr.hands_topic"].replace("{side}", s), XR_QOS)
-                              for s in SIDES}
+        self._xr_poses_pub = self.io_publisher("{xr.poses_topic}")
+        self._xr_hand_pubs = {s: self.io_publisher("{xr.hands_topic}", side=s) for s in SIDES}
         self.meter("xr")  # created here: the server's thread ticks it while diagnostics iterate the meters
         ssl_context = self._tls(host, p)
         self.server = ConsoleServer(host, p["port"], token, self.hub, self.operator.snapshot, self._perform,

@@ -41,6 +41,7 @@ from rclpy.subscription import Subscription
 
 from ..console.access import AccessRules, Refusal
 from ..console.gate import GateError, WebSocketGate
+from ..core.node_io import ANY_TYPE, Each, NodeIO, Topic
 from ..core.params import STR_LIST, Param, ParamSchema
 from ..errors import ConfigurationError, ParameterError
 from ..recording.stats import SequenceGaps
@@ -176,6 +177,11 @@ class FoxgloveNode(TeleopNode):
                   "s", min=0.001, max=0.1),
         ],
     )
+    IO = NodeIO(subscriptions=(
+        Topic("{topic}", ANY_TYPE, None, "passed through to the Foxglove clients as CDR; type and QoS from its "
+              "publishers (topics empty: every topic in the graph whose type the typestore knows)",
+              each=Each("topic", param="topics"), dynamic="while a Foxglove client subscribes to its channel"),
+    ))
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)

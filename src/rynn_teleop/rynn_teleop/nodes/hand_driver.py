@@ -3,10 +3,7 @@
 Follows ``/hands/command`` (from ``hand_retarget``; one hand per message is
 fine) through the safety layer (``nodes.driver``) and publishes the measured
 hand joints on ``/joint_states``. Also speaks the vendor ROS 2 driver's topic
-shape, so labs can swap drivers: ``/hand_left/joint_states`` and
-``/hand_right/joint_states`` (20 joints each) out, ``/hand_left/joint_commands``
-and ``/hand_right/joint_commands`` (JointState, 20 positions; names optional,
-vendor order = canonical order) in.
+shape (``vendor_topics``), so labs can swap drivers.
 """
 
 from __future__ import annotations
@@ -16,13 +13,14 @@ import time
 from sensor_msgs.msg import JointState
 
 from ..core.layout import SIDES
+from ..core.node_io import Each, NodeIO, Topic, merged, when
 from ..core.params import STR_LIST, Param
 from ..core.plugins import BackendSchema
 from ..core.robot_model import hand_joint_names
 from ..hardware.base import HAND_BACKENDS, DriverContext
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import run_single
-from .driver import COMMAND_QOS, JointDriverNode, safety_params
+from .driver import COMMAND_QOS, DRIVER_IO, JointDriverNode, safety_params
 
 
 class HandDriverNode(JointDriverNode):
@@ -37,6 +35,14 @@ class HandDriverNode(JointDriverNode):
         ],
         backends=HAND_BACKENDS, default="sim", description="joint backend",
     )
+    IO = merged(DRIVER_IO, NodeIO(
+        publishers=(Topic("/hand_{side}/joint_states", "sensor_msgs/msg/JointState", COMMAND_QOS,
+                          "the vendor driver's shape: one hand's 20 joints, measured (built only while subscribed)",
+                          when=(when("vendor_topics", True),), each=Each("side", param="sides")),),
+        subscriptions=(Topic("/hand_{side}/joint_commands", "sensor_msgs/msg/JointState", COMMAND_QOS,
+                             "the vendor driver's shape: 20 positions, names optional (vendor order = canonical)",
+                             when=(when("vendor_topics", True),), each=Each("side", param="sides")),),
+    ))
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -52,10 +58,10 @@ class HandDriverNode(JointDriverNode):
         self._vendor_checked_at = -float("inf")  # time.monotonic() of the last subscriber count [s]
         if p["vendor_topics"]:
             for side in self.sides:
-                self._vendor_pubs[side] = self.create_publisher(JointState, f"/hand_{side}/joint_states", COMMAND_QOS)
-                self.create_subscription(JointState, f"/hand_{side}/joint_commands",
-                                         lambda m, s=side: self._on_vendor_command(s, m), COMMAND_QOS)
-        self._start(robot, backend, p["command_topic"])
+                self._vendor_pubs[side] = self.io_publisher("/hand_{side}/joint_states", side=side)
+                self.io_subscription("/hand_{side}/joint_commands", lambda m, s=side: self._on_vendor_command(s, m),
+                                     side=side)
+        self._start(robot, backend)
         self.get_logger().info(f"{backend.name} hands {', '.join(self.sides)}, {p['rate_hz']:.0f} Hz")
 
     def _on_vendor_command(self, side: str, msg: JointState) -> None:

@@ -9,7 +9,8 @@ Input (parameter ``backend``, registered in ``sources.hands``; each with its set
     manus      the Manus SDK's ROS 2 publisher (``manus_ros2_msgs/msg/ManusGlove`` on
                ``manus.topics``); the message package is imported at start
 A polled backend (``sources.hands.HandSource``) is read by a loop at ``rate_hz``; a message backend
-(``sources.hands.MessageHands``) is subscribed to and each message processed as it arrives.
+(``sources.hands.MessageHands``) is subscribed to (its topics: its class's ``IO`` declaration) and each
+message processed as it arrives.
 
 Each input frame is checked, retargeted (``core.hand_retarget``), smoothed
 (EMA, ``ema_alpha``), limited to the joints' velocity and published at the
@@ -17,11 +18,6 @@ input rate (polled sources: up to ``max_backlog_s`` behind, older frames are
 skipped when the node falls behind), stamped with the frame's capture time;
 bad frames (including a mirrored, i.e. other-side, hand) repeat the last good
 command (counted); nothing is published before the first good frame.
-
-Topics (out):
-    <skeleton_prefix>/{left,right}/skeleton  geometry_msgs/PoseArray (21 points used, wrist frame)
-    /hands/command  sensor_msgs/JointState: one hand's 20 joints per message (Wuji names,
-                    canonical order), position; reliable
 """
 
 from __future__ import annotations
@@ -31,13 +27,13 @@ from collections import deque
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from geometry_msgs.msg import PoseArray
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data
 from rclpy.time import Time
 from sensor_msgs.msg import JointState
 
 from ..core.hand_retarget import HandPipeline, HandRetargeter, RetargetSettings, split_backlog
 from ..core.layout import SIDES
+from ..core.node_io import Each, NodeIO, QoS, Topic
 from ..core.params import STR_LIST, Param
 from ..core.plugins import BackendSchema
 from ..core.robot_model import hand_joint_names
@@ -47,9 +43,10 @@ from ..sources.hands import HAND_BACKENDS, HandContext, HandMessageError, HandSa
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import stamp_to_seconds
+from .io import interface_class, qos_profile
 
 LATENCY_BUDGET_MS = 15.0  # glove frame -> its /hands/command, p99 (shown against in diagnostics)
-RELIABLE = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # 100: ~0.5 s for a late subscriber
+RELIABLE = QoS(100)  # 100: ~0.5 s for a late subscriber
 
 
 class HandRetargetNode(TeleopNode):
@@ -81,6 +78,13 @@ class HandRetargetNode(TeleopNode):
         ],
         backends=HAND_BACKENDS, default="synthetic", description="hand input", renamed={"source": "backend"},
     )
+    IO = NodeIO(publishers=(
+        Topic("{skeleton_prefix}/{side}/skeleton", "geometry_msgs/msg/PoseArray", RELIABLE,
+              "the operator's hand as retargeted: 21 points (MediaPipe order) in the wrist frame skeleton_frame, "
+              "stamped with the capture time", each=Each("side", param="sides")),
+        Topic("{command_topic}", "sensor_msgs/msg/JointState", RELIABLE,
+              "one hand's 20 Wuji joints per message (canonical order), position, at the input rate"),
+    ))
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -104,10 +108,10 @@ class HandRetargetNode(TeleopNode):
         self._last_counts: dict[str, tuple[int, int]] = {}  # (held, good) at the last diagnostics
         self.source = None
         prefix = p["skeleton_prefix"].rstrip("/")
-        self._skeleton_pubs = {s: self.create_publisher(PoseArray, f"{prefix}/{s}/skeleton", RELIABLE)
+        self._skeleton_pubs = {s: self.io_publisher("{skeleton_prefix}/{side}/skeleton", side=s)
                                for s in self.sides}
         self._skeleton_frames = {s: p["skeleton_frame"].replace("{side}", s) for s in self.sides}
-        self._command_pub = self.create_publisher(JointState, p["command_topic"], RELIABLE)
+        self._command_pub = self.io_publisher("{command_topic}")
         self.message_errors = 0  # messages of a message backend that hold no usable skeleton
         backend = self.SCHEMA.create(p, HandContext(self.sides, p["rate_hz"], prefix))
         if isinstance(backend, MessageHands):
@@ -115,6 +119,7 @@ class HandRetargetNode(TeleopNode):
         else:  # a polled HandSource (the registry admits no other kind)
             self.source = self.close_on_destroy(backend)
             self.source.start(self.now_s())
+            self._source_inputs = self._subscribe_source_inputs()
             self._align_on_first_poll = self.source.aligns_to_ticks
             if self.source.follows_rate_hz:
                 for side in self.sides:
@@ -162,11 +167,23 @@ class HandRetargetNode(TeleopNode):
         stamp = stamp_to_seconds(stamp_msg) if stamp_msg is not None else self.now_s()
         self._process(HandSample(side, stamp, points), stamp_msg)
 
+    def _subscribe_source_inputs(self) -> dict:
+        """A polled source that is also fed messages (``message_type``, ``message_qos``, ``topics()``,
+        ``feed()``: the synthetic glove doing the twin's task): its topics, polled; drained at each poll."""
+        message_type = getattr(self.source, "message_type", None)
+        if message_type is None:
+            return {}
+        message_class, qos = interface_class(message_type), qos_profile(self.source.message_qos)
+        return {self.create_polled_subscription(message_class, topic, qos): topic for topic in self.source.topics()}
+
     def _poll(self) -> None:
         now = self.now_s()
         if self._align_on_first_poll:  # (synthetic) its frame grid on this loop's ticks
             self._align_on_first_poll = False
             self.start_grid_on_this_tick(self.source, now)
+        for sub, topic in self._source_inputs.items():  # messages the source follows, before it is read
+            for taken in self.take_all(sub):
+                self.source.feed(topic, taken.message)
         samples = [s for s in self.source.read(now) if s.side in self.pipelines]
         kept, dropped = split_backlog(samples, self.params["max_backlog_s"])
         for side, n in dropped.items():

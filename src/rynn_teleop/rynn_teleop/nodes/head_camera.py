@@ -1,15 +1,9 @@
 """head_camera node: the physical head camera stream (RealSense, a replay, or a synthetic scene).
 
 Publishes realsense-ros style topics under ``<namespace>`` (default
-``/head_camera/physical``, the physical source the feed switch reads):
-
-    <namespace>/color/image_raw        sensor_msgs/Image (rgb8), SensorDataQoS
-    <namespace>/color/camera_info      sensor_msgs/CameraInfo, SensorDataQoS
-    <namespace>/aligned_depth_to_color/image_raw (+ camera_info)   16UC1 [mm] in the colour frame, when the
-                                      source's depth is registered to colour (synthetic, RealSense align_depth)
-    <namespace>/depth/image_rect_raw (+ camera_info)              otherwise, frame ``depth_frame_id``
-
-Frame ids ``camera_color_optical_frame`` / ``camera_depth_optical_frame``;
+``/head_camera/physical``, the physical source the feed switch reads): colour, and depth where the source's
+depth is registered to colour (``aligned_depth_to_color/``: synthetic, RealSense align_depth) or not
+(``depth/``, frame ``depth_frame_id``). Frame ids ``camera_color_optical_frame`` / ``camera_depth_optical_frame``;
 header stamps are the capture times. Backends (``backend`` parameter, registered in ``sources.camera``; each
 with its settings under ``<backend>.``): ``realsense`` (pyrealsense2; no device or no runtime stops the node
 at start saying so; USB drops are recovered and counted), ``replay`` (a rosbag2 recorded by this
@@ -18,31 +12,32 @@ drawn tabletop, deterministic; the demo's and the tests' reference image).
 
 The synthetic scene is seen from the description's head camera (``description_overlay``) and, with
 ``synthetic.draw_robot``, shows the robot standing at the table at the measured joints, as the physical
-camera would (colour and depth). A backend that shows joints (``CameraSource.joint_states_topic``) gets:
-
-    <its joint_states_topic>   sensor_msgs/JointState (in, default /joint_states; any subset of the
-                               54 joints per message, merged by name; reliable, drained twice a frame)
-
-Each frame draws the newest positions received by its delivery; joints never received stay at the home
+camera would (colour and depth). A backend that shows joints (``CameraSource.joint_states_topic``) gets
+the measured joint states (its own ``IO`` declares the subscription). Each frame draws the newest positions
+received by its delivery; joints never received stay at the home
 pose (``sources.camera.synthetic.home_position``: arms at DEFAULT_HOME, hands open); when the joint states
-stop, the last pose received stays.
+stop, the last pose received stays. A backend whose frames follow other topics
+(``CameraSource.message_inputs``: the synthetic scene follows the physical twin's ``/twin/scene`` and
+``/twin/objects``) gets their messages, drained at every poll before the backend is read.
 """
 
 from __future__ import annotations
 
 from diagnostic_msgs.msg import DiagnosticStatus
-from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.qos import QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from rclpy.time import Time
-from sensor_msgs.msg import CameraInfo, Image, JointState
+from sensor_msgs.msg import JointState
 
 from ..core.joint_state import JointStateBuffer
+from ..core.node_io import SENSOR_DATA, NodeIO, Topic, when
 from ..core.params import Param
 from ..core.plugins import BackendSchema
 from ..sources.camera import CAMERA_BACKENDS, CameraContext
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import camera_info_message, image_message
+from .io import interface_class, qos_profile
 
 # measured joint states, as the drivers publish them (reliable); drained twice per frame: 50 messages hold the
 # arm (200 Hz) and hand (100 Hz) drivers' output for 1/6 s, five frames at 30 Hz
@@ -64,6 +59,23 @@ class HeadCameraNode(TeleopNode):
         ],
         backends=CAMERA_BACKENDS, default="synthetic", description="camera backend", renamed={"source": "backend"},
     )
+    IO = NodeIO(
+        publishers=(
+            Topic("{namespace}/color/image_raw", "sensor_msgs/msg/Image", SENSOR_DATA,
+                  "colour, rgb8, frame color_frame_id, stamped with the capture time"),
+            Topic("{namespace}/color/camera_info", "sensor_msgs/msg/CameraInfo", SENSOR_DATA,
+                  "the colour intrinsics, same stamps"),
+            Topic("{namespace}/aligned_depth_to_color/image_raw", "sensor_msgs/msg/Image", SENSOR_DATA,
+                  "depth registered to colour, 16UC1 [mm], in the colour frame", when=(when("depth", "aligned"),)),
+            Topic("{namespace}/aligned_depth_to_color/camera_info", "sensor_msgs/msg/CameraInfo", SENSOR_DATA,
+                  "its intrinsics (the colour ones)", when=(when("depth", "aligned"),)),
+            Topic("{namespace}/depth/image_rect_raw", "sensor_msgs/msg/Image", SENSOR_DATA,
+                  "depth in its own frame depth_frame_id, 16UC1 [mm]", when=(when("depth", "separate"),)),
+            Topic("{namespace}/depth/camera_info", "sensor_msgs/msg/CameraInfo", SENSOR_DATA,
+                  "the depth intrinsics", when=(when("depth", "separate"),)),
+        ),
+        facts={"depth": "the backend's depth: aligned (registered to colour), separate (its own frame) or none"},
+    )
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -77,6 +89,10 @@ class HeadCameraNode(TeleopNode):
             self._joint_states_sub = self.create_polled_subscription(
                 JointState, self.source.joint_states_topic, JOINT_STATES_QOS, raw=True)
             self.meter("joint_states_in")
+        # other topics the frames follow (declared in the backend's own IO): drained before every read
+        self._source_inputs = {
+            self.create_polled_subscription(interface_class(spec.type), topic, qos_profile(spec.qos)): topic
+            for topic, spec in self.source.message_inputs().items()}
         if self.source.nominal_fps is not None:
             self.meter("color", nominal_hz=self.source.nominal_fps)
         poll_hz = self.source.poll_rate(p["poll_hz"])
@@ -85,22 +101,22 @@ class HeadCameraNode(TeleopNode):
         self._prepare_between_frames = self.source.prepare_between_frames
         self.read_errors = 0
         self._last_error = ""
-        ns = p["namespace"].rstrip("/")
-        qos = qos_profile_sensor_data
-        self._color_pub = self.create_publisher(Image, f"{ns}/color/image_raw", qos)
-        self._info_pub = self.create_publisher(CameraInfo, f"{ns}/color/camera_info", qos)
+        self._color_pub = self.io_publisher("{namespace}/color/image_raw")
+        self._info_pub = self.io_publisher("{namespace}/color/camera_info")
         self._depth_pub = self._depth_info_pub = None
-        self.depth_aligned = False
+        # registered (aligned) depth goes where realsense-ros puts it, in the colour frame
+        self.depth_aligned = self.source.has_depth and self.source.depth_intrinsics == self.source.intrinsics
+        self.io_facts["depth"] = ("none" if not self.source.has_depth else
+                                  "aligned" if self.depth_aligned else "separate")
         if self.source.has_depth:
-            # registered (aligned) depth goes where realsense-ros puts it, in the colour frame
-            self.depth_aligned = self.source.depth_intrinsics == self.source.intrinsics
-            topic = "aligned_depth_to_color/image_raw" if self.depth_aligned else "depth/image_rect_raw"
-            self._depth_pub = self.create_publisher(Image, f"{ns}/{topic}", qos)
-            self._depth_info_pub = self.create_publisher(CameraInfo, f"{ns}/{topic.rsplit('/', 1)[0]}/camera_info", qos)
+            folder = "{namespace}/aligned_depth_to_color" if self.depth_aligned else "{namespace}/depth"
+            image = "image_raw" if self.depth_aligned else "image_rect_raw"
+            self._depth_pub = self.io_publisher(f"{folder}/{image}")
+            self._depth_info_pub = self.io_publisher(f"{folder}/camera_info")
         self.frames = 0
         self._loop = self.create_loop(poll_hz, self._poll, "capture")
         intr = self.source.intrinsics
-        self.get_logger().info(f"{p['backend']} camera {intr.width}x{intr.height} on {ns}/color/image_raw")
+        self.get_logger().info(f"{p['backend']} camera {intr.width}x{intr.height} on {self._color_pub.topic_name}")
 
     def _poll(self) -> None:
         """Publish the frames captured since the last call; a failing read is counted and reported
@@ -111,6 +127,9 @@ class HeadCameraNode(TeleopNode):
             self.start_grid_on_this_tick(self.source, now)
         if self._joint_states_sub is not None:
             self._take_joint_states()
+        for sub, topic in self._source_inputs.items():
+            for taken in self.take_all(sub):
+                self.source.feed(topic, taken.message)
         try:
             frames = self.source.read(now)
         except Exception as exc:  # noqa: BLE001 - see above

@@ -5,9 +5,6 @@ position, velocity, acceleration and jerk limits (``core.joint_sweep``) and
 holds the others at the neutral posture. For checking the description in
 RViz, the marker publisher and the world model's conditioning without
 hardware; never run it beside real drivers (both would publish /joint_states).
-
-Topics:
-    /joint_states  sensor_msgs/JointState (54 joints, canonical order), reliable
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ import numpy as np
 from sensor_msgs.msg import JointState
 
 from ..core.joint_sweep import JointSweep
+from ..core.node_io import NodeIO, QoS, Topic
 from ..core.params import STR_LIST, Param, ParamSchema
 from ..core.robot_model import GROUPS
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
@@ -40,6 +38,10 @@ class JointSweepNode(TeleopNode):
             Param("topic", str, "/joint_states", "output topic"),
         ],
     )
+    IO = NodeIO(publishers=(
+        Topic("{topic}", "sensor_msgs/msg/JointState", QoS(10), "the 54 joints in canonical order, position and "
+              "velocity, at rate_hz"),
+    ))
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -53,7 +55,7 @@ class JointSweepNode(TeleopNode):
             self.robot.limits[self._moving], p["period_s"], p["amplitude_fraction"], p["limit_margin"],
             center=self._hold[self._moving],
         )
-        self._pub = self.create_publisher(JointState, p["topic"], 10)
+        self._pub = self.io_publisher("{topic}")
         self._t0 = self.now_s()
         self._timer = self.create_timer(1.0 / p["rate_hz"], self._tick)
 

@@ -15,6 +15,13 @@ Services (std_srvs/Trigger; their messages are for people, e.g. ``ros2 service c
 Topic ~/episode (std_msgs/String, reliable, transient local): the directory of the newest episode, recording or
 kept ('' before the first and after a discard); published at every start, stop and discard, so a client
 reads the directory from it (``nodes.operator.OperatorClient``) and can wait for the message its call caused.
+
+``optional_topics`` (default: the physical twin's ``/twin/objects``, ``/twin/scene``, ``/twin/outcome``) are
+recorded when they have a publisher, with no rate expectation and never reported missing (a real-robot session
+has no twin). When the twin runs, an episode stopped without an operator's outcome gets the twin's: the newest
+``/twin/outcome`` at the stop (success; failure with the task's reason, also when still undecided), written
+with its reason (``outcome``, ``outcome_reason`` in episode.yaml); the scene and seed at the start go into
+``extra.twin``.
 Status in /diagnostics: :class:`~rynn_teleop.core.status.RecorderStatus`.
 An unwritable or full output directory fails the episode (service response, log, ERROR in /diagnostics);
 the node keeps running.
@@ -22,6 +29,7 @@ the node keeps running.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import yaml
@@ -30,8 +38,9 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 from std_msgs.msg import String
-from std_srvs.srv import Trigger
 
+from ..core import node_io
+from ..core.node_io import ANY_TYPE, Each, NodeIO, Service, Topic
 from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..core.status import Count, RecorderStatus
 from ..errors import ParameterError
@@ -69,6 +78,9 @@ DEFAULT_GAP_RATES = {  # topic several publishers share -> its fastest publisher
     "/hands/command": 90.0,  # one message per hand and glove frame: left 90 Hz + right 90 Hz
 }
 ACTIVE_SOURCE_TOPIC = "/head_camera/active_source"
+TWIN_SCENE_TOPIC, TWIN_OUTCOME_TOPIC = "/twin/scene", "/twin/outcome"  # the twin node's latched JSON (nodes.twin)
+#: recorded when present (the physical twin's, digital mode), never reported missing
+DEFAULT_OPTIONAL_TOPICS = ("/twin/objects", TWIN_SCENE_TOPIC, TWIN_OUTCOME_TOPIC)
 QUEUE_S = 1.0  # [s] of messages a recorded topic's subscription queue holds
 EPISODE_TOPIC = "/recorder/episode"  # the node's ~/episode under its default name
 #: ~/episode: every late subscriber gets the newest directory
@@ -90,11 +102,14 @@ class RecorderNode(TeleopNode):
                   "TOPIC=HZ entries: the rate of a topic's fastest publisher where several publishers share it "
                   "(/joint_states: arm driver 200 Hz + hand driver 100 Hz); its gaps are measured in periods of "
                   "that rate instead of the expected rate (entries for topics not recorded are ignored)"),
+            Param("optional_topics", STR_LIST, list(DEFAULT_OPTIONAL_TOPICS),
+                  "topics recorded when they have a publisher, with no rate expectation and never reported missing "
+                  "(the physical twin's: its objects, scene and outcome, which fills an unlabelled episode's outcome)"),
             Param("task", str, "", "task name stored with the next/current episode", dynamic=True),
             Param("operator", str, "", "operator stored with the next/current episode", dynamic=True),
             Param("notes", str, "", "free-text notes stored with the next/current episode", dynamic=True),
-            Param("outcome", str, "", "outcome label stored with the current episode at its stop ('': none)",
-                  choices=OUTCOMES, dynamic=True),
+            Param("outcome", str, "", "outcome label stored with the current episode at its stop ('': none; in "
+                  "the digital mode the twin's judgement then)", choices=OUTCOMES, dynamic=True),
             Param("calibration_file", str, "", "operator calibration stored with each episode (arm_ik's file)"),
             Param("auto_start", bool, False, "start an episode as soon as the node runs"),
             Param("discovery_period_s", float, 0.5, "how often the graph is searched for configured topics", "s",
@@ -112,6 +127,24 @@ class RecorderNode(TeleopNode):
                   "decoding only)"),
         ],
     )
+    IO = NodeIO(
+        publishers=(Topic("~/episode", "std_msgs/msg/String", node_io.LATCHED,
+                          "the newest episode's directory, recording or kept ('' before the first and after a "
+                          "discard), at every start, stop and discard"),),
+        subscriptions=(Topic("{topic}", ANY_TYPE, None, "recorded as CDR bytes, unchanged; type and QoS from its "
+                             "publishers, queue 1 s of its expected rate (at least 100)",
+                             each=Each("topic", param="topics"), dynamic="once the topic has a publisher"),
+                       Topic("{optional_topic}", ANY_TYPE, None, "recorded as CDR bytes when it has a publisher (no "
+                             "rate, never missing)", each=Each("optional_topic", param="optional_topics"),
+                             dynamic="once the topic has a publisher"),),
+        services=(
+            Service("~/start_episode", "std_srvs/srv/Trigger", "a new numbered episode under output_dir (task, "
+                    "operator, notes from parameters)"),
+            Service("~/stop_episode", "std_srvs/srv/Trigger", "stop and keep it; the response lists missing topics, "
+                    "gaps and drops"),
+            Service("~/discard_episode", "std_srvs/srv/Trigger", "stop and delete it"),
+        ),
+    )
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -120,6 +153,7 @@ class RecorderNode(TeleopNode):
             raise ParameterError("expected_rates_hz", f"expected_rates_hz has {len(p['expected_rates_hz'])} values "
                                  f"for {len(p['topics'])} topics: give one per topic (0 = no expectation)")
         self.topics = {t: (r or None) for t, r in zip(p["topics"], p["expected_rates_hz"])}
+        self.optional_topics = tuple(t for t in dict.fromkeys(p["optional_topics"]) if t not in self.topics)
         gap_rates = {t: r for t, r in _gap_rates(p["gap_rates"]).items() if self.topics.get(t)}
         self.output_dir = Path(p["output_dir"]).expanduser()
         self.recorder = EpisodeRecorder(
@@ -137,8 +171,8 @@ class RecorderNode(TeleopNode):
         self.failure = ""  # the last episode failure, for diagnostics
         self.last_summary = None
         for name in ("start_episode", "stop_episode", "discard_episode"):
-            self.create_service(Trigger, f"~/{name}", getattr(self, f"_srv_{name}"))
-        self._episode_pub = self.create_publisher(String, "~/episode", EPISODE_QOS)
+            self.io_service(f"~/{name}", getattr(self, f"_srv_{name}"))
+        self._episode_pub = self.io_publisher("~/episode")
         self._episode_pub.publish(String(data=""))  # no episode yet: a client always finds a latched value
         self._discover()
         self.create_timer(p["discovery_period_s"], self._discover)
@@ -149,7 +183,7 @@ class RecorderNode(TeleopNode):
     # ------------------------------------------------------------------ graph
     def _discover(self) -> None:
         """Subscribe to every configured topic that has appeared (type and QoS from its publishers)."""
-        pending = [t for t in self.topics if t not in self._types]
+        pending = [t for t in (*self.topics, *self.optional_topics) if t not in self._types]
         if not pending:
             return
         graph = dict(self.get_topic_names_and_types())
@@ -167,7 +201,7 @@ class RecorderNode(TeleopNode):
                 self.get_logger().error(f"{topic}: type {type_name} cannot be imported; not recorded",
                                         throttle_duration_sec=30.0)
                 continue
-            qos, offered = subscription_qos(infos, self.topics.get(topic), QUEUE_S)
+            qos, offered = subscription_qos(infos, self.topics.get(topic), QUEUE_S)  # optional: no rate
             self._qos[topic] = offered
             self._types[topic] = type_name
             latched = qos.durability == DurabilityPolicy.TRANSIENT_LOCAL
@@ -224,12 +258,39 @@ class RecorderNode(TeleopNode):
                 calibration = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8")) or {}
             except (OSError, yaml.YAMLError) as exc:
                 calibration = {"error": f"{path}: {exc}"}
+        twin = self._latched_json(TWIN_SCENE_TOPIC)
+        extra = {"twin": {k: twin.get(k) for k in ("scene", "seed", "task")}} if twin else {}
         return EpisodeMetadata(
             task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
             notes=self.get_parameter("notes").value, outcome=self.get_parameter("outcome").value,
             robot_description_hash=self._urdf_hash,
-            calibration=calibration, software_version=software_version(),
+            calibration=calibration, software_version=software_version(), extra=extra,
         )
+
+    def _latched_json(self, topic: str) -> dict:
+        """The newest message of a latched std_msgs/String topic holding a JSON object ({} if none or unreadable)."""
+        latest = self._latched.get(topic)
+        if latest is None:
+            return {}
+        try:
+            doc = json.loads(deserialize_message(latest[1], String).data)
+        except (ValueError, TypeError) as exc:
+            self.get_logger().warning(f"{topic}: not a JSON document ({exc})", throttle_duration_sec=10.0)
+            return {}
+        return doc if isinstance(doc, dict) else {}
+
+    def twin_outcome(self) -> tuple[str, str] | None:
+        """The twin's judgement of the task now, as (outcome label, reason), from the newest ``/twin/outcome``;
+        None when no twin reported one. Undecided at the stop of an episode is a failure: the task was not done."""
+        doc = self._latched_json(TWIN_OUTCOME_TOPIC)
+        if not doc:
+            return None
+        reason = str(doc.get("reason", ""))
+        if doc.get("success") is True:
+            return "success", reason
+        if doc.get("success") is False:
+            return "failure", reason
+        return "failure", f"not achieved when the episode stopped: {reason}"
 
     def start_episode(self) -> Path:
         """Start the next episode (raises RecordingError): every topic from the same instant (receive time)."""
@@ -243,10 +304,13 @@ class RecorderNode(TeleopNode):
 
     def stop_episode(self):
         """Stop and keep the current episode; its summary (raises RecordingError)."""
-        self.recorder.describe(task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
-                               notes=self.get_parameter("notes").value, outcome=self.get_parameter("outcome").value)
         stop_ns = self.get_clock().now().nanoseconds
         self._drain(until_ns=stop_ns)  # what arrived before the stop is, for every topic
+        outcome, reason = self.get_parameter("outcome").value, ""
+        if not outcome and (twin := self.twin_outcome()) is not None:  # no operator's label: the twin's judgement
+            outcome, reason = twin
+        self.recorder.describe(task=self.get_parameter("task").value, operator=self.get_parameter("operator").value,
+                               notes=self.get_parameter("notes").value, outcome=outcome, outcome_reason=reason)
         summary = self.recorder.stop(now_ns=stop_ns)
         self._clear_outcome()
         self.last_summary = summary
@@ -299,7 +363,7 @@ class RecorderNode(TeleopNode):
             elapsed_s=progress.elapsed_s if progress is not None else 0.0,
             messages=progress.messages if progress is not None else 0,
             problems=tuple(progress.problems) if progress is not None else (),
-            topics_subscribed=Count(len(self._types), len(self.topics)),
+            topics_subscribed=Count(sum(1 for t in self._types if t in self.topics), len(self.topics)),
             topics_flowing=Count(len(self.flowing()), sum(1 for r in self.topics.values() if r)),
             failure=self.failure,
         )

@@ -1,8 +1,5 @@
 """robot_description node: publishes the generated URDF on a latched topic.
 
-Topics:
-    /robot_description  std_msgs/String, reliable, transient local (latched)
-
 Labs with robot_state_publisher can feed it the same text
 (``rynn-teleop urdf``); this node exists for machines without it and so
 that recorded episodes carry the exact description they were made with.
@@ -12,14 +9,12 @@ from __future__ import annotations
 
 import hashlib
 
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
+from ..core.node_io import LATCHED, NodeIO, Topic
 from ..core.params import Param, ParamSchema
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
-
-LATCHED = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 class RobotDescriptionNode(TeleopNode):
@@ -30,12 +25,16 @@ class RobotDescriptionNode(TeleopNode):
             Param("topic", str, "/robot_description", "topic the URDF is published on (latched)"),
         ],
     )
+    IO = NodeIO(publishers=(
+        Topic("{topic}", "std_msgs/msg/String", LATCHED, "the URDF, once at start (latched: every later "
+              "subscriber gets it)"),
+    ))
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.robot = robot_from_overlay(self.params["description_overlay"])
         self.sha256 = hashlib.sha256(self.robot.urdf.encode()).hexdigest()
-        self._pub = self.create_publisher(String, self.params["topic"], LATCHED)
+        self._pub = self.io_publisher("{topic}")
         self._pub.publish(String(data=self.robot.urdf))
         self.get_logger().info(
             f"published the robot description ({len(self.robot.urdf)} bytes, sha256 {self.sha256[:12]})"

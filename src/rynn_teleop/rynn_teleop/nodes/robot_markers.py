@@ -4,11 +4,6 @@ Merges partial ``/joint_states`` messages (arm and hand drivers publish
 separate subsets) into the 54-joint state, and publishes every visual
 primitive of the description at that state, in ``base_link``. Works without
 robot_state_publisher and tf2 (neither is on PyPI).
-
-Topics:
-    /joint_states   sensor_msgs/JointState (in, any subset of the 54 joints)
-    /robot_markers  visualization_msgs/MarkerArray (out, at rate_hz, only after
-                    the first joint state)
 """
 
 from __future__ import annotations
@@ -18,6 +13,7 @@ from sensor_msgs.msg import JointState
 from visualization_msgs.msg import Marker, MarkerArray
 
 from ..core.joint_state import JointStateBuffer
+from ..core.node_io import NodeIO, QoS, Topic
 from ..core.params import Param, ParamSchema
 from ..core.robot_geometry import RobotGeometry
 from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
@@ -38,6 +34,13 @@ class RobotMarkersNode(TeleopNode):
             Param("topic", str, "/robot_markers", "output MarkerArray topic"),
         ],
     )
+    IO = NodeIO(
+        publishers=(Topic("{topic}", "visualization_msgs/msg/MarkerArray", QoS(10),
+                          "every visual primitive of the description, in frame_id, at rate_hz once a joint state "
+                          "arrived"),),
+        subscriptions=(Topic("{joint_states_topic}", "sensor_msgs/msg/JointState", QoS(10),
+                             "any subset of the 54 joints per message, merged by name"),),
+    )
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -46,8 +49,8 @@ class RobotMarkersNode(TeleopNode):
         self.geometry = RobotGeometry(self.robot)
         self.state = JointStateBuffer(self.robot.neutral())
         self._template = self._make_template(p["frame_id"])
-        self._pub = self.create_publisher(MarkerArray, p["topic"], 10)
-        self.create_subscription(JointState, p["joint_states_topic"], self._on_joint_state, 10)
+        self._pub = self.io_publisher("{topic}")
+        self.io_subscription("{joint_states_topic}", self._on_joint_state)
         self.create_timer(1.0 / p["rate_hz"], self._tick)
         self._latest_stamp = None
 

@@ -4,15 +4,8 @@ Polls a tracker backend (``backend`` parameter, registered in ``sources.trackers
 ``replay`` = a rosbag2 of a recorded session, ``synthetic`` = a procedural
 operator; each with its settings under ``<backend>.``) at ``rate_hz`` on its own loop thread, maps serials to roles
 (``serials.*``), reports stale trackers (``dropout_timeout_s``) and publishes
-every sampled frame (the samples of one capture time) as one message:
-
-Topics:
-    <topic_prefix>/trackers  geometry_msgs/PoseArray, one per sampled frame (default /operator/trackers):
-        header.stamp    the frame's capture time
-        header.frame_id the tracking world frame (``world_frame``, or the source's own)
-        poses           the five roles in ``ROLES`` order: chest, left_elbow, right_elbow, left_wrist,
-                        right_wrist; a role without an accepted sample in that frame has a pose whose
-                        position and orientation are all NaN
+every sampled frame (the samples of one capture time) as one PoseArray on ``<topic_prefix>/trackers``
+(stamp: the capture time; poses: the five roles in ``ROLES`` order, all-NaN for a role without a sample).
 
 Bounded lag: frames older than ``max_lag_s`` when a (late) tick publishes them are dropped, counted
 (diagnostics ``late_dropped``) and logged; the newest frame is never dropped (``core.trackers``).
@@ -29,10 +22,10 @@ import time
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from geometry_msgs.msg import PoseArray
 from rclpy.qos import QoSProfile, ReliabilityPolicy
 
 from ..core.layout import ROLES
+from ..core.node_io import NodeIO, QoS, Topic
 from ..core.params import Param
 from ..core.plugins import BackendSchema
 from ..core.trackers import TrackerSet, drop_late_frames, frame_poses, group_frames
@@ -40,6 +33,7 @@ from ..errors import ConfigurationError
 from ..recording.cdr import pose_array_cdr
 from ..sources.trackers import TRACKER_BACKENDS, TrackerContext
 from .base import TeleopNode, run_single
+from .io import qos_profile
 
 # Serials of the five trackers; the synthetic source impersonates these.
 DEFAULT_SERIALS = {
@@ -51,7 +45,7 @@ DEFAULT_SERIALS = {
 }
 
 # 100: ~0.8 s of frames for a subscriber that falls behind
-FRAME_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)
+FRAME_QOS = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE)  # the inputs of a message backend (xr)
 
 
 class TrackerNode(TeleopNode):
@@ -75,6 +69,13 @@ class TrackerNode(TeleopNode):
         ],
         backends=TRACKER_BACKENDS, default="synthetic", description="tracker backend", renamed={"source": "backend"},
     )
+    IO = NodeIO(publishers=(
+        Topic("{topic_prefix}/trackers", "geometry_msgs/msg/PoseArray", QoS(100),
+              "one message per sampled frame: header.stamp its capture time, header.frame_id the tracking world "
+              "frame (world_frame, or the backend's own), poses the five roles in ROLES order (chest, left_elbow, "
+              "right_elbow, left_wrist, right_wrist), all-NaN for a role without an accepted sample; depth 100: "
+              "~0.8 s for a subscriber that falls behind"),
+    ))
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -92,8 +93,8 @@ class TrackerNode(TeleopNode):
         self.source.start(self.now_s())
         self._discover(p["discovery_timeout_s"])
         self.world_frame = p["world_frame"] or self.source.world_frame
-        self.topic = f"{p['topic_prefix'].rstrip('/')}/trackers"
-        self._pub = self.create_publisher(PoseArray, self.topic, FRAME_QOS)
+        self._pub = self.io_publisher("{topic_prefix}/trackers")
+        self.topic = self._pub.topic_name
         self.frames_published = 0
         self.late_dropped = 0  # frames dropped for being older than max_lag_s at their tick
         self._stale: set[str] = set()
@@ -108,14 +109,17 @@ class TrackerNode(TeleopNode):
         )
 
     def _subscribe_source(self) -> None:
-        """A backend fed by ROS messages (``message_type``, ``topics()``, ``feed()``: the xr headset): subscribe
-        to its topics; each message is fed to it and its frame published at once, not at the next tick."""
+        """A backend fed by ROS messages (``message_type``, ``topics()``, ``feed()``: the xr headset; the synthetic
+        operator doing the twin's task): subscribe to its topics (with its ``message_qos`` when it has one); each
+        message is fed to it and its frame published at once, not at the next tick."""
         message_type = getattr(self.source, "message_type", None)
         if message_type is None:
             return
         package, _, type_name = message_type.partition("/msg/")
         message_class = getattr(importlib.import_module(f"{package}.msg"), type_name)
-        topics = {self.create_polled_subscription(message_class, t, FRAME_QOS): t for t in self.source.topics()}
+        declared_qos = getattr(self.source, "message_qos", None)
+        qos = FRAME_QOS if declared_qos is None else qos_profile(declared_qos)
+        topics = {self.create_polled_subscription(message_class, t, qos): t for t in self.source.topics()}
 
         def on_ready(sub) -> None:
             for taken in self.take_all(sub):

@@ -4,15 +4,6 @@ The operator's commands drive a world model instead of (or beside) the robot;
 the model renders what the head camera would see, frame by frame, and each
 frame is tied to one known 54-D action.
 
-Topics:
-    /arms/command, /hands/command   sensor_msgs/JointState (in; ``action_source: commands``)
-    /joint_states                   sensor_msgs/JointState (in; ``action_source: joint_states``)
-    <reference.topic>               sensor_msgs/Image (in; the reference frame when ``reference.source: topic``)
-    <reanchor_topic>                sensor_msgs/Image (in; real frames offered for re-anchoring; empty = none)
-    <namespace>/color/image_raw     sensor_msgs/Image rgb8 (out, SensorDataQoS), frame ``color_frame_id``
-    <namespace>/color/camera_info   sensor_msgs/CameraInfo (out, same stamps)
-    <namespace>/condition/image_raw sensor_msgs/Image rgb8 (out, ``publish_condition``: the skeleton image)
-
 Timing: a generation thread (off the executor) ticks at the profile's rate.
 Each tick conditions on the newest action if a newer command arrived since
 the last one (commands overwritten in between are dropped and counted) and
@@ -36,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus
-from rclpy.qos import qos_profile_sensor_data
 from rclpy.serialization import deserialize_message
 from rclpy.time import Time
-from sensor_msgs.msg import CameraInfo, Image, JointState
+from sensor_msgs.msg import Image, JointState
 
 from ..core.camera import default_intrinsics, parse_profile
 from ..core.layout import SIDES
+from ..core.node_io import SENSOR_DATA, NodeIO, QoS, Topic, unless, when
 from ..core.params import Param
 from ..core.plugins import BackendSchema
 from ..core.robot_model import arm_joint_names, hand_joint_names
@@ -54,6 +45,9 @@ from ._robot import DESCRIPTION_OVERLAY, robot_from_overlay
 from .base import TeleopNode, run_single
 from .conversions import camera_info_message, image_array, image_message
 
+# commands are reliable (as published); drained at each generation tick, where the newest wins (50 = a quarter
+# second of 200 Hz commands)
+ACTION_QOS = QoS(50)
 GROUPS = {f"{side}_{part}": names(side) for side in SIDES
           for part, names in (("arm", arm_joint_names), ("hand", hand_joint_names))}
 
@@ -101,6 +95,31 @@ class WorldModelNode(TeleopNode):
         backends=WORLD_MODEL_BACKENDS, default="render", description="generator: render (robot drawn over the "
         "reference frame), diffusion (the learned model; needs a checkpoint), or another registered backend",
     )
+    IO = NodeIO(
+        publishers=(
+            Topic("{namespace}/color/image_raw", "sensor_msgs/msg/Image", SENSOR_DATA,
+                  "the generated frames, rgb8, frame color_frame_id, each stamped with the newest command its "
+                  "action used"),
+            Topic("{namespace}/color/camera_info", "sensor_msgs/msg/CameraInfo", SENSOR_DATA,
+                  "the generated camera's intrinsics, same stamps"),
+            Topic("{namespace}/condition/image_raw", "sensor_msgs/msg/Image", SENSOR_DATA,
+                  "the condition (skeleton) image of each frame, rgb8", when=(when("publish_condition", True),)),
+        ),
+        subscriptions=(
+            Topic("{arms_topic}", "sensor_msgs/msg/JointState", ACTION_QOS, "the arm commands that drive the model",
+                  when=(when("action_source", "commands"),)),
+            Topic("{hands_topic}", "sensor_msgs/msg/JointState", ACTION_QOS, "the hand commands that drive the model",
+                  when=(when("action_source", "commands"),)),
+            Topic("{joint_states_topic}", "sensor_msgs/msg/JointState", ACTION_QOS,
+                  "the drivers' measured joints that drive the model", when=(when("action_source", "joint_states"),)),
+            Topic("{reference.topic}", "sensor_msgs/msg/Image", SENSOR_DATA,
+                  "its first frame is the reference frame of the stream", when=(when("reference.source", "topic"),)),
+            Topic("{reanchor_topic}", "sensor_msgs/msg/Image", SENSOR_DATA,
+                  "real frames offered to the model for re-anchoring",
+                  when=(unless("reanchor_topic", ""), when("uses_real_frames", True))),
+        ),
+        facts={"uses_real_frames": "the backend re-anchors on real frames (diffusion)"},
+    )
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -126,32 +145,30 @@ class WorldModelNode(TeleopNode):
         self.meter("frames", nominal_hz=self.rate_hz)
         self.meter("commands_in")
 
-        ns = p["namespace"].rstrip("/")
-        self._image_pub = self.create_publisher(Image, f"{ns}/color/image_raw", qos_profile_sensor_data)
-        self._info_pub = self.create_publisher(CameraInfo, f"{ns}/color/camera_info", qos_profile_sensor_data)
+        self._image_pub = self.io_publisher("{namespace}/color/image_raw")
+        self._info_pub = self.io_publisher("{namespace}/color/camera_info")
         # the camera info is the same for every frame but its stamp: built once, restamped per frame (publishing
         # serialises it at once)
         self._info_msg = camera_info_message(self.intrinsics, _stamp_msg(0), p["color_frame_id"])
-        self._condition_pub = (self.create_publisher(Image, f"{ns}/condition/image_raw", qos_profile_sensor_data)
-                               if p["publish_condition"] else None)
-        topics = ([p["arms_topic"], p["hands_topic"]] if p["action_source"] == "commands"
-                  else [p["joint_states_topic"]])
-        # commands are reliable (as published); drained by the generation thread at each tick, where the newest
-        # wins (50 = a quarter second of 200 Hz commands): no executor wake-up per command
-        self._action_subs = [self.create_polled_subscription(JointState, topic, 50, raw=True) for topic in topics]
+        self._condition_pub = self.io_publisher("{namespace}/condition/image_raw") if p["publish_condition"] else None
+        topics = (["{arms_topic}", "{hands_topic}"] if p["action_source"] == "commands"
+                  else ["{joint_states_topic}"])
+        # drained by the generation thread at each tick: no executor wake-up per command
+        self._action_subs = [self.io_polled_subscription(topic, raw=True) for topic in topics]
         if reference is None:
-            self.create_subscription(Image, p["reference.topic"], self._on_reference, qos_profile_sensor_data)
+            self.io_subscription("{reference.topic}", self._on_reference)
+        self.io_facts["uses_real_frames"] = self.generator.uses_real_frames
         self.reanchoring = bool(p["reanchor_topic"].strip()) and self.generator.uses_real_frames
         # the skeleton image is drawn per action only where it is used: by the backend or for publishing
         self._draws_condition = self._condition_pub is not None or self.generator.uses_condition
         if self.reanchoring:  # only a backend that re-anchors on real frames gets them
-            self.create_subscription(Image, p["reanchor_topic"], self._on_real, qos_profile_sensor_data)
+            self.io_subscription("{reanchor_topic}", self._on_real)
 
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._generate_loop, name="world_model", daemon=True)
         self._thread.start()
         self.get_logger().info(f"{p['backend']} world model {self.width}x{self.height} at {self.rate_hz:g} Hz on "
-                               f"{ns}/color/image_raw")
+                               f"{self._image_pub.topic_name}")
 
     # ------------------------------------------------------------------ inputs (executor thread)
     def _on_joints(self, msg: JointState, received_s: float) -> bool:

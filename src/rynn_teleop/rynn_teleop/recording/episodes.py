@@ -111,7 +111,8 @@ class EpisodeMetadata:
     task: str = ""
     operator: str = ""
     notes: str = ""
-    outcome: str = ""  # the operator's label: "" (none), "success" or "failure" (OUTCOMES)
+    outcome: str = ""  # "" (none), "success" or "failure" (OUTCOMES): the operator's label, else the twin's judgement
+    outcome_reason: str = ""  # why, when the physical twin decided the outcome (its task's reason); "" otherwise
     camera_sources: list[str] = field(default_factory=list)  # e.g. ["physical"]; add more while recording
     robot_description_hash: str = ""  # see description_hash()
     calibration: dict[str, Any] = field(default_factory=dict)  # plain data (YAML/JSON-serialisable)
@@ -125,6 +126,7 @@ class EpisodeMetadata:
             "operator": self.operator,
             "notes": self.notes,
             "outcome": self.outcome,
+            "outcome_reason": self.outcome_reason,
             "camera_sources": list(self.camera_sources),
             "robot_description_hash": self.robot_description_hash,
             "calibration": dict(self.calibration),

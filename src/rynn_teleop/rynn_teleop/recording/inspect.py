@@ -7,6 +7,8 @@
     episodes check PATH [--quick] [--rate TOPIC=HZ ...]   exit 1 if an episode is damaged or has problems
     episodes recover PATH [--out DIR]      repair a killed recorder's bag; salvage a damaged one into a new episode
     episodes export PATHS --out DIR ... [--skip-damaged]   a LeRobot dataset
+    episodes replay EPISODE [--twin] [--scene S] [--seed N] [--speed X]   its commands through the drivers again
+                                           (``rynn-teleop`` only: it needs ROS; :mod:`.replay`, ``rynn_teleop.replay``)
 
 PATH is one episode directory or an output directory (every episode in it). Exit codes: 0 fine, 1 the data
 (``check`` found damage or problems, an episode that cannot be read or is damaged), 2 the request (bad
@@ -47,6 +49,7 @@ from .integrity import IntegrityReport
 from .mcapfile import read_index, read_stamps
 from .metadata import episode_doc, read_metadata, salvage_problems
 from .recover import mcap_file, recover_bag, verify_episode
+from .replay import add_arguments as add_replay_arguments
 from .stats import EpisodeStats, episode_stats, parse_topic_rates
 from .writer import default_typestore
 
@@ -717,15 +720,31 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
     mode.add_argument("--append", action="store_true", help="add to an existing dataset (indices continue)")
     mode.add_argument("--overwrite", action="store_true", help="replace an existing dataset")
     p.set_defaults(func=_cmd_export)
+    p = sub.add_parser("replay", help="send the episode's arm and hand commands through the drivers again (a fresh "
+                       "twin with --twin, which judges the task; else the drivers running), after a slow approach to "
+                       "the first command; an e-stop or Ctrl-C stops it")
+    add_replay_arguments(p)
+    p.set_defaults(func=None)
     return parser
 
 
-def episodes_main(argv: Sequence[str] | None = None) -> int:
+def episodes_main(argv: Sequence[str] | None = None, *, replay: Any = None) -> int:
     """``rynn-teleop episodes ...``; returns the exit code (0 ok, 1 the data: damaged, unreadable or failing its
-    check, 2 the request: bad arguments, missing paths, unwritable output)."""
+    check, 2 the request: bad arguments, missing paths, unwritable output).
+
+    ``replay``: what runs ``episodes replay`` (parsed arguments -> exit code): it needs ROS, a layer above this
+    one (``rynn_teleop.replay.main``, which ``rynn-teleop`` passes).
+    """
     args = build_parser().parse_args(argv)
+    func = args.func
+    if func is None:  # replay
+        if replay is None:
+            print("error: episodes replay needs ROS 2 (rclpy): run it as `rynn-teleop episodes replay`",
+                  file=sys.stderr)
+            return USAGE_EXIT_CODE
+        func = replay
     try:
-        return int(args.func(args))
+        return int(func(args))
     except RynnTeleopError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return int(getattr(exc, "exit_code", USAGE_EXIT_CODE))

@@ -107,7 +107,7 @@ class PlanSample(NamedTuple):
 def _min_jerk(s: float) -> float:
     """Minimum-jerk time scaling of s in [0, 1]."""
     s = min(max(s, 0.0), 1.0)
-    return s * s * s * (10.0 - 15.0 * s + 6.0 * s * s)
+    return min(s * s * s * (10.0 - 15.0 * s + 6.0 * s * s), 1.0)  # rounding can give 1 + 2e-16 (Slerp refuses it)
 
 
 class OperatorPlan:

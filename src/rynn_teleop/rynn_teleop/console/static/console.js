@@ -85,6 +85,7 @@ function showState(st) {
     rows += `<tr><th>${side}</th>${cell(arm.calibrated)}${cell(arm.engaged)}${cell(arm.following)}</tr>`;
   }
   $("arms").innerHTML = rows;
+  showDrivers(st.drivers);
   const estop = $("estop-state");
   const drivers = Object.entries(st.estop).filter(([, v]) => v !== null);
   estop.textContent = drivers.length === 0 ? "e-stop: no driver" :
@@ -104,6 +105,7 @@ function showState(st) {
     epState.textContent = "idle"; epState.className = "badge ok";
     $("episode").textContent = `episodes go to ${ep.output_dir}`;
   }
+  showTwin(st.twin);
   let nodes = "<tr><th>node</th><th>state</th><th>meters (Hz / nominal, latency p50 / p99 ms)</th></tr>";
   for (const n of st.nodes) {
     const meters = n.meters.map((m) => {
@@ -126,6 +128,42 @@ function showState(st) {
     v.info.textContent = info.age_ms === null ? "no frames" :
       `${info.rate_hz} Hz received, ${fps.toFixed(1)} fps shown, age ${info.age_ms} ms`;
   }
+}
+
+// the physical twin (digital mode): its scene and the task's outcome as the physics judges it
+const OUTCOME_BADGE = { success: "ok", failure: "error", undecided: "warn" };
+
+function showTwin(twin) {
+  const badge = $("twin-state");
+  if (!twin || !twin.running) {
+    badge.textContent = "no twin"; badge.className = "badge stale"; badge.dataset.outcome = "";
+    $("twin").textContent = "";
+    return;
+  }
+  badge.textContent = twin.outcome; badge.className = "badge " + (OUTCOME_BADGE[twin.outcome] || "warn");
+  badge.dataset.outcome = twin.outcome;
+  $("twin").innerHTML = `<b>${escapeHtml(twin.scene)}</b> (seed ${twin.seed}): ${escapeHtml(twin.task)}; ` +
+    `${escapeHtml(twin.reason)}`;
+}
+
+// each driver's lifecycle state (only an active driver commands its joints) and its safety mode
+const LIFECYCLE_BADGE = { active: "ok", inactive: "warn", unconfigured: "stale", finalized: "stale" };
+
+function showDrivers(drivers) {
+  let rows = "<tr><th>driver</th><th>backend</th><th>lifecycle</th><th>mode</th></tr>";
+  for (const [name, d] of Object.entries(drivers)) {
+    if (d === null) {
+      rows += `<tr data-driver="${escapeHtml(name)}" data-lifecycle=""><td>${escapeHtml(name)}</td>` +
+        `<td colspan="3" class="unknown">not running</td></tr>`;
+      continue;
+    }
+    const badge = d.lifecycle_error ? "error" : (LIFECYCLE_BADGE[d.lifecycle] || "warn");
+    const why = d.lifecycle_error ? ` ${escapeHtml(d.lifecycle_error)}` : "";
+    rows += `<tr data-driver="${escapeHtml(name)}" data-lifecycle="${escapeHtml(d.lifecycle)}">` +
+      `<td>${escapeHtml(name)}</td><td>${escapeHtml(d.backend)}</td>` +
+      `<td><span class="badge ${badge}">${escapeHtml(d.lifecycle)}</span>${why}</td><td>${escapeHtml(d.mode)}</td></tr>`;
+  }
+  $("drivers").innerHTML = rows;
 }
 
 // refusals per reason (requests and WebSockets the console turned away) and the newest accepted actions

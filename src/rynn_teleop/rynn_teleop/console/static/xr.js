@@ -4,7 +4,10 @@
 // hand (core/xr.py parse_frame); an untracked head or hand is null, which the stack treats as lost tracking (hold).
 import * as THREE from "./vendor/three/three.module.js";
 
-const token = new URLSearchParams(location.search).get("token") || "";
+const query = new URLSearchParams(location.search);
+const token = query.get("token") || "";
+// ?scale=0.5: render the headset's views at half resolution (a slow GPU, or software rendering in the tests)
+const FRAMEBUFFER_SCALE = Math.min(Math.max(Number(query.get("scale")) || 1.0, 0.25), 2.0);
 const session = document.querySelector('meta[name="rynn-session"]').content;
 const JOINTS = [
   "wrist", "thumb-metacarpal", "thumb-phalanx-proximal", "thumb-phalanx-distal", "thumb-tip",
@@ -20,7 +23,8 @@ const $ = (id) => document.getElementById(id);
 // read by tests/test_xr_browser.py and bench/xr.py
 const stats = window.rynnXR = {
   sent: 0, skipped: 0, xrFrames: 0, inXR: false, refused: [], pressed: [], actions: [], state: null,
-  feed: { frames: 0, shown: [], fps: 0 }, buttons: {}, tips: { left: null, right: null }, head: null,
+  feed: { frames: 0, shown: [], fps: 0 }, buttons: {}, tips: { left: null, right: null },
+  wrists: { left: null, right: null }, head: null, gaps: [],
 };
 
 function say(text, refused) {
@@ -113,26 +117,43 @@ function connect() {
   };
 }
 
-// each frame is acknowledged once decoded (the server sends the next one only then: frames never queue here);
-// the panel's texture takes the newest decoded image at the next render, which counts it as shown
-let feedPending = false;
-async function drawFeed(header, jpeg) {
-  const ack = { type: "decoded", stream: header.stream, seq: header.seq };
-  let bitmap = null;
-  try {
-    bitmap = await createImageBitmap(jpeg, { imageOrientation: "flipY" });  // ImageBitmaps ignore flipY
-    ack.received_ms = header.received_ms;
-    ack.t_ms = Date.now();
-  } finally {
-    if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify(ack));
+// Flow control: a frame is acknowledged as it arrives (the server sends the next one only then, so frames never
+// queue here, and the next one travels while this one decodes); a frame arriving during a decode waits as the
+// newest (an older waiting one is dropped). Once on the panel's texture it is acknowledged again with its times
+// (the console's latency meter: ROS message received -> shown). The next render counts it as shown.
+let feedPending = false, decoding = false, waiting = null;
+function drawFeed(header, jpeg) {
+  if (ws && ws.readyState === WebSocket.OPEN) {
+    ws.send(JSON.stringify({ type: "decoded", stream: header.stream, seq: header.seq }));
   }
-  const old = feedTexture.image;
-  if (!old || old.width !== bitmap.width || old.height !== bitmap.height) feedTexture.dispose();  // new size
-  feedTexture.image = bitmap;
-  feedTexture.flipY = false;
-  feedTexture.needsUpdate = true;
-  feedPending = true;
-  if (old && old.close) old.close();  // an ImageBitmap replaced before or after its upload: not needed any more
+  waiting = { header, jpeg };
+  if (!decoding) decodeNext();
+}
+
+async function decodeNext() {
+  decoding = true;
+  while (waiting) {
+    const { header, jpeg } = waiting;
+    waiting = null;
+    let bitmap;
+    try {
+      bitmap = await createImageBitmap(jpeg, { imageOrientation: "flipY" });  // ImageBitmaps ignore flipY
+    } catch (err) {
+      continue;  // an undecodable frame is skipped
+    }
+    const old = feedTexture.image;
+    if (!old || old.width !== bitmap.width || old.height !== bitmap.height) feedTexture.dispose();  // new size
+    feedTexture.image = bitmap;
+    feedTexture.flipY = false;
+    feedTexture.needsUpdate = true;
+    feedPending = true;
+    if (old && old.close) old.close();  // an ImageBitmap replaced before or after its upload: not needed any more
+    if (ws && ws.readyState === WebSocket.OPEN) {
+      ws.send(JSON.stringify({ type: "decoded", stream: header.stream, seq: header.seq,
+                               received_ms: header.received_ms, t_ms: Date.now() }));
+    }
+  }
+  decoding = false;
 }
 
 function countShown() {  // at a render: the panel shows a new feed image
@@ -181,6 +202,7 @@ renderer.setPixelRatio(1);
 renderer.setSize(640, 480, false);
 renderer.xr.enabled = true;
 renderer.xr.setReferenceSpaceType("local-floor");
+renderer.xr.setFramebufferScaleFactor(FRAMEBUFFER_SCALE);
 const scene = new THREE.Scene();
 scene.background = new THREE.Color(0x1a1d22);
 scene.add(new THREE.HemisphereLight(0xffffff, 0x333344, 2.0));
@@ -219,24 +241,28 @@ rig.add(statusPanel);
 function drawStatus() {
   const g = statusCanvas.getContext("2d");
   g.fillStyle = "#101418"; g.fillRect(0, 0, 1024, 112);
-  g.font = "bold 30px sans-serif";
   const st = lastState;
-  let x = 16;
-  const chip = (text, color) => {
-    const w = g.measureText(text).width + 24;
-    g.fillStyle = color; g.fillRect(x, 8, w, 44);
-    g.fillStyle = "#fff"; g.fillText(text, x + 12, 41);
-    x += w + 10;
-  };
-  if (!st) chip("no state", "#555");
+  const chips = [];  // [text, colour]
+  if (!st) chips.push(["no state", "#555"]);
   else {
     for (const [side, arm] of Object.entries(st.arms)) {
-      chip(`${side[0].toUpperCase()} ${arm.engaged ? "ENGAGED" : "free"}`, arm.engaged ? "#1f6f2a" : "#444");
+      chips.push([`${side[0].toUpperCase()} ${arm.engaged ? "ENGAGED" : "free"}`, arm.engaged ? "#1f6f2a" : "#444"]);
     }
     const ep = st.episode;
-    chip(ep.recording ? "● REC" : "rec off", ep.recording ? "#b71c1c" : "#444");
-    chip(st.estop_latched ? "E-STOP LATCHED" : "e-stop released", st.estop_latched ? "#b71c1c" : "#1f6f2a");
-    chip(`feed ${st.active_source || "?"}`, "#34495e");
+    chips.push([ep.recording ? "● REC" : "rec off", ep.recording ? "#b71c1c" : "#444"]);
+    chips.push([st.estop_latched ? "E-STOP LATCHED" : "e-stop released", st.estop_latched ? "#b71c1c" : "#1f6f2a"]);
+    chips.push([`feed ${st.active_source || "?"}`, "#34495e"]);
+  }
+  let size = 30;  // [px] as large as fits in one row
+  const width = () => chips.reduce((w, [text]) => w + g.measureText(text).width + 34, 16);
+  g.font = `bold ${size}px sans-serif`;
+  while (size > 14 && width() > 1010) { size -= 2; g.font = `bold ${size}px sans-serif`; }
+  let x = 16;
+  for (const [text, color] of chips) {
+    const w = g.measureText(text).width + 24;
+    g.fillStyle = color; g.fillRect(x, 8, w, 44);
+    g.fillStyle = "#fff"; g.fillText(text, x + 12, 30 + size / 3);
+    x += w + 10;
   }
   g.font = "26px sans-serif"; g.fillStyle = "#ddd";
   g.fillText(panelMessage.slice(0, 70), 16, 94);
@@ -314,8 +340,14 @@ function poke(side, tip) {
 let xrSession = null, refSpace = null, placed = false, seq = 0;
 const matrix = new THREE.Matrix4(), quat = new THREE.Quaternion(), pos = new THREE.Vector3(), scale = new THREE.Vector3();
 
+let lastFrameTime = null;
 function onXRFrame(time, frame) {
   stats.xrFrames += 1;
+  if (lastFrameTime !== null) {
+    stats.gaps.push(time - lastFrameTime);  // [ms] between XR frames (the tests and the bench read them)
+    if (stats.gaps.length > 600) stats.gaps.shift();
+  }
+  lastFrameTime = time;
   const viewer = frame.getViewerPose(refSpace);
   const head = viewer ? pose7(viewer.transform) : null;
   stats.head = head;
@@ -343,6 +375,7 @@ function onXRFrame(time, frame) {
     const joints = hands[side], mesh = handMeshes[side];
     mesh.visible = joints !== null;
     stats.tips[side] = joints ? joints[9].slice(0, 3) : null;
+    stats.wrists[side] = joints ? joints[0] : null;
     if (!joints) { for (const b of buttons) b.armed[side] = false; continue; }
     joints.forEach((j, i) => {
       matrix.compose(pos.set(j[0], j[1], j[2]), quat.set(j[3], j[4], j[5], j[6]), scale.set(1, 1, 1));

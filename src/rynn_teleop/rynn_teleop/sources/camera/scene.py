@@ -9,6 +9,12 @@ wooden table stands in front of a wall above a floor; a red cube, a green cylind
 ball are placed from ``numpy.random.default_rng(seed)``, lit by one directional light (:data:`LIGHT_DIR`) with
 soft shadows on the table. :meth:`TabletopScene.render` draws the ball at a given centre over the static rest.
 
+Given a :class:`TwinTabletop` (the physical twin's scene, ``rynn_teleop.sim``), the static layer is that scene's
+instead: its table (extent, height, colour, with the same wood grain), its fixed objects (a platform) and its
+target regions (painted onto the table or the platform top, blended by their alpha), and no procedural objects
+and no ball: the twin's movable objects move, and the camera source draws them over this layer each frame
+(``sources.camera.synthetic``).
+
 Colour: RGB uint8, 2x2 supersampled. Depth: uint16 [mm] of z in the optical frame at the pixel centres,
 0 where no surface; colour, depth and intrinsics agree exactly. Equal (size, seed, ball centre) give
 bit-identical images.
@@ -62,6 +68,7 @@ BALL_PERIOD_S = 6.0  # [s] one back-and-forth of the ball
 MIN_SIZE, MAX_SIZE = 16, 4096  # [px] image width and height
 
 _BG, _TABLE, _WALL, _FLOOR, _CUBE, _CYLINDER, _BOWL = range(7)  # surface ids
+_FIRST_TWIN_SURFACE = 7  # the twin's fixed objects: this id and up
 _ALBEDO = {  # RGB reflectance [-]
     _WALL: (0.80, 0.82, 0.86),
     _FLOOR: (0.30, 0.30, 0.33),
@@ -103,6 +110,35 @@ class StaticLayer(NamedTuple):
     py: np.ndarray  # (H, W) float32 [m] world y
     pz: np.ndarray  # (H, W) float32 [m] world z
     table: np.ndarray  # (H, W) float32 [-] share of the pixel's colour samples that see the table
+
+
+class TwinShape(NamedTuple):
+    """A fixed object of the twin's scene (``base_link``)."""
+
+    shape: str  # "box" | "cylinder" | "sphere"
+    size: tuple[float, ...]  # [m] as the scene file: box (x, y, z) edges; cylinder (radius, height); sphere (radius,)
+    pose: np.ndarray  # (4, 4) its centre's pose in base_link [m]
+    rgba: tuple[float, float, float, float]
+
+
+class TwinPatch(NamedTuple):
+    """A target region of the twin's scene: a rectangle on the table or on a fixed object's top (``base_link``)."""
+
+    center: np.ndarray  # (3,) [m] centre on its supporting surface
+    size: tuple[float, float]  # [m] x, y extent along its own axes
+    yaw: float  # [rad] about z
+    rgba: tuple[float, float, float, float]  # drawn blended by its alpha
+
+
+class TwinTabletop(NamedTuple):
+    """The static part of the twin's scene as the camera draws it (``base_link``, REP-103; units m, rad)."""
+
+    table_center: tuple[float, float]  # [m] x, y of the top's centre
+    table_size: tuple[float, float]  # [m] x, y extent of the top
+    table_top: float  # [m] z of the top surface
+    table_rgba: tuple[float, float, float, float]
+    fixed: tuple[TwinShape, ...] = ()
+    targets: tuple[TwinPatch, ...] = ()
 
 
 class Hits(NamedTuple):
@@ -187,6 +223,12 @@ def _hit_box(o: np.ndarray, d: np.ndarray, center: np.ndarray, half: float, yaw:
     """A cube of half edge ``half`` [m] centred at ``center`` [m], turned by ``yaw`` [rad] about z."""
     c, s = math.cos(yaw), math.sin(yaw)
     R = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])  # box axes -> world
+    return _hit_oriented_box(o, d, center, half, R)
+
+
+def _hit_oriented_box(o: np.ndarray, d: np.ndarray, center: np.ndarray, half: float | np.ndarray, R: np.ndarray):
+    """A box of half edges ``half`` [m] (one, or one per own axis) centred at ``center`` [m], its axes the columns
+    of ``R`` (3, 3) in the world."""
     ol = (o - center) @ R  # rows: R.T @ (o - center)
     dl = d @ R
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -226,6 +268,13 @@ def _hit_cylinder(o: np.ndarray, d: np.ndarray, center: np.ndarray, radius: floa
     n[:, 1] = np.where(on_side, (oy + tt * d[:, 1]) / radius, 0.0)
     n[:, 2] = np.where(on_side, 0.0, 1.0)
     return t, n
+
+
+def _hit_sphere(o: np.ndarray, d: np.ndarray, center: np.ndarray, radius: float):
+    """A solid sphere [m]."""
+    t1, _ = _sphere_roots(o, d, center, radius)
+    t = np.where(t1 > _EPS_T, t1, np.inf)
+    return t, (_point(o, d, t) - center) / radius
 
 
 def _sphere_roots(o: np.ndarray, d: np.ndarray, center: np.ndarray, radius: float):
@@ -282,13 +331,16 @@ class TabletopScene:
     :meth:`render`; a render copies it and redraws the ball and its shadow in their bounding boxes.
     """
 
-    def __init__(self, width: int, height: int, seed: int = 0, T_base_camera: np.ndarray | None = None) -> None:
+    def __init__(self, width: int, height: int, seed: int = 0, T_base_camera: np.ndarray | None = None,
+                 twin: TwinTabletop | None = None) -> None:
         """
         Args:
             width, height: image size [px] (16..4096).
             seed: seed of the object layout and the wood pattern.
             T_base_camera: (4, 4) the camera's optical frame in ``base_link`` [m] (default: the head camera of
                 the default description, :func:`~rynn_teleop.core.camera_view.camera_pose`).
+            twin: draw the twin's table, fixed objects and targets instead of the procedural tabletop (see the
+                module doc); :attr:`objects` is then empty and there is no ball.
 
         Raises:
             ConfigurationError: a size out of range; a camera pose that is not a rigid transform or whose
@@ -311,8 +363,47 @@ class TabletopScene:
         self.T_base_camera = T
         self.T_world_base = world_from_base(T)
         self.T_world_camera = self.T_world_base @ T
-        self.objects, self._cube_yaw, self._plank_phase = self._layout(np.random.default_rng(self.seed))
+        self.twin = twin
+        # the table top: x0, x1, y0, y1, z in the world frame [m]; its RGB reflectance
+        self._table = (-TABLE_HALF_WIDTH, TABLE_HALF_WIDTH, TABLE_NEAR_Y, TABLE_FAR_Y, 0.0)
+        self._table_albedo = _TABLE_ALBEDO
+        self._albedos = dict(_ALBEDO)  # surface id -> RGB
+        self._fixed: list[StaticObject] = []
+        if twin is None:
+            self.objects, self._cube_yaw, self._plank_phase = self._layout(np.random.default_rng(self.seed))
+        else:
+            self.objects, self._cube_yaw = (), 0.0
+            self._plank_phase = np.random.default_rng(self.seed).uniform(0.0, 2 * math.pi, size=32)
+            self._set_twin(twin)
         self._static: StaticLayer | None = None
+
+    def _set_twin(self, twin: TwinTabletop) -> None:
+        """The table, fixed objects and targets of the twin (``base_link``) in the world frame."""
+        (cx, cy), (sx, sy) = twin.table_center, twin.table_size
+        corners = np.array([[cx + a * sx / 2, cy + b * sy / 2, twin.table_top, 1.0] for a in (-1, 1) for b in (-1, 1)])
+        world = (self.T_world_base @ corners.T).T
+        self._table = (world[:, 0].min(), world[:, 0].max(), world[:, 1].min(), world[:, 1].max(), world[0, 2])
+        self._table_albedo = np.asarray(twin.table_rgba[:3], dtype=float)
+        unit = np.array([[sx_, sy_, sz_] for sx_ in (-1, 1) for sy_ in (-1, 1) for sz_ in (-1, 1)], float)
+        for k, shape in enumerate(twin.fixed):
+            sid = _FIRST_TWIN_SURFACE + k
+            T = self.T_world_base @ np.asarray(shape.pose, dtype=float)
+            R, c = T[:3, :3], T[:3, 3]
+            size = np.asarray(shape.size, dtype=float)
+            if shape.shape == "box":
+                half = size / 2
+                hit, args = _hit_oriented_box, (c, half, R)
+            elif shape.shape == "cylinder":  # upright (a fixed cylinder stands on its base)
+                half = np.array([size[0], size[0], size[1] / 2])
+                hit, args = _hit_cylinder, (c - (0.0, 0.0, size[1] / 2), float(size[0]), float(size[1]))
+            elif shape.shape == "sphere":
+                half = np.full(3, size[0])
+                hit, args = _hit_sphere, (c, float(size[0]))
+            else:
+                raise ConfigurationError(f"synthetic camera: unknown twin shape {shape.shape!r}")
+            self._albedos[sid] = tuple(float(v) for v in shape.rgba[:3])
+            self._fixed.append(StaticObject(sid, hit, args, c + (unit * half) @ R.T))
+        self._T_base_world = np.linalg.inv(self.T_world_base)
 
     # ----------------------------------------------------------------------------- layout
     def project(self, p: np.ndarray) -> tuple[float, float, float]:
@@ -387,7 +478,9 @@ class TabletopScene:
         return max(u0, 0), max(v0, 0), min(u1, self.width), min(v1, self.height)
 
     def _static_objects(self) -> list[StaticObject]:
-        """The cube, the cylinder and the bowl."""
+        """The cube, the cylinder and the bowl (the twin's fixed objects with a twin scene)."""
+        if self.twin is not None:
+            return self._fixed
         cube, cyl, bowl = (obj.center for obj in self.objects[:3])
         unit = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (0, 1)], float)
 
@@ -424,10 +517,11 @@ class TabletopScene:
             ids[closer] = sid
             normals[closer] = n if np.ndim(n) == 1 else n[closer] if sel is None else n
 
-        t_table = _hit_plane(o, d, 2, 0.0)
+        x0, x1, y0, y1, z_table = self._table
+        t_table = _hit_plane(o, d, 2, z_table)
         with np.errstate(invalid="ignore"):
             px, py = o[0] + t_table * d[:, 0], o[1] + t_table * d[:, 1]
-            on_table = (np.abs(px) <= TABLE_HALF_WIDTH) & (py >= TABLE_NEAR_Y) & (py <= TABLE_FAR_Y)
+            on_table = (px >= x0) & (px <= x1) & (py >= y0) & (py <= y1)
         keep(_TABLE, np.where(on_table, t_table, np.inf), np.array([0.0, 0.0, 1.0]))
         keep(_WALL, _hit_plane(o, d, 1, WALL_Y), np.array([0.0, -1.0, 0.0]))
         keep(_FLOOR, _hit_plane(o, d, 2, FLOOR_Z), np.array([0.0, 0.0, 1.0]))
@@ -442,13 +536,13 @@ class TabletopScene:
     def _albedo(self, ids: np.ndarray, points: np.ndarray, normals: np.ndarray) -> np.ndarray:
         """(N, 3) reflectance [-] of the surfaces ``ids`` at world ``points`` [m] (wood grain, wall gradient)."""
         albedo = np.zeros((len(ids), 3))
-        for sid, rgb in _ALBEDO.items():
+        for sid, rgb in self._albedos.items():
             albedo[ids == sid] = rgb
         albedo[(ids == _BOWL) & (normals[:, 2] > 0.0)] = _BOWL_INSIDE  # the inside faces up
         table = ids == _TABLE
         if table.any():
             x, y = points[table, 0], points[table, 1]
-            across = (x + TABLE_HALF_WIDTH) / PLANK_WIDTH
+            across = (x - self._table[0]) / PLANK_WIDTH
             plank = np.clip(np.floor(across).astype(int), 0, len(self._plank_phase) - 1)
             phase = self._plank_phase[plank]
             grain = 0.65 * np.sin(2 * math.pi * (x * 23.0 + 0.5 * np.sin(y * 5.0 + phase)) + 3.0 * phase) + 0.35 * (
@@ -457,12 +551,31 @@ class TabletopScene:
             tone = 0.93 + 0.14 * (phase / (2 * math.pi) - 0.5)  # each plank a little different
             gap = 0.55 + 0.45 * _smoothstep(0.0, 0.02, np.abs(across - np.round(across)))
             falloff = 1.08 - 0.22 * np.clip(y, 0.0, TABLE_FAR_Y)  # light fades towards the far edge
-            albedo[table] = _TABLE_ALBEDO * ((0.86 + 0.14 * grain) * tone * gap * falloff)[:, None]
+            albedo[table] = self._table_albedo * ((0.86 + 0.14 * grain) * tone * gap * falloff)[:, None]
         wall = ids == _WALL
         if wall.any():  # lighter towards the top, darker to the sides
             z, x = points[wall, 2], points[wall, 0]
             albedo[wall] *= (0.80 + 0.25 * np.clip(z + 0.3, 0.0, 1.0) - 0.12 * np.abs(x))[:, None]
+        if self.twin is not None and self.twin.targets:
+            self._paint_targets(albedo, ids, points, normals)
         return albedo
+
+    def _paint_targets(self, albedo: np.ndarray, ids: np.ndarray, points: np.ndarray, normals: np.ndarray) -> None:
+        """Blend the twin's target regions (their colour by its alpha) into ``albedo`` (N, 3) where the surfaces
+        ``ids`` at world ``points`` face up within 2 mm of a region's surface and inside its rectangle."""
+        up = (normals[:, 2] > 0.5) & (ids != _BG) & (ids != _FLOOR)
+        if not up.any():
+            return
+        base = points @ self._T_base_world[:3, :3].T + self._T_base_world[:3, 3]  # the points in base_link
+        for patch in self.twin.targets:
+            c, s = math.cos(patch.yaw), math.sin(patch.yaw)
+            dx, dy = base[:, 0] - patch.center[0], base[:, 1] - patch.center[1]
+            inside = (up & (np.abs(c * dx + s * dy) <= patch.size[0] / 2)
+                      & (np.abs(-s * dx + c * dy) <= patch.size[1] / 2)
+                      & (np.abs(base[:, 2] - patch.center[2]) < 0.002))
+            if inside.any():
+                a = float(patch.rgba[3])
+                albedo[inside] = (1.0 - a) * albedo[inside] + a * np.asarray(patch.rgba[:3])
 
     def _static_shadow(self, points: np.ndarray) -> np.ndarray:
         """(N,) float32: 1 where a static object blocks the light (towards LIGHT_DIR) of table points (N, 3) [m]."""
@@ -518,14 +631,17 @@ class TabletopScene:
         return self._static
 
     # ----------------------------------------------------------------------------- the ball
-    def render(self, ball_center: np.ndarray, depth: bool = True) -> SceneImage:
-        """The image with the ball centred at ``ball_center`` (3,) [m] (on the table: z = :data:`BALL_RADIUS`).
+    def render(self, ball_center: np.ndarray | None, depth: bool = True) -> SceneImage:
+        """The image with the ball centred at ``ball_center`` (3,) [m] (on the table: z = :data:`BALL_RADIUS`;
+        None, or a twin scene: no ball).
 
         Returns fresh arrays (the static layer is copied); depth None unless ``depth``.
         """
         static = self.prepare()
         color = static.color.copy()
         depth_mm = static.depth.copy() if depth else None
+        if ball_center is None or self.twin is not None:
+            return SceneImage(color, depth_mm)
         center = np.asarray(ball_center, dtype=float)
         r = BALL_RADIUS
         ball_box = self._pixel_box(center + r * _CUBE_CORNERS)

@@ -26,6 +26,7 @@ from scipy.spatial.transform import Rotation
 
 from ...core.hand_skeleton import FINGERS, N_POINTS
 from ...core.layout import SIDES
+from ...core.node_io import SENSOR_DATA, Each, NodeIO, Topic
 from ...core.params import FLOAT_LIST, STR_LIST, Param
 from ...errors import ConfigurationError
 from .base import HAND_BACKENDS, HandContext, HandMessageError, MessageHands
@@ -216,6 +217,10 @@ class ManusGloves(MessageHands):
               min=-3.1416, max=3.1416, length=3),
         Param("mirror", bool, False, "the SDK build reports a left-handed frame (mirror y after the rotation)"),
     )
+    IO = NodeIO(subscriptions=(
+        Topic("{topic}", message_type, SENSOR_DATA, "one glove per message; the side comes from the message",
+              each=Each("topic", param="topics")),
+    ))
 
     def __init__(self, topics: list[str], glove_to_wrist: np.ndarray | None = None) -> None:
         """

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.node_io import SENSOR_DATA, Each, NodeIO, Topic
 from ...core.params import Param
 from .base import HAND_BACKENDS, HandContext, MessageHands
 
@@ -24,6 +25,11 @@ class SkeletonTopics(MessageHands):
     SETTINGS = (
         Param("input_topic", str, "/hand_tracking/{side}/skeleton", "PoseArray input per hand ({side} replaced)"),
     )
+    IO = NodeIO(subscriptions=(
+        Topic("{input_topic}", "geometry_msgs/msg/PoseArray", SENSOR_DATA,
+              "one hand per message: the 21 MediaPipe keypoints' positions in the wrist frame, stamped with the "
+              "capture time", each=Each("side", param="sides")),
+    ))
 
     def __init__(self, input_topic: str, sides: tuple[str, ...]) -> None:
         self._topics = {input_topic.replace("{side}", side): side for side in sides}

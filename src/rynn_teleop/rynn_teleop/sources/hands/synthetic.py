@@ -14,6 +14,14 @@ thumb across the palm, CMC abduction lifts it out of the palm plane (both 0 alon
 Gestures: each ``cycle_s`` runs :data:`SCRIPT` (OPEN -> FIST -> OPEN -> PINCH -> OPEN -> GRASP); each segment
 holds its pose for :data:`HOLD_FRACTION`, then blends the angles to the next (minimum jerk). The right hand
 runs ``phase_shift_s`` behind the left and holds OPEN until its script starts.
+
+With ``task: twin`` the hands do the physical twin's task instead, with the synthetic tracker operator
+(``sources.trackers.synthetic``, same ``task_delay_s``): from each ``/twin/scene`` message the same plan
+(:mod:`rynn_teleop.sim.operator_plan`) gives each hand's closure over time, and the closure becomes the hand pose
+of :func:`task_angles`: human key poses tuned so that the stack's retargeting
+(:class:`~rynn_teleop.core.hand_retarget.HandRetargeter`) gives the robot hand the grasp the twin validated
+(closure 1: :data:`~rynn_teleop.sim.operator_plan.GRASP_POSTURE`; 0: ``OPEN_POSTURE``; in between close to the
+linear blend of the two).
 """
 
 from __future__ import annotations
@@ -21,14 +29,18 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from ...core.arm_teleop import DEFAULT_HOME
 from ...core.hand_skeleton import BONES, FINGERS, N_POINTS
 from ...core.layout import SIDES
+from ...core.node_io import LATCHED, NodeIO, QoS, Topic, when
 from ...core.params import Param
+from ...core.robot_model import RobotModel
 from ...errors import ConfigurationError
+from ...sim.operator_io import TwinEpisodes, home_wrists
 from .base import HAND_BACKENDS, HandContext, HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
@@ -229,6 +241,41 @@ KEY_POSES: dict[str, np.ndarray] = {
 }
 """Key poses: (5, 4) joint angles [rad] (see :data:`JOINT_NAMES`)."""
 
+TASK_CLOSURES: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
+"""Closures [-] of the task key poses (:data:`TASK_POSES`)."""
+
+TASK_POSES: np.ndarray = np.radians(np.array([
+    # thumb (cmc_flex, cmc_abd, mcp, ip), then index, middle, ring, pinky (mcp_flex, mcp_abd, pip, dip) [deg]
+    [[-5.2, 40.11, -28.38, -25.81], [3.36, 7.44, 3.54, -1.43], [-1.86, -1.65, 3.35, -2.66],
+     [-0.8, -7.33, 3.48, -2.33], [2.23, -11.39, 3.84, -1.05]],
+    [[-0.92, 28.82, -9.49, -12.27], [11.7, 3.84, 20.67, 9.31], [2.74, -0.92, 26.59, 16.37],
+     [4.85, -5.63, 25.02, 14.5], [14.36, -6.6, 19.19, 6.6]],
+    [[-3.85, 16.38, 17.58, 14.38], [17.38, -1.94, 40.13, 21.09], [8.74, -1.51, 47.77, 31.63],
+     [11.01, -5.28, 45.15, 28.69], [23.72, -3.1, 35.58, 13.42]],
+    [[0.84, 2.45, 32.84, 34.51], [21.34, -9.29, 59.83, 32.68], [13.45, -3.01, 72.26, 46.65],
+     [15.03, -6.36, 68.82, 44.69], [26.18, -1.98, 60.53, 27.6]],
+    [[12.31, -13.54, 32.99, 56.42], [22.57, -16.03, 81.65, 47.5], [19.91, 0.74, 98.51, 52.2],
+     [20.27, -4.38, 90.68, 56.1], [28.62, -5.78, 83.74, 41.22]],
+]))
+"""(5, 5, 4) [rad] the task's human hand poses at :data:`TASK_CLOSURES`: the stack's retargeting (default
+settings) turns each into ``OPEN_POSTURE + c (GRASP_POSTURE - OPEN_POSTURE)`` of :mod:`rynn_teleop.sim.operator_plan`
+(c its closure) within 0.01 rad; a pose between two of them (linear in the angles) within 0.06 rad of the blend.
+Found by least squares on the retargeter's converged solution (tests/test_sim_operator.py checks them): closure 0
+spreads the thumb back along the palm (the robot thumb's open pose), closure 1 hooks the four fingers (MCP 20-29,
+PIP 82-99 deg) with the thumb flexed towards them."""
+
+
+def task_angles(closure: float) -> np.ndarray:
+    """(5, 4) [rad] the task hand pose of a closure in [0, 1] (clipped): :data:`TASK_POSES` interpolated
+    piecewise linearly in the angles."""
+    c = min(max(float(closure), 0.0), 1.0)
+    k = min(int(c * (len(TASK_CLOSURES) - 1)), len(TASK_CLOSURES) - 2)
+    s = (c - TASK_CLOSURES[k]) / (TASK_CLOSURES[k + 1] - TASK_CLOSURES[k])
+    return TASK_POSES[k] + s * (TASK_POSES[k + 1] - TASK_POSES[k])
+
+
+TASKS = ("none", "twin")  # what the hands do: the gesture script, or the twin scene's task
+
 SCRIPT: tuple[str, ...] = ("open", "fist", "open", "pinch", "open", "grasp")
 """Key pose at the start of each of the equal segments of a cycle (the cycle ends back at OPEN)."""
 
@@ -265,17 +312,33 @@ class SyntheticGlove(HandSource):
     name = "synthetic"
     aligns_to_ticks = True  # its frame grid starts on a tick of the node's loop
     follows_rate_hz = True
+    #: (task twin) the message type of :meth:`topics`; None: it is fed no messages
+    message_type: ClassVar[str | None] = None
+    #: (task twin) their QoS: latched, so a node that starts after the twin still gets the layout
+    message_qos: ClassVar[QoS] = LATCHED
     SETTINGS = (
         Param("seed", int, 0, "random seed of the synthetic glove", min=0, max=2**31 - 1),
         Param("noise", float, 0.001, "keypoint noise (std)", "m", min=0.0, max=0.02),
         Param("cycle_s", float, 6.0, "duration of one gesture cycle", "s", min=1.0, max=120.0),
+        Param("task", str, "none", "none: a gesture script (cycle_s); twin: the hands of the physical twin's task "
+              "(twin_scene_topic), closing on the grasp the twin validated", choices=TASKS),
+        Param("task_delay_s", float, 5.0, "(task twin) the plan starts this long after the twin set its layout "
+              "(the stamp of its /twin/scene); the synthetic tracker's task_delay_s must be the same", "s",
+              min=0.0, max=600.0),
+        Param("twin_scene_topic", str, "/twin/scene", "(task twin) the twin's scene, seed and layout time"),
     )
+    IO = NodeIO(subscriptions=(
+        Topic("{twin_scene_topic}", "std_msgs/msg/String", LATCHED,
+              "(task twin) the twin's episode as JSON: scene, seed, stamp (when the layout was set); each message "
+              "starts a new episode task_delay_s after its stamp", when=(when("task", "twin"),)),
+    ))
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], context: HandContext) -> SyntheticGlove:
         """The node's hands, sampled at its ``rate_hz``."""
         return cls(sides=context.sides, rate_hz=context.rate_hz, seed=settings["seed"], noise=settings["noise"],
-                   cycle_s=settings["cycle_s"])
+                   cycle_s=settings["cycle_s"], task=settings["task"], task_delay_s=settings["task_delay_s"],
+                   twin_scene_topic=settings["twin_scene_topic"])
 
     def __init__(
         self,
@@ -286,6 +349,9 @@ class SyntheticGlove(HandSource):
         cycle_s: float = 6.0,
         phase_shift_s: float = 0.5,
         scale: float = 1.0,
+        task: str = "none",
+        task_delay_s: float = 5.0,
+        twin_scene_topic: str = "/twin/scene",
     ) -> None:
         """
         Args:
@@ -296,10 +362,13 @@ class SyntheticGlove(HandSource):
             cycle_s: duration [s] of one gesture cycle (six segments).
             phase_shift_s: the right hand runs this much [s] behind the left one.
             scale: hand size factor [-] (1 = the adult hand of this module).
+            task: ``none`` (the gesture script) or ``twin`` (the twin scene's task, see the module doc).
+            task_delay_s: (twin) the plan starts this long [s] after the twin's layout stamp.
+            twin_scene_topic: (twin) the topic of :meth:`topics`.
 
         Raises:
-            ConfigurationError: no side, an unknown or repeated side, or a
-                number out of range.
+            ConfigurationError: no side, an unknown or repeated side, a
+                number out of range, or an unknown task.
         """
         sides = check_sides(sides, "synthetic hand source")
         if not rate_hz > 0:
@@ -322,6 +391,16 @@ class SyntheticGlove(HandSource):
         self._rng: np.random.Generator | None = None
         self._closed = False
         self._held_points: dict[tuple[str, str], np.ndarray] = {}  # (side, key pose) -> its noise-free points
+        if task not in TASKS:
+            raise ConfigurationError(f"synthetic hand source: task must be one of {', '.join(TASKS)}, got {task!r}")
+        self.task = task
+        self.twin_scene_topic = twin_scene_topic
+        self.twin: TwinEpisodes | None = None  # (task twin) the episodes of the twin's scene messages
+        if task == "twin":
+            self.message_type = "std_msgs/msg/String"
+            # the closures do not depend on where the wrists start: the default robot at the default home
+            self.twin = TwinEpisodes(task_delay_s, home_wrists(RobotModel.default(), np.asarray(DEFAULT_HOME)),
+                                     "synthetic glove")
 
     # ---------------------------------------------------------------- motion
     def gesture_at(self, t: float, side: str = "left") -> GesturePhase:
@@ -338,8 +417,29 @@ class SyntheticGlove(HandSource):
 
     def joint_angles_at(self, side: str, t: float) -> np.ndarray:
         """(5, 4) joint angles [rad] of ``side`` at ``t`` [s since start] (see :data:`JOINT_NAMES`)."""
+        if self.twin is not None:
+            return task_angles(self.closure_at(side, t))
         g = self.gesture_at(t, side)
         return _blend(g.pose, g.target, g.blend)
+
+    def closure_at(self, side: str, t: float) -> float:
+        """(task twin) the closure [0, 1] of ``side`` at ``t`` [s since start]: the episode's plan, 0 (open)
+        before it starts or without one."""
+        if self.twin is None or self._t_start is None:
+            return 0.0
+        sample = self.twin.sample(self._t_start + t)
+        return 0.0 if sample is None else float(sample.closure[side])
+
+    # ---------------------------------------------------------------- the twin's episodes (task twin)
+    def topics(self) -> dict[str, str]:
+        """Topic -> what it carries (task twin: the twin's scene; otherwise nothing)."""
+        return {self.twin_scene_topic: "scene"} if self.twin is not None else {}
+
+    def feed(self, topic: str, message: Any) -> None:
+        """One ``/twin/scene`` message (``std_msgs/String``, read as ``message.data``): planned at the next
+        :meth:`read`, whose time stands for when it arrived."""
+        if self.twin is not None:
+            self.twin.feed(getattr(message, "data", message))
 
     def points_for(self, angles: np.ndarray | Mapping[str, float], side: str) -> np.ndarray:
         """(21, 3) noise-free keypoints [m] of this glove's hand (its ``scale``) for given angles [rad]."""
@@ -358,6 +458,12 @@ class SyntheticGlove(HandSource):
 
     def _points_at(self, sides: Sequence[str], t: float) -> list[np.ndarray]:
         """:meth:`points_at` of each of ``sides`` (the hands between key poses computed together)."""
+        if self.twin is not None:  # (task twin) the closures of the plan
+            sample = None if self._t_start is None else self.twin.sample(self._t_start + t)
+            closure = {side: 0.0 if sample is None else float(sample.closure[side]) for side in sides}
+            points = _hand_points(np.array([task_angles(closure[side]) for side in sides]),
+                                  [side == "left" for side in sides], self.scale)
+            return list(points)
         out: list[np.ndarray | None] = []
         blending, angles = [], []
         for side in sides:
@@ -393,6 +499,8 @@ class SyntheticGlove(HandSource):
         """Every grid sample with t_k <= ``now`` [s] not returned yet, oldest first."""
         if self._t_start is None or self._closed or self._rng is None:
             raise RuntimeError("SyntheticGlove.read() called before start() or after close()")
+        if self.twin is not None:
+            self.twin.update(now)
         last_k = math.floor((now - self._t_start) * self.rate_hz + 1e-9)
         out: list[HandSample] = []
         while self._next_k <= last_k:

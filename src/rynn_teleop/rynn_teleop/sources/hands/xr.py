@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.node_io import SENSOR_DATA, Each, NodeIO, Topic
 from ...core.params import Param
 from ...core.xr import N_XR_JOINTS, hand_keypoints
 from ...errors import ConfigurationError
@@ -35,6 +36,11 @@ class XRHands(MessageHands):
         Param("input_topic", str, "/xr/hands/{side}", "25 WebXR hand joints per headset frame (geometry_msgs/"
               "PoseArray from the console's /xr page; {side} replaced)"),
     )
+    IO = NodeIO(subscriptions=(
+        Topic("{input_topic}", "geometry_msgs/msg/PoseArray", SENSOR_DATA,
+              "one tracked hand per headset frame: its 25 WebXR joints (the console's xr.hands_topic)",
+              each=Each("side", param="sides")),
+    ))
 
     def __init__(self, input_topic: str = "/xr/hands/{side}", sides: tuple[str, ...] = ("left", "right")) -> None:
         """

@@ -14,6 +14,15 @@ Frames ((4, 4) poses in ``world_frame``):
 
 The wrist task is scripted in body axes relative to each shoulder; the elbow follows from the two-link arm
 (:data:`UPPER_ARM`, :data:`FOREARM`), hanging below the shoulder-wrist line, slightly outward.
+
+With ``task: twin`` the operator does the task of the physical twin's scene instead: it holds HOME (the
+calibration posture) until a ``/twin/scene`` message (``twin_scene_topic``: scene, seed, the time the twin set
+the layout) says which layout the twin has, then plays the task's plan (:mod:`rynn_teleop.sim.operator_plan`:
+approach, pre-grasp, grasp, lift, carry, place, release, retreat, home) from ``task_delay_s`` after that time.
+The plan's wrist targets (``base_link``) become wrist tracker poses through the inverse of the calibration
+arm_ik computes from the held posture (:class:`rynn_teleop.sim.operator_io.TrackerMapping`), so arm_ik's
+targets are the plan's; the synthetic glove (``sources.hands.synthetic``, same ``task`` and ``task_delay_s``)
+closes the hands on the same clock. Each new ``/twin/scene`` (a twin reset) starts a new episode.
 """
 
 from __future__ import annotations
@@ -22,16 +31,20 @@ import bisect
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from scipy.spatial.transform import Rotation
 
+from ...core.arm_teleop import DEFAULT_HOME
 from ...core.layout import ROLES, SIDES
-from ...core.params import STR_LIST, Param
+from ...core.node_io import LATCHED, NodeIO, QoS, Topic, when
+from ...core.params import FLOAT_LIST, STR_LIST, Param
+from ...core.robot_model import RobotModel
 from ...core.trackers import TrackerSample
-from ...core.transforms import make_transform
+from ...core.transforms import invert, make_transform
 from ...errors import ConfigurationError
+from ...sim.operator_io import TrackerMapping, TwinEpisodes
 from .base import TRACKER_BACKENDS, TrackerContext, TrackerSource
 
 _LOG = logging.getLogger(__name__)
@@ -43,6 +56,7 @@ FOREARM = 0.27  # [m] elbow -> wrist
 ELBOW_TRACKER_OFFSET = 0.04  # [m] elbow tracker distance from the upper-arm axis
 ELBOW_OUTWARD_BIAS = 0.15  # [-] weight of "outward" in the elbow swivel direction (vs 1 for "down")
 HOME_WRIST_OFFSET = np.array([FOREARM, 0.0, -UPPER_ARM])  # [m] wrist - shoulder at HOME, body axes
+TASKS = ("none", "twin")  # what the operator does: the procedural motion, or the twin scene's task
 
 # T_body_tracker of the chest tracker: tracker x = body left, y = body up,
 # z = body forward (out of the chest), then tilted 20 deg about the body's
@@ -195,11 +209,19 @@ class SyntheticOperator(TrackerSource):
     five per grid time (chest, elbows, wrists in :data:`ROLES` order) minus
     dropouts. The noise comes from ``numpy.random.default_rng(seed)`` drawn
     in grid order, so the samples do not depend on when ``read`` is called.
+
+    With ``task="twin"`` (see the module doc) it is also fed the twin's ``/twin/scene`` messages (the node
+    subscribes to :meth:`topics` with :attr:`message_type` and :attr:`message_qos` and hands each to
+    :meth:`feed`); the next :meth:`read` plans the episode (:attr:`twin`).
     """
 
     name = "synthetic"
     aligns_to_ticks = True  # its sample grid starts on a tick of the node's loop
     impersonates_serials = True
+    #: (task twin) the message type of :meth:`topics`; None: it is fed no messages
+    message_type: ClassVar[str | None] = None
+    #: (task twin) their QoS: latched, so a tracker node that starts after the twin still gets the layout
+    message_qos: ClassVar[QoS] = LATCHED
     SETTINGS = (
         Param("seed", int, 0, "random seed of the synthetic operator", min=0, max=2**31 - 1),
         Param("position_noise", float, 0.0005, "tracker position noise (std)", "m", min=0.0, max=0.05),
@@ -209,7 +231,21 @@ class SyntheticOperator(TrackerSource):
         Param("cycle_s", float, 8.0, "duration of one synthetic pick-and-place", "s", min=2.0, max=120.0),
         Param("dropouts", STR_LIST, [], "simulated tracking losses, each 'role:start_s:end_s' (seconds after start)",
               check=_dropouts_problem),
+        Param("task", str, "none", "none: a procedural pick-and-place motion (hold_s, cycle_s); twin: the task of "
+              "the physical twin's scene (twin_scene_topic), through the calibration arm_ik computes from the "
+              "held posture", choices=TASKS),
+        Param("task_delay_s", float, 5.0, "(task twin) the plan starts this long after the twin set its layout "
+              "(the stamp of its /twin/scene); the synthetic glove's task_delay_s must be the same", "s",
+              min=0.0, max=600.0),
+        Param("twin_scene_topic", str, "/twin/scene", "(task twin) the twin's scene, seed and layout time"),
+        Param("home_position", FLOAT_LIST, list(DEFAULT_HOME), "(task twin) the arm_ik node's home_position: "
+              "the robot side of the calibration the held posture gives", "rad", min=-3.2, max=3.2, length=14),
     )
+    IO = NodeIO(subscriptions=(
+        Topic("{twin_scene_topic}", "std_msgs/msg/String", LATCHED,
+              "(task twin) the twin's episode as JSON: scene, seed, stamp (when the layout was set); each message "
+              "starts a new episode task_delay_s after its stamp", when=(when("task", "twin"),)),
+    ))
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], context: TrackerContext) -> SyntheticOperator:
@@ -217,7 +253,9 @@ class SyntheticOperator(TrackerSource):
         return cls(serials=context.serials, rate_hz=context.rate_hz, seed=settings["seed"],
                    position_noise=settings["position_noise"], rotation_noise=settings["rotation_noise"],
                    hold_s=settings["hold_s"], cycle_s=settings["cycle_s"],
-                   dropouts=[parse_dropout(d) for d in settings["dropouts"]])
+                   dropouts=[parse_dropout(d) for d in settings["dropouts"]], task=settings["task"],
+                   task_delay_s=settings["task_delay_s"], twin_scene_topic=settings["twin_scene_topic"],
+                   home_position=settings["home_position"])
 
     def __init__(
         self,
@@ -231,6 +269,11 @@ class SyntheticOperator(TrackerSource):
         dropouts: Sequence[tuple[str, float, float]] = (),
         world_frame: str = "synthetic_world",
         phase_shift_s: float = 0.3,
+        task: str = "none",
+        task_delay_s: float = 5.0,
+        twin_scene_topic: str = "/twin/scene",
+        home_position: Sequence[float] = DEFAULT_HOME,
+        robot: RobotModel | None = None,
     ) -> None:
         """
         Args:
@@ -244,10 +287,15 @@ class SyntheticOperator(TrackerSource):
             dropouts: (role, t0, t1): no samples of that role for t0 <= t < t1 [s since start].
             world_frame: frame id of the tracking world.
             phase_shift_s: the right arm runs this much [s] behind the left one.
+            task: ``none`` (the procedural motion) or ``twin`` (the twin scene's task, see the module doc).
+            task_delay_s: (twin) the plan starts this long [s] after the twin's layout stamp.
+            twin_scene_topic: (twin) the topic of :meth:`topics`.
+            home_position: (twin) (14,) [rad] arm_ik's home posture (the robot side of its calibration).
+            robot: (twin) arm_ik's robot description (default :meth:`RobotModel.default`).
 
         Raises:
             ConfigurationError: a role lacks a serial, a role is unknown, a serial
-                is repeated, or a number is out of range.
+                is repeated, a number is out of range, or an unknown task.
         """
         super().__init__(world_frame)
         missing = [r for r in ROLES if not str(serials.get(r, "") or "").strip()]
@@ -290,6 +338,20 @@ class SyntheticOperator(TrackerSource):
         }
         self._dropouts_by_role = {r: [(t0, t1) for rr, t0, t1 in self.dropouts if rr == r] for r in ROLES}
         self._serial_list = [self.serials[r] for r in ROLES]
+        if task not in TASKS:
+            raise ConfigurationError(f"synthetic tracker source: task must be one of {', '.join(TASKS)}, got {task!r}")
+        self.task = task
+        self.twin_scene_topic = twin_scene_topic
+        self.mapping: TrackerMapping | None = None  # (task twin) arm_ik's calibration and its inverse
+        self.twin: TwinEpisodes | None = None  # (task twin) the episodes of the twin's scene messages
+        if task == "twin":
+            self.message_type = "std_msgs/msg/String"
+            chest_home = {side: invert(CHEST_MOUNT) @ _matrix(*self._home_in_body(side)) for side in SIDES}
+            elbows = {side: (invert(CHEST_MOUNT) @ _matrix(*self._elbow_tracker_in_body(
+                side, self._home_in_body(side)[1])))[:3, 3] for side in SIDES}
+            self.mapping = TrackerMapping(robot or RobotModel.default(), np.asarray(home_position, float),
+                                          chest_home, elbows)
+            self.twin = TwinEpisodes(task_delay_s, self.mapping.start_wrists, "synthetic operator")
         self._t_start: float | None = None
         self._next_k = 0
         self._rng: np.random.Generator | None = None
@@ -312,6 +374,18 @@ class SyntheticOperator(TrackerSource):
     def body_pose_at(self, t: float) -> np.ndarray:
         """(4, 4) world pose of the operator's body frame at ``t`` [s since start] (no noise)."""
         return _matrix(*self._body_at(t))
+
+    def _home_in_body(self, side: str) -> tuple[Rot, Vec]:
+        """The wrist frame (rotation, position [m]) in body axes at HOME."""
+        shoulder, offset = _SHOULDER[side], self._script[side][1][0]
+        return _IDENTITY, (shoulder[0] + offset[0], shoulder[1] + offset[1], shoulder[2] + offset[2])
+
+    def _task_wrist_in_body(self, side: str, wrist: np.ndarray) -> tuple[Rot, Vec]:
+        """The wrist frame in body axes whose tracker arm_ik maps to the robot wrist ``wrist`` (4, 4) in
+        ``base_link`` (task twin)."""
+        T = CHEST_MOUNT @ self.mapping.chest_wrist(side, wrist)
+        R = tuple(tuple(float(v) for v in row) for row in T[:3, :3])
+        return R, (float(T[0, 3]), float(T[1, 3]), float(T[2, 3]))  # type: ignore[return-value]
 
     def _wrist_in_body(self, side: str, t: float) -> tuple[Rot, Vec]:
         """Wrist frame (rotation, position [m]) in body axes at ``t`` [s since start] (no noise)."""
@@ -345,8 +419,16 @@ class SyntheticOperator(TrackerSource):
         """Noise-free world (rotation, position [m]) of every role at ``t`` [s since start], in ROLES order."""
         R_body, p_body = self._body_at(t)
         in_body: dict[str, tuple[Rot, Vec]] = {"chest": (_CHEST_MOUNT_ROT, (0.0, 0.0, 0.0))}
+        sample = None
+        if self.twin is not None and self._t_start is not None:
+            sample = self.twin.sample(self._t_start + t)
         for side in SIDES:
-            wrist = self._wrist_in_body(side, t)
+            if self.mapping is None:
+                wrist = self._wrist_in_body(side, t)
+            elif sample is None:  # (task twin) waiting for the plan: the held posture
+                wrist = self._home_in_body(side)
+            else:
+                wrist = self._task_wrist_in_body(side, sample.wrists[side])
             in_body[f"{side}_wrist"] = wrist
             in_body[f"{side}_elbow"] = self._elbow_tracker_in_body(side, wrist[1])
         out = []
@@ -368,6 +450,17 @@ class SyntheticOperator(TrackerSource):
         """Shoulder position [m] in body axes (a copy)."""
         return SHOULDER_OFFSET[side].copy()
 
+    # ---------------------------------------------------------------- the twin's episodes (task twin)
+    def topics(self) -> dict[str, str]:
+        """Topic -> what it carries (task twin: the twin's scene; otherwise nothing)."""
+        return {self.twin_scene_topic: "scene"} if self.mapping is not None else {}
+
+    def feed(self, topic: str, message: Any) -> None:
+        """One ``/twin/scene`` message (``std_msgs/String``, read as ``message.data``): planned at the next
+        :meth:`read`, whose time stands for when it arrived."""
+        if self.twin is not None:
+            self.twin.feed(getattr(message, "data", message))
+
     # ---------------------------------------------------------------- source
     def start(self, now: float) -> None:
         """Start the timeline at ``now`` [s] (restarting it, and the noise, if already started)."""
@@ -383,6 +476,8 @@ class SyntheticOperator(TrackerSource):
         """Every grid sample with t_k <= ``now`` [s] not returned yet, oldest first."""
         if self._t_start is None or self._closed or self._rng is None:
             raise RuntimeError("SyntheticOperator.read() called before start() or after close()")
+        if self.twin is not None:
+            self.twin.update(now)
         last_k = math.floor((now - self._t_start) * self.rate_hz + 1e-9)
         out: list[TrackerSample] = []
         n = last_k - self._next_k + 1

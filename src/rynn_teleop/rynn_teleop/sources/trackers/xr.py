@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ...core.layout import ROLES, SIDES
+from ...core.node_io import NodeIO, QoS, Topic
 from ...core.params import Param
 from ...core.trackers import TrackerSample, frame_matrices
 from ...core.xr import DEFAULT_BODY, XR_POSE_NAMES, BodyModel, upper_body
@@ -69,6 +70,11 @@ class XRHeadset(TrackerSource):
         Param("elbow_out", float, 0.15, "body model: outward share of the direction an elbow hangs in "
               "(0 = straight down)", min=0.0, max=2.0),
     )
+    IO = NodeIO(subscriptions=(
+        Topic("{topic}", "geometry_msgs/msg/PoseArray", QoS(100),
+              "head, left wrist, right wrist of each headset frame (the console's xr.poses_topic); each message "
+              "is published as a tracker frame at once"),
+    ))
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], context: TrackerContext) -> XRHeadset:
