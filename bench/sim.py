@@ -6,6 +6,10 @@ The state timed is the pick-and-place mid-grasp (the cube held in the air by the
 contacts active) and at rest (the arms at home, the objects on the table). Camera: MuJoCo's ``Renderer``
 from the head camera (colour, then depth) and the project's own :class:`~rynn_teleop.core.robot_render.
 RobotRenderer` (the robot only, colour and depth) at 320x240 and 640x480; MuJoCo's colour also without shadows.
+With the twin's objects (``own_objects_colour_depth``: robot and movable objects in one painter pass) and the
+synthetic head camera's whole frame as it follows the twin (``own_twin_frame``: the static layer copied, the
+robot and the objects drawn over it, colour and aligned depth; ``own_twin_static_layer_s``: the twin's table,
+platform and targets ray-cast once per scene or reset, off the frame path).
 
     MUJOCO_GL=egl .venv/bin/python bench/sim.py [--steps 4000] [--frames 60]
 
@@ -20,6 +24,7 @@ import json
 import os
 import platform
 import time
+from types import SimpleNamespace
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
@@ -29,7 +34,9 @@ import numpy as np
 from rynn_teleop.core.camera import default_intrinsics
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.core.robot_render import RobotRenderer
+from rynn_teleop.core.trackers import frame_matrices
 from rynn_teleop.sim.model import HEAD_CAMERA
+from rynn_teleop.sim.monitor import object_poses, scene_description
 from rynn_teleop.sim.physics import PhysicsWorld
 from rynn_teleop.sim.rollout import home_posture, run_scripted_episode
 
@@ -91,7 +98,35 @@ def bench_camera(world: PhysicsWorld, frames: int) -> dict:
                                             / 1e3, 2)
         out[f"own_colour_depth_{key}_ms"] = round(
             _per_call_us(lambda own=own, image=image: own.draw_depth(image, q), frames) / 1e3, 2)
+        out.update(bench_twin_camera(world, robot, q, w, h, frames))
     return out
+
+
+def bench_twin_camera(world: PhysicsWorld, robot: RobotModel, q: np.ndarray, w: int, h: int, frames: int) -> dict:
+    """The project's renderer with the twin's objects, and the synthetic camera's frame following the twin."""
+    from rynn_teleop.sources.camera.synthetic import SyntheticScene
+
+    key = f"{w}x{h}"
+    poses = object_poses(world)
+    T = frame_matrices(np.array([p.position for p in poses]), np.array([p.quaternion for p in poses]))
+    cam = SyntheticScene(w, h, 30.0, draw_robot=True, robot_model=robot, twin_scene_topic="/twin/scene",
+                         twin_in_background=False)
+    cam.start(0.0)
+    cam.feed("/twin/scene", SimpleNamespace(data=json.dumps(scene_description(world))))
+    t0 = time.perf_counter()
+    cam.read(0.0)  # takes the scene: the static layer is ray-cast here
+    static_s = time.perf_counter() - t0
+    cam.set_joint_positions(q)
+    cam.set_object_poses(T)
+    movable = T[list(cam.twin.movable)]
+    image = np.zeros((h, w, 3), np.uint8)
+    painter = cam.painter
+    return {
+        f"own_objects_colour_depth_{key}_ms": round(
+            _per_call_us(lambda: painter.draw_depth(image, q, movable), frames) / 1e3, 2),
+        f"own_twin_frame_{key}_ms": round(_per_call_us(lambda: cam.render(0.5), frames) / 1e3, 2),
+        f"own_twin_static_layer_{key}_s": round(static_s, 2),
+    }
 
 
 def main() -> None:

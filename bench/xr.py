@@ -108,7 +108,6 @@ class Probe:
     def __init__(self) -> None:
         from diagnostic_msgs.msg import DiagnosticArray
         from rclpy.node import Node
-        from sensor_msgs.msg import JointState
 
         from rynn_teleop.runner import Composition
 
@@ -116,9 +115,7 @@ class Probe:
         self.node = Node("bench_xr_probe", context=self.comp.context)
         self.lock = threading.Lock()
         self.statuses: list[tuple[float, str, dict]] = []  # (monotonic [s], node, values)
-        self.arm_commands = 0
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
-        self.node.create_subscription(JointState, "/arms/command", self._on_arm, 100)
         self.comp.add_node(self.node)
 
     def _on_diag(self, msg) -> None:
@@ -127,14 +124,10 @@ class Probe:
             for st in msg.status:
                 self.statuses.append((now, st.name, {kv.key: kv.value for kv in st.values}))
 
-    def _on_arm(self, msg) -> None:
-        self.arm_commands += 1
-
     def reset(self) -> None:
         """Forget what the previous stack reported."""
         with self.lock:
             self.statuses.clear()
-        self.arm_commands = 0
 
     def newest(self, node: str) -> dict:
         with self.lock:
@@ -244,13 +237,31 @@ async def stream_headset(base: str, seconds: float, on_moving) -> dict:
                     break
                 if now - start > seconds + 60:
                     raise RuntimeError(f"the headset could not calibrate and engage: {actions}")
-                await ws.send_str(json.dumps(headset.frame(seq, now - start, phase == "moving")))
+                doc = headset.frame(seq, now - start, phase == "moving")
+                doc["t_ms"] = time.time() * 1e3  # as the page does: the frame's time, then it is sent
+                await ws.send_str(json.dumps(doc))
                 seq += 1
                 next_t += period
                 await asyncio.sleep(max(0.0, next_t - time.monotonic()))
             reader.cancel()
     return {"frames": seq, "refused": refused,
             "calibrate": actions["calibrate"].result(), "engage": actions["engage"].result()}
+
+
+def run_headset(base: str, seconds: float, on_moving) -> dict:
+    """:func:`stream_headset` in a process of its own (this one's threads would delay its frames); ``on_moving``
+    is called when its operator starts moving."""
+    child = subprocess.Popen([sys.executable, __file__, "--headset-child", base, str(seconds)], stdout=subprocess.PIPE,
+                             text=True)
+    said = None
+    for line in child.stdout:
+        if line.strip() == "moving":
+            on_moving()
+        elif line.startswith("{"):
+            said = json.loads(line)
+    if child.wait() != 0 or said is None:
+        raise RuntimeError("the scripted headset failed")
+    return said
 
 
 # ---------------------------------------------------------------------- the browser
@@ -314,7 +325,16 @@ def _round(value):
     return None if value is None else round(value, 2)
 
 
+def headset_child(base: str, seconds: float) -> int:
+    """The scripted headset's process: says "moving" when it starts moving, then its result as one JSON line."""
+    said = asyncio.run(stream_headset(base, seconds, lambda: print("moving", flush=True)))
+    print(json.dumps(said), flush=True)
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 4 and sys.argv[1] == "--headset-child":
+        return headset_child(sys.argv[2], float(sys.argv[3]))
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0, help="measured time of each phase [s]")
     parser.add_argument("--phases", default="headset,browser,baseline",
@@ -332,10 +352,10 @@ def main() -> int:
         load_before = os.getloadavg()[0]
         procs = start_stack("xr", port, out)
         try:
-            if not _wait(lambda: "console" in {n for _, n, _ in probe.statuses} and probe.arm_commands > 0, 120.0):
+            if not _wait(lambda: probe.newest("console") and probe.newest("arm_ik").get("started") == "True", 120.0):
                 raise RuntimeError(f"the xr stack did not come up; logs in {out}")
             marks: dict[str, float] = {}
-            said = asyncio.run(stream_headset(base, args.seconds, lambda: marks.setdefault("moving", time.monotonic())))
+            said = run_headset(base, args.seconds, lambda: marks.setdefault("moving", time.monotonic()))
             headset_end = time.monotonic()
             result |= {k: _round(v) for k, v in measure_latency(probe, marks["moving"], headset_end).items()}
             result["headset_frames"] = said["frames"]

@@ -203,3 +203,15 @@ def test_the_head_camera_node_draws_what_the_twin_publishes(ros_domain_id, pick_
         assert r > 2 * g and r > 2 * b
     finally:
         comp.shutdown()
+
+
+def test_the_robot_free_reference_shows_the_twins_layout(pick_place_text):
+    from rynn_teleop.sources.camera.synthetic import reference_frame
+
+    frame = reference_frame(W, H, twin_scene=pick_place_text)
+    plain = reference_frame(W, H)
+    cam = camera()
+    goal = json.loads(pick_place_text)["targets"][0]["center"]
+    u, v, _ = pixel(cam, goal)
+    r, g, b = (int(c) for c in frame[v, u])
+    assert b > r and b > int(plain[v, u, 2]) + 30  # the blue goal region on the table, no robot drawn

@@ -1,7 +1,7 @@
 """The package's layers: every import, at module level or inside a function, points down.
 
 errors, paths <- core <- sim <- recording <- sources / hardware / world_model / console / host_stalls <- nodes,
-world_model.training <- runner, bringup <- demo <- cli (:data:`RANKS`). A package may import its own modules,
+world_model.training <- runner, bringup <- replay <- demo <- cli (:data:`RANKS`). A package may import its own modules,
 and any layer below its own; never a sibling of its layer or one above. ``world_model.training`` (datasets
 from recorded episodes, training, evaluation) is a layer of its own above ``world_model`` and ``recording``,
 because it reads both; ``world_model`` never imports it. Middleware and model libraries stay at their
@@ -26,7 +26,7 @@ RANKS = {
     "sources": 3, "hardware": 3, "policies": 3, "world_model": 3, "console": 3, "host_stalls": 3,
     "recording": 2.75,  # episodes on disk: the replay sources read them
     "nodes": 4, "world_model.training": 4,
-    "runner": 5, "bringup": 5, "demo": 6, "cli": 7,
+    "runner": 5, "bringup": 5, "replay": 5.5, "demo": 6, "cli": 7,
 }
 #: third-party top-level modules -> the packages that may import them
 EDGES = {

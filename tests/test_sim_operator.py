@@ -191,7 +191,7 @@ def test_an_episode_being_played_is_not_cut_short():
     start = home_wrists(RobotModel.default(), np.array(DEFAULT_HOME))
     episodes = TwinEpisodes(DELAY, start, "test")
     first = episodes.follow(json.dumps({"scene": "pick_place", "seed": 0, "stamp": T0}), T0)
-    mid = first.start + 3.0
+    mid = first.start + 1.5
     assert episodes.sample(mid).phase == "approach"
     second = episodes.follow(json.dumps({"scene": "pick_place", "seed": 1, "stamp": mid}), mid)  # a reset
     assert second.start == pytest.approx(first.end + 0.5) and episodes.task is first

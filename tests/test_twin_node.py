@@ -224,10 +224,12 @@ def test_a_scripted_episode_replayed_on_a_fresh_twin_reports_the_tasks_outcome(r
 def test_an_estop_ends_a_replay_at_once(ros_domain_id, scripted):
     path, _ = scripted
     stop = threading.Event()
+    replaying = threading.Event()
     results = []
 
     def estop_later():
-        time.sleep(4.0)  # approach done, replay running
+        assert replaying.wait(60.0)  # the approach is done, commands go out
+        time.sleep(0.5)
         comp_pub.publish(Bool(data=True))
 
     # the e-stop comes from another process's node on the same domain, like an operator's pedal
@@ -236,7 +238,8 @@ def test_an_estop_ends_a_replay_at_once(ros_domain_id, scripted):
         comp_pub = node.create_publisher(Bool, "/estop", 10)
         other.add_node(node)
         threading.Thread(target=estop_later, daemon=True).start()
-        results.append(replay_episode(path, twin=True, domain_id=ros_domain_id, stop=stop))
+        results.append(replay_episode(path, twin=True, domain_id=ros_domain_id, stop=stop,
+                                      log=lambda line: line.startswith("replaying") and replaying.set()))
     result, _ = results[0]
     assert not result.completed and "e-stop" in result.stopped_by
     assert 0 < result.commands_sent < len(load_commands(path).commands)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseArray
 from rclpy.node import Node
 from ros_helpers import wait_for
 from scipy.spatial.transform import Rotation
@@ -42,7 +43,7 @@ LEFT_OUT = ("robot_markers", "recorder", "foxglove")  # not needed here: CPU for
 #: [s] freshness of an operator pose (arm_ik, tracker): the emulated headset renders in software (chromium's
 #: SwiftShader) beside the stack on a shared 2-core machine and streams 10-30 frames per second, with gaps; a real
 #: headset streams 72-120 (the defaults, 0.1 s and 0.05 s, are for those)
-SLOW_BROWSER_TIMEOUT_S = 0.5
+SLOW_BROWSER_TIMEOUT_S = 1.0
 XR_PAGE_QUERY = "?scale=0.5"  # the headset's views at half resolution: cheaper software rendering
 HEAD = np.array([0.0, 1.6, 0.0])  # [m] the emulated head, WebXR reference space (y up, -z forward)
 # the operator's home posture, WebXR: shoulders 0.19 m out, 0.20 m below and 0.09 m behind the eyes (core.xr's
@@ -121,6 +122,18 @@ class Watcher(Node):
         self.create_subscription(JointState, "/joint_states", self._on_joint_states, 100)
         self.create_subscription(JointState, "/hands/command", self._on_hands, 100)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
+        self.heads: list[tuple[float, np.ndarray]] = []  # (receive time, head position in xr_world) of /xr/poses
+        self.create_subscription(PoseArray, "/xr/poses", self._on_xr_poses, 100)
+
+    def _on_xr_poses(self, msg) -> None:
+        p = msg.poses[0].position
+        with self.lock:
+            self.heads.append((time.monotonic(), np.array([p.x, p.y, p.z])))
+            del self.heads[:-2000]
+
+    def heads_since(self, t: float) -> np.ndarray:
+        with self.lock:
+            return np.array([h for s, h in self.heads if s >= t]).reshape(-1, 3)
 
     def _on_arms(self, msg) -> None:
         with self.lock:
@@ -372,7 +385,7 @@ def test_lost_tracking_holds_the_arm_and_the_hand_and_resumes_without_a_jump(hea
     time.sleep(2.0)
     page.evaluate("xrDevice.hands.right.connected = false")  # the headset loses the right hand
     assert wait_for(lambda: page.evaluate("rynnXR.tips.right") is None, 5.0)
-    time.sleep(1.0)  # the arm brakes (stale after 0.1 s)
+    time.sleep(SLOW_BROWSER_TIMEOUT_S + 1.0)  # stale, then braked to a stop
     held = watcher.arm("right")
     t = time.monotonic()
     headset.place_wrist("right", HOME_WRIST["right"] + [0.0, 0.12, 0.0])  # moves while unseen
@@ -426,7 +439,8 @@ def test_a_second_headset_is_refused_and_disturbs_nothing(headset, stack):
     state = _state(page)
     assert state["xr"]["refused"]["busy"] >= 30 and state["xr"]["frames"] > frames_before  # the first goes on
     assert all(a["engaged"] for a in state["arms"].values())  # still engaged, still this headset's
-    assert np.ptp(watcher.arm_since(t), axis=0).max() < 0.02  # the arms did not go to the second one's hands
+    heads = watcher.heads_since(t)  # what reached ROS meanwhile: only the first headset's head (0, 0, 1.6)
+    assert len(heads) > 0 and np.abs(heads - XR_TO_WORLD @ HEAD).max() < 1e-4, heads
 
 
 def test_the_screenshot_of_the_emulated_headset_view(headset, stack):
@@ -454,4 +468,5 @@ def test_the_in_headset_estop_latches_the_drivers(headset, stack):
     headset.place_wrist("right", HOME_WRIST["right"] + [0.0, 0.1, -0.1])
     time.sleep(1.0)
     measured = watcher.measured_since(t)
-    assert len(measured) > 10 and np.ptp(measured, axis=0).max() < 1e-6  # the robot does not move while latched
+    # the robot does not follow while latched (the wrist moved 14 cm; a physics twin's settling is micro-radians)
+    assert len(measured) > 10 and np.ptp(measured, axis=0).max() < 1e-3

@@ -276,13 +276,14 @@ def test_a_burst_above_the_rate_limit_is_refused(console):
     async def scenario():
         async with aiohttp.ClientSession() as session, Client(session, url, server.session_secret) as headset:
             t = time.time() * 1e3
-            for k in range(60):  # back to back: 60 frames in a few milliseconds
-                await headset.send(xr_frame(k, t + k))
+            frames = [json.dumps(xr_frame(k, t + k, left=False, right=False)) for k in range(200)]
+            for frame in frames:  # back to back: 200 small frames in a few milliseconds
+                await headset.send(frame)
             await _settle()
             return headset
 
     headset = _run(scenario())
-    assert 25 <= len(seen.frames) < 60 and server.xr_refused["rate"] == 60 - len(seen.frames)
+    assert 25 <= len(seen.frames) < 200 and server.xr_refused["rate"] == 200 - len(seen.frames)
     assert [m["reason"] for m in headset.refused] == ["rate"]
 
 
@@ -379,7 +380,9 @@ def test_xr_frames_reach_the_tracker_and_hand_backends_through_ros(ros_domain_id
     from rynn_teleop.runner import Composition
 
     comp = Composition(["console", "tracker", "hand_retarget"],
-                       overrides={"console": {"port": 0}, "tracker": {"backend": "xr"},
+                       overrides={"console": {"port": 0},
+                                  # a loaded test machine may deliver late: keep every frame (the path is tested)
+                                  "tracker": {"backend": "xr", "max_lag_s": 1.0, "dropout_timeout_s": 1.0},
                                   "hand_retarget": {"backend": "xr"}}, domain_id=ros_domain_id)
     try:
         helper = Node("xr_test_helper", context=comp.context)

@@ -4,6 +4,7 @@ message), with the twin's scene and seed in ``episode.yaml`` as the recorder wri
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -18,17 +19,25 @@ ARM = list(CANONICAL_JOINT_NAMES[:14])
 JS = "sensor_msgs/msg/JointState"
 
 
-def scripted_episode(output_dir: Path, scene: str = "pick_place", seed: int = 0,
-                     names: list[str] | None = None) -> tuple[Path, str]:
-    """Record the scripted plan's joint targets of ``scene`` at ``seed`` as an episode's commands (``names``:
-    other arm joint names, to make an episode of another robot); returns its directory and the outcome the plan
-    had in pure physics."""
+@functools.cache
+def scripted_targets(scene: str, seed: int) -> tuple[tuple[tuple[float, np.ndarray], ...], str]:
+    """The scripted plan of ``scene`` at ``seed`` run in pure physics (once per test process): its 54 joint
+    targets at every control period (plan time [s], targets [rad]) and its outcome label."""
     targets: list[tuple[float, np.ndarray]] = []
 
     def on_period(world, t):
         targets.append((t, world.targets().copy()))
 
     result = run_scripted_episode(scene, seed, on_period=on_period)
+    return tuple(targets), result.outcome.label
+
+
+def scripted_episode(output_dir: Path, scene: str = "pick_place", seed: int = 0,
+                     names: list[str] | None = None) -> tuple[Path, str]:
+    """Record the scripted plan's joint targets of ``scene`` at ``seed`` as an episode's commands (``names``:
+    other arm joint names, to make an episode of another robot); returns its directory and the outcome the plan
+    had in pure physics."""
+    targets, label = scripted_targets(scene, seed)
     rec = EpisodeRecorder(output_dir, {"/arms/command": 100.0, "/hands/command": 200.0}, flush_period_s=10.0)
     meta = EpisodeMetadata(task="scripted", operator="rollout", extra={"twin": {"scene": scene, "seed": seed}})
     path = rec.start(meta, now_ns=T0)
@@ -41,4 +50,4 @@ def scripted_episode(output_dir: Path, scene: str = "pick_place", seed: int = 0,
             hand = list(CANONICAL_JOINT_NAMES[group])
             rec.submit("/hands/command", JS, _joint_state(s + k * MS, hand, q[group]), s + (2 + k) * MS)
     rec.stop(now_ns=T0 + int(round((targets[-1][0] + 0.01) * 1e9)))
-    return path, result.outcome.label
+    return path, label

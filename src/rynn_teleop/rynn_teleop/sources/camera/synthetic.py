@@ -45,7 +45,7 @@ from ...errors import ConfigurationError
 from .base import CAMERA_BACKENDS, DEFAULT_MAX_BACKLOG, CameraContext, CameraSource, MessageInput
 from .scene import SceneImage, SceneObject, TabletopScene, TwinPatch, TwinShape, TwinTabletop
 
-__all__ = ["SceneObject", "SyntheticScene", "TwinView", "home_position", "twin_view"]
+__all__ = ["SceneObject", "SyntheticScene", "TwinView", "home_position", "reference_frame", "twin_view"]
 
 _LOG = logging.getLogger(__name__)
 
@@ -145,6 +145,29 @@ def home_position(robot: RobotModel) -> np.ndarray:
     q = robot.neutral()
     q[robot.indices([n for side in SIDES for n in arm_joint_names(side)])] = DEFAULT_HOME
     return q
+
+
+def reference_frame(width: int, height: int, robot: RobotModel | None = None, seed: int = 0,
+                    twin_scene: str | None = None) -> np.ndarray:
+    """(H, W, 3) uint8 the head camera's view without the robot: the procedural tabletop of ``seed``, or, given a
+    ``/twin/scene`` JSON text, the twin's table, targets and objects at their layout poses (where an episode on
+    that layout starts). The world model's reference frame: its ``render`` backend draws the commanded robot over
+    it and moves nothing else (it has no physics; a learned model predicts the objects).
+
+    Raises:
+        ValueError: an unusable ``twin_scene`` (:func:`twin_view`).
+    """
+    scene = SyntheticScene(width, height, 30.0, seed=seed, depth=False, draw_robot=False, robot_model=robot,
+                           twin_scene_topic="/twin/scene" if twin_scene is not None else "",
+                           twin_in_background=False)
+    scene.start(0.0)
+    try:
+        if twin_scene is not None:
+            twin_view(twin_scene)  # a bad message is an error here, not a counter
+            scene.feed("/twin/scene", twin_scene)
+        return scene.read(0.0)[0].color
+    finally:
+        scene.close()
 
 
 @CAMERA_BACKENDS.register
