@@ -45,6 +45,7 @@ RUNTIME_VENV_FILES = ("requirements/ros-pypi.txt", "requirements/core.txt", "req
                       "src/rynn_teleop/setup.py", "src/rynn_teleop/setup.cfg")
 VENV_BUILD_TIMEOUT_S = 900  # [s] a fresh runtime venv (measured: about 40 s from this machine's local indexes)
 RUN_DURATION_S = 8.0  # [s] rynn-teleop run --duration in the runtime venv
+CACHE_UNUSED_S = 86400.0  # [s] a cached runtime venv of other requirement files unused this long is removed
 
 
 def _name(requirement: str) -> str:
@@ -172,13 +173,16 @@ def _runtime_venv() -> Path:
     venv = cache / f"runtime-venv-{digest.hexdigest()[:16]}"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "runtime-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test session may be building the same venv
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test session may be building or using the same venv
+        for old in cache.glob("runtime-venv-*"):  # venvs of former requirement files (1.2 GB each), unused a day
+            marker = old / ".complete"
+            used = marker.stat().st_mtime if marker.exists() else old.stat().st_mtime
+            if old != venv and time.time() - used > CACHE_UNUSED_S:
+                shutil.rmtree(old, ignore_errors=True)
         if (venv / ".complete").exists():
+            os.utime(venv / ".complete")  # last used now
             return venv
         shutil.rmtree(venv, ignore_errors=True)
-        for old in cache.glob("runtime-venv-*"):  # venvs of former requirement files, unused for a week
-            if old.is_dir() and time.time() - old.stat().st_mtime > 7 * 86400:
-                shutil.rmtree(old, ignore_errors=True)
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]

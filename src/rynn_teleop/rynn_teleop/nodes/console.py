@@ -227,7 +227,10 @@ class ConsoleNode(TeleopNode):
 
     def _on_action(self, record: ActionRecord) -> None:  # server thread: log, and publish from the executor
         log = self.get_logger()
-        (log.info if record.ok else log.warning)(f"console action: {record.to_json()}")
+        if record.ok:  # one call site per severity: rclpy refuses a call site whose severity changes
+            log.info(f"console action: {record.to_json()}")
+        else:
+            log.warning(f"console action: {record.to_json()}")
         with self._records_lock:
             self._records.append(record)
         self._record_ready.trigger()
