@@ -167,11 +167,12 @@ def stack_groups() -> tuple[tuple[str, ...], ...]:
     return bringup.process_groups(nodes)
 
 
-def start_stack(task: str, out: Path, env: dict) -> list[subprocess.Popen]:
-    """One ``rynn-teleop run --mode digital`` process per group (logs ``out/<task>.<group>.log``)."""
+def start_stack(task: str, out: Path, env: dict, arm_ik: dict) -> list[subprocess.Popen]:
+    """One ``rynn-teleop run --mode digital`` process per group (logs ``out/<task>.<group>.log``); ``arm_ik``:
+    parameter overrides of that node."""
     operator = {node: {"synthetic.task": "twin", "synthetic.task_delay_s": DELAY_S}
                 for node in ("tracker", "hand_retarget")}
-    params = {"twin": {"scene": task, "seed": DUMMY_SEED},
+    params = {"twin": {"scene": task, "seed": DUMMY_SEED}, "arm_ik": arm_ik,
               "recorder": {"output_dir": str(out / task), "task": task}, **operator}
     procs = []
     for group in stack_groups():
@@ -199,11 +200,11 @@ def stop_stack(procs: list[subprocess.Popen]) -> None:
             proc.wait()
 
 
-def run_stack(task: str, seeds: list[int], out: Path, domain_id: int, log) -> dict:
+def run_stack(task: str, seeds: list[int], out: Path, domain_id: int, log, arm_ik: dict) -> dict:
     """One stack for ``task``: every seed recorded and judged by the twin."""
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     t_start = time.monotonic()
-    procs = start_stack(task, out, env)
+    procs = start_stack(task, out, env, arm_ik)
     obs = Observer(domain_id)
     results = []
     try:
@@ -257,6 +258,9 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(TASKS), help="scenes (config/sim), comma separated")
     parser.add_argument("--seeds", default="0-19", help="layouts per task, e.g. 0-19 or 0,3,5")
     parser.add_argument("--no-replay", action="store_true", help="skip replaying the recorded episodes")
+    parser.add_argument("--stale-timeout-s", type=float, default=None,
+                        help="arm_ik's stale_timeout_s (default: config/arm_ik.yaml's): how long a pause of the "
+                        "tracker frames may last before arm_ik brakes and, when they resume, re-anchors its clutch")
     parser.add_argument("--out", default=None, help="where the episodes and logs go (default: a temporary folder)")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # the stack is stopped on the way out
@@ -269,9 +273,10 @@ def main() -> None:
         print(line, file=sys.stderr, flush=True)
 
     t0 = time.monotonic()
-    summary: dict = {"seeds": args.seeds, "task_delay_s": DELAY_S, "out": str(out)}
+    arm_ik = {} if args.stale_timeout_s is None else {"stale_timeout_s": args.stale_timeout_s}
+    summary: dict = {"seeds": args.seeds, "task_delay_s": DELAY_S, "arm_ik": arm_ik, "out": str(out)}
     for i, task in enumerate(args.tasks.split(",")):
-        run = run_stack(task, seeds, out, base_domain + i, log)
+        run = run_stack(task, seeds, out, base_domain + i, log, arm_ik)
         episodes = run["episodes"]
         successes = sum(e["success"] for e in episodes)
         entry: dict = {"episodes": len(episodes), "successes": successes,

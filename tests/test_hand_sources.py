@@ -661,7 +661,7 @@ def test_replay_read_before_start(tmp_path):
 
 
 def test_factory_builds_each_kind(tmp_path):
-    assert set(HAND_BACKENDS) == {"synthetic", "replay", "skeleton", "manus"}
+    assert set(HAND_BACKENDS) == {"synthetic", "replay", "skeleton", "manus", "xr"}
     glove = make_hand_source("synthetic", seed=2, sides=("left",))
     assert isinstance(glove, SyntheticGlove) and glove.name == "synthetic" and glove.seed == 2
     replay = make_hand_source("replay", path=tmp_path, rate_scale=2.0)

@@ -266,7 +266,8 @@ def test_every_node_declares_a_known_class():
     assert (classes["world_model"], classes["recorder"]) == ("generate", "record")
     # the recorder's drains come right after the arm loops: its subscriptions' history is short
     assert list(PRIORITY_CLASSES)[:2] == ["control", "record"]
-    assert classes["robot_description"] == classes["console"] == "normal"
+    assert classes["robot_description"] == "normal"
+    assert classes["console"] == "input"  # XR frames reach the tracker and hand_retarget through it
 
 
 CHILD = textwrap.dedent("""

@@ -79,6 +79,44 @@ def test_arm_ik_targets_are_the_plans_wrists(robot, scene, seed, until):
     assert worst_p < 1e-3 and worst_r < 5e-3, (worst_p, worst_r)  # IK tolerance: 0.3 mm, 2 mrad
 
 
+def test_an_episode_is_aimed_from_where_arm_ik_has_the_arms(robot):
+    """arm_ik's clutch holds an offset (re-anchored while the arm lagged): the operator, fed arm_ik's commands,
+    starts the episode from where the wrists are and takes the offset out of its aim, so arm_ik's targets reach
+    the plan's grasp anyway."""
+    operator = SyntheticOperator(SERIALS, rate_hz=120.0, task="twin", task_delay_s=DELAY, position_noise=0.0,
+                                 rotation_noise=0.0, robot=robot)
+    arms = np.r_[GROUPS.left_arm, GROUPS.right_arm]
+    teleop = ArmTeleop(robot, np.array(DEFAULT_HOME), robot.limits[arms])
+    session = ArmSession(teleop, SessionSettings(start_from="measured", auto_calibrate=True, auto_engage=True))
+    displaced = np.array(DEFAULT_HOME) + np.tile([0.0, 0.1, 0.0, 0.15, 0.0, -0.1, 0.05], 2)  # [rad]
+    names = [robot.joint_names[i] for i in arms]
+    trackers = TrackerSet(SERIALS, 0.1)
+    T_base_ik = robot.frame_pose(robot.neutral(), IK_BASE_FRAME)
+    operator.start(T0)
+    operator.feed("/twin/scene", scene_message("pick_place", 5))
+    plan = None
+    grasp_error = []
+    for k in range(1, int((DELAY + 6.0) * 120)):
+        now = T0 + k / 120.0
+        session.add_joint_states(names, displaced, now)  # the arms stand off the held posture's wrists
+        for frame in group_frames(operator.read(now)):
+            session.add_frame(frame.stamp, trackers.update_frame(frame))
+        command = session.step(now)
+        if command is not None:
+            operator.feed("/arms/command", NS(name=names, position=command.state.position.tolist()))
+        if operator.episode is not None:
+            plan = operator.episode.task.plan
+            t = now - operator.episode.task.start
+            if plan.phase_time("grasp") + 0.3 <= t <= plan.phase_time("lift") - 0.05:  # holding the grasp pose
+                side = plan.hands[0]
+                wrist = T_base_ik @ teleop.ik[side].forward(teleop.sides[side].q_goal)
+                grasp_error.append(float(np.linalg.norm(wrist[:3, 3] - plan.sample(t).wrists[side][:3, 3])))
+    assert session.engaged and plan is not None
+    offsets = operator.episode.offsets
+    assert max(float(np.linalg.norm(p)) for p, _ in offsets.values()) > 0.02  # a real offset was taken out
+    assert grasp_error and max(grasp_error) < 1e-3, max(grasp_error or [0.0])
+
+
 def test_the_tracker_mapping_inverts_the_calibration(robot):
     operator = SyntheticOperator(SERIALS, task="twin", robot=robot)
     mapping = operator.mapping
@@ -151,8 +189,10 @@ def test_episodes_start_at_the_stamp_plus_the_delay_and_late_ones_are_skipped():
 
 def test_task_none_keeps_the_procedural_operator():
     plain = SyntheticOperator(SERIALS)
-    assert plain.mapping is None and plain.topics() == {} and plain.message_type is None
-    assert SyntheticGlove().topics() == {}
+    assert plain.mapping is None and plain.message_inputs() == {}
+    assert SyntheticGlove().message_inputs() == {}
+    following = SyntheticOperator(SERIALS, task="twin", robot=RobotModel.default())
+    assert set(following.message_inputs()) == {"/twin/scene", "/arms/command"}
     with pytest.raises(Exception, match="task"):
         SyntheticOperator(SERIALS, task="dance")
 

@@ -447,9 +447,12 @@ def test_the_screenshot_of_the_emulated_headset_view(headset, stack):
     page = headset.page
     headset.glide_wrist("left", HOME_WRIST["left"] + [0.04, 0.10, -0.08])
     headset.glide_wrist("right", HOME_WRIST["right"] + [-0.04, 0.06, -0.10])
+    q = Rotation.from_euler("x", -12, degrees=True).as_quat()  # the operator looks a little down at the hands
+    page.evaluate(f"xrDevice.quaternion.set({q[0]}, {q[1]}, {q[2]}, {q[3]})")
     time.sleep(2.0)
     SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
     page.locator("#view").screenshot(path=str(SCREENSHOT))  # the page's XR canvas: what the headset shows
+    page.evaluate("xrDevice.quaternion.set(0, 0, 0, 1)")
     assert SCREENSHOT.stat().st_size > 10_000
     assert page.evaluate("rynnXR.feed.frames") > 10  # the feed panel showed the stack's frames
     headset.glide_wrist("left", HOME_WRIST["left"])

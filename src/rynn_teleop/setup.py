@@ -65,7 +65,7 @@ setup(
     name=PACKAGE,
     version="0.1.0",
     packages=find_packages(exclude=["test", "tests"]),
-    package_data={PACKAGE: ["console/static/*"]},  # the operator console's page
+    package_data={PACKAGE: ["console/static/*", "console/static/vendor/three/*"]},  # the operator console's page
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + PACKAGE]),
         ("share/" + PACKAGE, ["package.xml"]),

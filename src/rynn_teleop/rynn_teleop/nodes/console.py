@@ -27,7 +27,7 @@ drawn), ``cpu_process_percent`` and ``cpu_server_percent`` [% of one core], ``re
 reason ``refused.<reason>`` (``console.access.REASONS``), ``actions.accepted``, ``action.last``, ``xr.client``
 (the headset streaming, or none), ``xr.frames`` and per reason ``xr.refused.<reason>`` (``core.xr.XR_REASONS``),
 the ``xr`` meter (frames received; latency: a frame's stamp -> published). WARN for :data:`REFUSED_WARN_S` after
-a refusal.
+a refused request or XR frame.
 """
 
 from __future__ import annotations
@@ -299,6 +299,10 @@ class ConsoleNode(TeleopNode):
         if last is not None and time.time() - last["time"] < REFUSED_WARN_S:
             shown = ", ".join(f"{r} {n}" for r, n in self.server.refused.items() if n)
             return DiagnosticStatus.WARN, f"refused requests ({shown}); last: {last['reason']} from {last['client']}"
+        last = self.server.xr_last_refused
+        if last is not None and time.time() - last["time"] < REFUSED_WARN_S:
+            shown = ", ".join(f"{r} {n}" for r, n in self.server.xr_refused.items() if n)
+            return DiagnosticStatus.WARN, f"refused XR frames ({shown}); last: {last['reason']} from {last['client']}"
         return DiagnosticStatus.OK, "running"
 
     def destroy_node(self) -> None:

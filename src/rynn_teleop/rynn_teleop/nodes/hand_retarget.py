@@ -168,13 +168,10 @@ class HandRetargetNode(TeleopNode):
         self._process(HandSample(side, stamp, points), stamp_msg)
 
     def _subscribe_source_inputs(self) -> dict:
-        """A polled source that is also fed messages (``message_type``, ``message_qos``, ``topics()``,
-        ``feed()``: the synthetic glove doing the twin's task): its topics, polled; drained at each poll."""
-        message_type = getattr(self.source, "message_type", None)
-        if message_type is None:
-            return {}
-        message_class, qos = interface_class(message_type), qos_profile(self.source.message_qos)
-        return {self.create_polled_subscription(message_class, topic, qos): topic for topic in self.source.topics()}
+        """The topics a polled source follows (``message_inputs()``: the synthetic glove doing the twin's task
+        follows its scene), polled; drained at each poll, before the source is read."""
+        return {self.create_polled_subscription(interface_class(spec.type), topic, qos_profile(spec.qos)): topic
+                for topic, spec in self.source.message_inputs().items()}
 
     def _poll(self) -> None:
         now = self.now_s()

@@ -33,7 +33,7 @@ from ..errors import ConfigurationError
 from ..recording.cdr import pose_array_cdr
 from ..sources.trackers import TRACKER_BACKENDS, TrackerContext
 from .base import TeleopNode, run_single
-from .io import qos_profile
+from .io import interface_class, qos_profile
 
 # Serials of the five trackers; the synthetic source impersonates these.
 DEFAULT_SERIALS = {
@@ -102,6 +102,7 @@ class TrackerNode(TeleopNode):
         self._align_on_first_tick = self.source.aligns_to_ticks
         if self.source.follows_rate_hz:  # (a replay runs at its recording's rate)
             self.meter("frames", nominal_hz=p["rate_hz"])
+        self._source_inputs: dict = {}  # polled subscriptions of the topics the backend follows -> topic
         self._loop = self.create_loop(p["rate_hz"], self._tick, "trackers")
         self._subscribe_source()
         self.get_logger().info(
@@ -109,17 +110,20 @@ class TrackerNode(TeleopNode):
         )
 
     def _subscribe_source(self) -> None:
-        """A backend fed by ROS messages (``message_type``, ``topics()``, ``feed()``: the xr headset; the synthetic
-        operator doing the twin's task): subscribe to its topics (with its ``message_qos`` when it has one); each
-        message is fed to it and its frame published at once, not at the next tick."""
+        """A backend fed by ROS messages (``message_type``, ``topics()``, ``feed()``: the xr headset): subscribe
+        to its topics; each message is fed to it and its frame published at once, not at the next tick. Topics a
+        polled backend follows (``message_inputs()``: the synthetic operator doing the twin's task) are polled
+        and fed to it at every tick, before it is read."""
+        inputs = {self.create_polled_subscription(interface_class(spec.type), topic, qos_profile(spec.qos)): topic
+                  for topic, spec in self.source.message_inputs().items()}
+        with self.lock:
+            self._source_inputs = inputs
         message_type = getattr(self.source, "message_type", None)
         if message_type is None:
             return
         package, _, type_name = message_type.partition("/msg/")
         message_class = getattr(importlib.import_module(f"{package}.msg"), type_name)
-        declared_qos = getattr(self.source, "message_qos", None)
-        qos = FRAME_QOS if declared_qos is None else qos_profile(declared_qos)
-        topics = {self.create_polled_subscription(message_class, t, qos): t for t in self.source.topics()}
+        topics = {self.create_polled_subscription(message_class, t, FRAME_QOS): t for t in self.source.topics()}
 
         def on_ready(sub) -> None:
             for taken in self.take_all(sub):
@@ -170,6 +174,9 @@ class TrackerNode(TeleopNode):
             self._align_on_first_tick = False
             self._pending = []  # discovery samples of the timeline restarted here
             self.start_grid_on_this_tick(self.source, now)
+        for sub, topic in self._source_inputs.items():
+            for taken in self.take_all(sub):
+                self.source.feed(topic, taken.message)
         samples, self._pending = self._pending + self.source.read(now), []
         frames, dropped = drop_late_frames(group_frames(samples), now, self.params["max_lag_s"])
         if dropped:

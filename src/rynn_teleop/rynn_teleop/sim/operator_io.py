@@ -237,12 +237,18 @@ class TwinEpisodes:
                   task.plan.task, task.start, task.end)
         return task
 
-    def sample(self, now: float) -> PlanSample | None:
-        """The plan of the episode at ``now`` [s] (times not decreasing from call to call); None when there is
-        none or it has not started."""
+    def active(self, now: float) -> OperatorTask | None:
+        """The episode at ``now`` [s] (times not decreasing from call to call): a queued one once the one before
+        it has ended; None when there is none (it may not have started yet: :attr:`OperatorTask.start`)."""
         if self.queued is not None and (self.task is None or now >= self.task.end):
             self.task, self.queued = self.queued, None
-        return None if self.task is None else self.task.sample(now)
+        return self.task
+
+    def sample(self, now: float) -> PlanSample | None:
+        """The plan of the episode at ``now`` [s] (see :meth:`active`); None when there is none or it has not
+        started."""
+        task = self.active(now)
+        return None if task is None else task.sample(now)
 
 
 class TrackerMapping:
@@ -270,11 +276,19 @@ class TrackerMapping:
         q = _arms_at(robot, home)
         arms = np.r_[GROUPS.left_arm, GROUPS.right_arm]
         teleop = ArmTeleop(robot, home, robot.limits[arms])  # the same robot points arm_ik calibrates against
+        self._ik = teleop.ik
         hands, elbows = teleop.robot_home_points()
         self.calibration: Calibration = calibrate(operator_wrists, operator_elbows, hands, elbows)
         self.T_base_ik = robot.frame_pose(q, IK_BASE_FRAME)
         self._T_ik_base = invert(self.T_base_ik)
         self.start_wrists = {side: self.T_base_ik @ hands[side] for side in SIDES}
+
+    def arm_wrists(self, q: np.ndarray) -> dict[str, np.ndarray]:
+        """side -> (4, 4) ``{side}_palm_link`` in ``base_link`` at the arm joints ``q`` (14,) [rad] (left 1-7,
+        then right: an arm command)."""
+        q = np.asarray(q, dtype=float)
+        return {side: self.T_base_ik @ self._ik[side].forward(q[k * N_ARM:(k + 1) * N_ARM])
+                for k, side in enumerate(SIDES)}
 
     def robot_wrist(self, side: str, T_chest_wrist: np.ndarray) -> np.ndarray:
         """(4, 4) the hand target in ``base_link`` that arm_ik maps a wrist tracker pose (chest frame) to."""

@@ -3,11 +3,22 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, Generic, TypeVar
+from collections.abc import Mapping
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar
 
+from ..core.node_io import QoS
 from ..core.plugins import Backend
 
 Sample = TypeVar("Sample")
+
+
+class MessageInput(NamedTuple):
+    """A topic whose messages a source follows besides its own input (:meth:`PolledSource.message_inputs`): its
+    node subscribes with this type and QoS and hands each message to :meth:`PolledSource.feed` before the next
+    read (the synthetic sources follow the physical twin's scene; the synthetic operator also the arm commands)."""
+
+    type: str  # "package/msg/Type"
+    qos: QoS
 
 
 class PolledSource(Backend, ABC, Generic[Sample]):
@@ -44,6 +55,15 @@ class PolledSource(Backend, ABC, Generic[Sample]):
     @abstractmethod
     def close(self) -> None:
         """Release the device or file; calling it again does nothing."""
+
+    def message_inputs(self) -> Mapping[str, MessageInput]:
+        """Topic -> :class:`MessageInput` of the topics this source follows (declared in its ``IO`` too). Default:
+        none."""
+        return {}
+
+    def feed(self, topic: str, message: Any) -> None:
+        """One message of a :meth:`message_inputs` topic (read by attribute: ROS-free)."""
+        raise NotImplementedError(f"{type(self).__name__} follows no topic")
 
     @property
     def finished(self) -> bool:

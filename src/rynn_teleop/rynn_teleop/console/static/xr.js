@@ -106,6 +106,7 @@ function connect() {
       if (msg.type === "state") showState(msg);
       else if (msg.type === "xr_refused") {
         stats.refused.push(msg);
+        if (stats.refused.length > 100) stats.refused.shift();
         say(`XR frame refused (${msg.reason}): ${msg.message}`, true);
       }
       return;

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 import numpy as np
 
 from ...core.camera import CameraFrame, CameraIntrinsics
-from ...core.node_io import QoS
 from ...core.plugins import BackendRegistry
+from ..base import MessageInput as MessageInput  # re-exported: the camera sources' topics besides the joints
 from ..base import PolledSource
 
 if TYPE_CHECKING:
@@ -39,14 +39,6 @@ class CameraContext(NamedTuple):
     """What the head_camera node tells the backend it builds."""
 
     robot: Callable[[], RobotModel]  # the node's robot description (built on the first call)
-
-
-class MessageInput(NamedTuple):
-    """A topic whose messages a camera source's frames depend on (besides the joints): the head_camera node
-    subscribes with this type and QoS and hands each message to :meth:`CameraSource.feed` before the next read."""
-
-    type: str  # "package/msg/Type"
-    qos: QoS
 
 
 class CameraSource(PolledSource[CameraFrame]):
@@ -66,15 +58,6 @@ class CameraSource(PolledSource[CameraFrame]):
         self._intrinsics: CameraIntrinsics | None = None
         self._depth_intrinsics: CameraIntrinsics | None = None
         self.dropped = 0  # frames skipped because a read came too late (see the source's max_backlog)
-
-    def message_inputs(self) -> Mapping[str, MessageInput]:
-        """Topic -> :class:`MessageInput` of what the frames show besides the joints (the synthetic scene: the
-        physical twin's scene and objects). Default: none."""
-        return {}
-
-    def feed(self, topic: str, message: Any) -> None:
-        """One message of a :meth:`message_inputs` topic (read by attribute, ROS-free)."""
-        raise NotImplementedError(f"{type(self).__name__} follows no topic")
 
     def prepare_next(self) -> None:
         """Do the work of the next :meth:`read` now, off the frame's delivery path (a synthetic scene renders

@@ -29,18 +29,19 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ...core.arm_teleop import DEFAULT_HOME
 from ...core.hand_skeleton import BONES, FINGERS, N_POINTS
 from ...core.layout import SIDES
-from ...core.node_io import LATCHED, NodeIO, QoS, Topic, when
+from ...core.node_io import LATCHED, NodeIO, Topic, when
 from ...core.params import Param
 from ...core.robot_model import RobotModel
 from ...errors import ConfigurationError
 from ...sim.operator_io import TwinEpisodes, home_wrists
+from ..base import MessageInput
 from .base import HAND_BACKENDS, HandContext, HandSample, HandSource, check_sides
 
 _LOG = logging.getLogger(__name__)
@@ -312,10 +313,6 @@ class SyntheticGlove(HandSource):
     name = "synthetic"
     aligns_to_ticks = True  # its frame grid starts on a tick of the node's loop
     follows_rate_hz = True
-    #: (task twin) the message type of :meth:`topics`; None: it is fed no messages
-    message_type: ClassVar[str | None] = None
-    #: (task twin) their QoS: latched, so a node that starts after the twin still gets the layout
-    message_qos: ClassVar[QoS] = LATCHED
     SETTINGS = (
         Param("seed", int, 0, "random seed of the synthetic glove", min=0, max=2**31 - 1),
         Param("noise", float, 0.001, "keypoint noise (std)", "m", min=0.0, max=0.02),
@@ -397,7 +394,6 @@ class SyntheticGlove(HandSource):
         self.twin_scene_topic = twin_scene_topic
         self.twin: TwinEpisodes | None = None  # (task twin) the episodes of the twin's scene messages
         if task == "twin":
-            self.message_type = "std_msgs/msg/String"
             # the closures do not depend on where the wrists start: the default robot at the default home
             self.twin = TwinEpisodes(task_delay_s, home_wrists(RobotModel.default(), np.asarray(DEFAULT_HOME)),
                                      "synthetic glove")
@@ -431,9 +427,9 @@ class SyntheticGlove(HandSource):
         return 0.0 if sample is None else float(sample.closure[side])
 
     # ---------------------------------------------------------------- the twin's episodes (task twin)
-    def topics(self) -> dict[str, str]:
-        """Topic -> what it carries (task twin: the twin's scene; otherwise nothing)."""
-        return {self.twin_scene_topic: "scene"} if self.twin is not None else {}
+    def message_inputs(self) -> dict[str, MessageInput]:
+        """(task twin) the twin's scene, latched: a node that starts after the twin still gets the layout."""
+        return {self.twin_scene_topic: MessageInput("std_msgs/msg/String", LATCHED)} if self.twin is not None else {}
 
     def feed(self, topic: str, message: Any) -> None:
         """One ``/twin/scene`` message (``std_msgs/String``, read as ``message.data``): planned at the next

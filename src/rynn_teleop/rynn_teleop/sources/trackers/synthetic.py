@@ -23,6 +23,13 @@ The plan's wrist targets (``base_link``) become wrist tracker poses through the 
 arm_ik computes from the held posture (:class:`rynn_teleop.sim.operator_io.TrackerMapping`), so arm_ik's
 targets are the plan's; the synthetic glove (``sources.hands.synthetic``, same ``task`` and ``task_delay_s``)
 closes the hands on the same clock. Each new ``/twin/scene`` (a twin reset) starts a new episode.
+
+Like a person, the operator looks where the arms are before an episode: it starts each plan from the wrists of
+arm_ik's newest command (``arms_topic``) and aims relative to them. Normally they are where the held posture puts
+them; after arm_ik re-anchored its clutch (tracking resumed after a stall longer than its ``stale_timeout_s``,
+the arm lagging), they are off by that offset, which the operator then takes out of its own aim for the whole
+episode (position added, rotation applied in the hand frame, as arm_ik's clutch does), so one stall costs at
+most the episode it happened in, never the next ones.
 """
 
 from __future__ import annotations
@@ -30,8 +37,9 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+from collections import deque
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, NamedTuple
 
 import numpy as np
 from scipy.spatial.transform import Rotation
@@ -40,11 +48,13 @@ from ...core.arm_teleop import DEFAULT_HOME
 from ...core.layout import ROLES, SIDES
 from ...core.node_io import LATCHED, NodeIO, QoS, Topic, when
 from ...core.params import FLOAT_LIST, STR_LIST, Param
-from ...core.robot_model import RobotModel
+from ...core.robot_model import RobotModel, arm_joint_names
 from ...core.trackers import TrackerSample
 from ...core.transforms import invert, make_transform
 from ...errors import ConfigurationError
-from ...sim.operator_io import TrackerMapping, TwinEpisodes
+from ...sim.operator_io import OperatorTask, TrackerMapping, TwinEpisodes, plan_for
+from ...sim.operator_plan import OperatorPlan
+from ..base import MessageInput
 from .base import TRACKER_BACKENDS, TrackerContext, TrackerSource
 
 _LOG = logging.getLogger(__name__)
@@ -57,6 +67,17 @@ ELBOW_TRACKER_OFFSET = 0.04  # [m] elbow tracker distance from the upper-arm axi
 ELBOW_OUTWARD_BIAS = 0.15  # [-] weight of "outward" in the elbow swivel direction (vs 1 for "down")
 HOME_WRIST_OFFSET = np.array([FOREARM, 0.0, -UPPER_ARM])  # [m] wrist - shoulder at HOME, body axes
 TASKS = ("none", "twin")  # what the operator does: the procedural motion, or the twin scene's task
+ARMS_QOS = QoS(5, reliable=False)  # (task twin) arm_ik's commands: the newest counts; best effort takes any
+ARMS_WINDOW = 100  # [commands] where an episode starts from: the mean of the newest (0.5 s of arm_ik's 200 Hz)
+_ARM_JOINTS = tuple(n for side in SIDES for n in arm_joint_names(side))
+
+
+class _Episode(NamedTuple):
+    """An episode as the operator plays it (task twin)."""
+
+    task: OperatorTask  # the twin's episode (scene, seed, start time)
+    plan: OperatorPlan  # its plan from the wrists arm_ik had at its start (same timing as ``task.plan``)
+    offsets: dict[str, tuple[np.ndarray, np.ndarray]]  # side -> arm_ik's clutch offset (position [m], rotation)
 
 # T_body_tracker of the chest tracker: tracker x = body left, y = body up,
 # z = body forward (out of the chest), then tilted 20 deg about the body's
@@ -210,18 +231,14 @@ class SyntheticOperator(TrackerSource):
     dropouts. The noise comes from ``numpy.random.default_rng(seed)`` drawn
     in grid order, so the samples do not depend on when ``read`` is called.
 
-    With ``task="twin"`` (see the module doc) it is also fed the twin's ``/twin/scene`` messages (the node
-    subscribes to :meth:`topics` with :attr:`message_type` and :attr:`message_qos` and hands each to
-    :meth:`feed`); the next :meth:`read` plans the episode (:attr:`twin`).
+    With ``task="twin"`` (see the module doc) it follows the twin's ``/twin/scene`` and arm_ik's commands
+    (:meth:`message_inputs`; the node hands each message to :meth:`feed`); the next :meth:`read` plans the
+    episode (:attr:`twin`).
     """
 
     name = "synthetic"
     aligns_to_ticks = True  # its sample grid starts on a tick of the node's loop
     impersonates_serials = True
-    #: (task twin) the message type of :meth:`topics`; None: it is fed no messages
-    message_type: ClassVar[str | None] = None
-    #: (task twin) their QoS: latched, so a tracker node that starts after the twin still gets the layout
-    message_qos: ClassVar[QoS] = LATCHED
     SETTINGS = (
         Param("seed", int, 0, "random seed of the synthetic operator", min=0, max=2**31 - 1),
         Param("position_noise", float, 0.0005, "tracker position noise (std)", "m", min=0.0, max=0.05),
@@ -238,6 +255,8 @@ class SyntheticOperator(TrackerSource):
               "(the stamp of its /twin/scene); the synthetic glove's task_delay_s must be the same", "s",
               min=0.0, max=600.0),
         Param("twin_scene_topic", str, "/twin/scene", "(task twin) the twin's scene, seed and layout time"),
+        Param("arms_topic", str, "/arms/command", "(task twin) arm_ik's commands: each episode starts from the "
+              "wrists they put the arms at, and aims relative to them"),
         Param("home_position", FLOAT_LIST, list(DEFAULT_HOME), "(task twin) the arm_ik node's home_position: "
               "the robot side of the calibration the held posture gives", "rad", min=-3.2, max=3.2, length=14),
     )
@@ -245,6 +264,9 @@ class SyntheticOperator(TrackerSource):
         Topic("{twin_scene_topic}", "std_msgs/msg/String", LATCHED,
               "(task twin) the twin's episode as JSON: scene, seed, stamp (when the layout was set); each message "
               "starts a new episode task_delay_s after its stamp", when=(when("task", "twin"),)),
+        Topic("{arms_topic}", "sensor_msgs/msg/JointState", ARMS_QOS,
+              "(task twin) arm_ik's newest command, where each episode starts from (drained at every tick)",
+              when=(when("task", "twin"),)),
     ))
 
     @classmethod
@@ -255,7 +277,7 @@ class SyntheticOperator(TrackerSource):
                    hold_s=settings["hold_s"], cycle_s=settings["cycle_s"],
                    dropouts=[parse_dropout(d) for d in settings["dropouts"]], task=settings["task"],
                    task_delay_s=settings["task_delay_s"], twin_scene_topic=settings["twin_scene_topic"],
-                   home_position=settings["home_position"])
+                   arms_topic=settings["arms_topic"], home_position=settings["home_position"])
 
     def __init__(
         self,
@@ -272,6 +294,7 @@ class SyntheticOperator(TrackerSource):
         task: str = "none",
         task_delay_s: float = 5.0,
         twin_scene_topic: str = "/twin/scene",
+        arms_topic: str = "/arms/command",
         home_position: Sequence[float] = DEFAULT_HOME,
         robot: RobotModel | None = None,
     ) -> None:
@@ -289,7 +312,8 @@ class SyntheticOperator(TrackerSource):
             phase_shift_s: the right arm runs this much [s] behind the left one.
             task: ``none`` (the procedural motion) or ``twin`` (the twin scene's task, see the module doc).
             task_delay_s: (twin) the plan starts this long [s] after the twin's layout stamp.
-            twin_scene_topic: (twin) the topic of :meth:`topics`.
+            twin_scene_topic: (twin) the twin's scene.
+            arms_topic: (twin) arm_ik's commands.
             home_position: (twin) (14,) [rad] arm_ik's home posture (the robot side of its calibration).
             robot: (twin) arm_ik's robot description (default :meth:`RobotModel.default`).
 
@@ -342,10 +366,12 @@ class SyntheticOperator(TrackerSource):
             raise ConfigurationError(f"synthetic tracker source: task must be one of {', '.join(TASKS)}, got {task!r}")
         self.task = task
         self.twin_scene_topic = twin_scene_topic
+        self.arms_topic = arms_topic
         self.mapping: TrackerMapping | None = None  # (task twin) arm_ik's calibration and its inverse
         self.twin: TwinEpisodes | None = None  # (task twin) the episodes of the twin's scene messages
+        self.episode: _Episode | None = None  # (task twin) the episode being played, as aimed
+        self._arm_commands: deque[np.ndarray] = deque(maxlen=ARMS_WINDOW)  # (14,) [rad] arm_ik's newest commands
         if task == "twin":
-            self.message_type = "std_msgs/msg/String"
             chest_home = {side: invert(CHEST_MOUNT) @ _matrix(*self._home_in_body(side)) for side in SIDES}
             elbows = {side: (invert(CHEST_MOUNT) @ _matrix(*self._elbow_tracker_in_body(
                 side, self._home_in_body(side)[1])))[:3, 3] for side in SIDES}
@@ -419,16 +445,14 @@ class SyntheticOperator(TrackerSource):
         """Noise-free world (rotation, position [m]) of every role at ``t`` [s since start], in ROLES order."""
         R_body, p_body = self._body_at(t)
         in_body: dict[str, tuple[Rot, Vec]] = {"chest": (_CHEST_MOUNT_ROT, (0.0, 0.0, 0.0))}
-        sample = None
-        if self.twin is not None and self._t_start is not None:
-            sample = self.twin.sample(self._t_start + t)
+        aims = self._aims(self._t_start + t) if self.twin is not None and self._t_start is not None else None
         for side in SIDES:
             if self.mapping is None:
                 wrist = self._wrist_in_body(side, t)
-            elif sample is None:  # (task twin) waiting for the plan: the held posture
+            elif aims is None:  # (task twin) waiting for the plan: the held posture
                 wrist = self._home_in_body(side)
             else:
-                wrist = self._task_wrist_in_body(side, sample.wrists[side])
+                wrist = self._task_wrist_in_body(side, aims[side])
             in_body[f"{side}_wrist"] = wrist
             in_body[f"{side}_elbow"] = self._elbow_tracker_in_body(side, wrist[1])
         out = []
@@ -451,15 +475,59 @@ class SyntheticOperator(TrackerSource):
         return SHOULDER_OFFSET[side].copy()
 
     # ---------------------------------------------------------------- the twin's episodes (task twin)
-    def topics(self) -> dict[str, str]:
-        """Topic -> what it carries (task twin: the twin's scene; otherwise nothing)."""
-        return {self.twin_scene_topic: "scene"} if self.mapping is not None else {}
+    def message_inputs(self) -> dict[str, MessageInput]:
+        """(task twin) the twin's scene (latched: a node that starts after the twin still gets the layout) and
+        arm_ik's commands."""
+        if self.twin is None:
+            return {}
+        return {self.twin_scene_topic: MessageInput("std_msgs/msg/String", LATCHED),
+                self.arms_topic: MessageInput("sensor_msgs/msg/JointState", ARMS_QOS)}
 
     def feed(self, topic: str, message: Any) -> None:
-        """One ``/twin/scene`` message (``std_msgs/String``, read as ``message.data``): planned at the next
-        :meth:`read`, whose time stands for when it arrived."""
-        if self.twin is not None:
+        """A ``/twin/scene`` message (``message.data``: planned at the next :meth:`read`, whose time stands for
+        when it arrived) or an arm command (``message.name``, ``message.position``: the 14 arm joints)."""
+        if self.twin is None:
+            return
+        if topic == self.arms_topic:
+            names, position = list(message.name), list(message.position)
+            if len(names) == len(position) and set(_ARM_JOINTS) <= set(names):
+                q = np.array([position[names.index(n)] for n in _ARM_JOINTS], dtype=float)
+                if np.all(np.isfinite(q)):
+                    self._arm_commands.append(q)
+        else:
             self.twin.feed(getattr(message, "data", message))
+
+    def _aims(self, now: float) -> dict[str, np.ndarray] | None:
+        """side -> (4, 4) the robot wrist (``base_link``) the operator aims arm_ik at ``now`` [s] (task twin):
+        the episode's plan, started from where arm_ik's command had the wrists when it began, with the clutch
+        offset found there taken out (see the module doc); None before an episode starts."""
+        task = self.twin.active(now)
+        if task is None or now < task.start:
+            return None
+        episode = self.episode
+        if episode is None or episode.task is not task:
+            episode = self.episode = self._begin(task)
+        sample = episode.plan.sample(now - task.start)
+        aims = {}
+        for side in SIDES:
+            W, (p_off, R_off) = sample.wrists[side], episode.offsets[side]
+            aims[side] = make_transform(W[:3, 3] - p_off, W[:3, :3] @ R_off.T)
+        return aims
+
+    def _begin(self, task: OperatorTask) -> _Episode:
+        """The episode of ``task`` as aimed from where arm_ik's newest commands (their mean: the trackers' noise
+        moves each by millimetres) have the wrists; from the held posture's wrists without any."""
+        home = self.mapping.start_wrists
+        if not self._arm_commands:
+            return _Episode(task, task.plan, {side: (np.zeros(3), np.eye(3)) for side in SIDES})
+        robot = self.mapping.arm_wrists(np.mean(self._arm_commands, axis=0))
+        offsets = {side: (robot[side][:3, 3] - home[side][:3, 3], home[side][:3, :3].T @ robot[side][:3, :3])
+                   for side in SIDES}
+        shift = max(float(np.linalg.norm(p)) for p, _ in offsets.values())
+        if shift > 0.01:
+            _LOG.warning("synthetic operator: arm_ik's wrists are %.3f m off the held posture's (a re-anchored "
+                         "clutch): aiming relative to them this episode", shift)
+        return _Episode(task, plan_for(task.twin.scene, task.twin.seed, robot), offsets)
 
     # ---------------------------------------------------------------- source
     def start(self, now: float) -> None:
