@@ -8,8 +8,10 @@ twin``, arm_ik with auto-calibration and auto-engage, hand retargeting, the head
 model, the feed switch, the recorder; robot_markers, which only feeds RViz, left out as the demo does), one
 ``rynn-teleop run --mode digital ... NODES`` process per process group of the bringup table (one process for all
 would share one interpreter lock: on a 2-core machine the camera's and the world model's frames then delay the
-200 Hz control loops by tens of milliseconds, the trackers go stale and arm_ik re-anchors). The
-operator calibrates on its held posture; then, for each seed, this script sets the twin's ``seed`` parameter (a
+200 Hz control loops by tens of milliseconds, the trackers go stale and arm_ik re-anchors). The twin starts at a
+layout (seed 100000) whose episode is played once, unrecorded; then the operator, holding the calibration posture,
+is calibrated again (``/arm_ik/calibrate``, ``/arm_ik/set_clutch``; arm_ik's auto-calibration at start-up can catch
+it moving on a loaded machine). Then, for each seed, this script sets the twin's ``seed`` parameter (a
 reset to that layout, the robot back at home), starts an episode (``/recorder/start_episode``), waits while the
 operator plays the plan (it follows ``/twin/scene``: ``task_delay_s`` after the reset, the plan's duration, a
 settling time) and stops the episode; the recorder writes the twin's outcome into ``episode.yaml``. Success is
@@ -143,6 +145,13 @@ class Observer:
             raise RuntimeError(f"{name}: {response.message}")
         return response.message
 
+    def engage(self) -> None:
+        from std_srvs.srv import SetBool
+
+        response = self.call(SetBool, "/arm_ik/set_clutch", SetBool.Request(data=True))
+        if not response.success:
+            raise RuntimeError(f"/arm_ik/set_clutch: {response.message}")
+
     def set_seed(self, seed: int) -> None:
         from rcl_interfaces.msg import Parameter, ParameterType, ParameterValue
         from rcl_interfaces.srv import SetParameters
@@ -172,6 +181,7 @@ def start_stack(task: str, out: Path, env: dict, arm_ik: dict) -> list[subproces
     parameter overrides of that node."""
     operator = {node: {"synthetic.task": "twin", "synthetic.task_delay_s": DELAY_S}
                 for node in ("tracker", "hand_retarget")}
+    arm_ik = {"calibration_file": str(out / f"{task}.calibration.yaml"), **arm_ik}  # not the user's file
     params = {"twin": {"scene": task, "seed": DUMMY_SEED}, "arm_ik": arm_ik,
               "recorder": {"output_dir": str(out / task), "task": task}, **operator}
     procs = []
@@ -214,7 +224,12 @@ def run_stack(task: str, seeds: list[int], out: Path, domain_id: int, log, arm_i
         startup = time.monotonic() - t_start
         # the layout the twin started with was played once (unrecorded): let it end before the first reset
         obs.wait(lambda: False, DELAY_S + plan_duration(task, DUMMY_SEED) + SETTLE_S)
-        log(f"{task}: stack engaged after {startup:.1f} s")
+        # calibrate again, the operator holding the posture now: on a loaded machine arm_ik's auto-calibration at
+        # start-up may have caught it moving already (a few cm of fit residual, every target off)
+        log(f"{task}: stack engaged after {startup:.1f} s; {obs.trigger('/arm_ik/calibrate')}")
+        obs.engage()
+        if not obs.wait(lambda: obs.engaged, 10.0):
+            raise RuntimeError("arm_ik did not engage after the calibration")
         for seed in seeds:
             t_seed = time.monotonic()
             before = obs.scene_time

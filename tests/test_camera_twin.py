@@ -215,3 +215,20 @@ def test_the_robot_free_reference_shows_the_twins_layout(pick_place_text):
     u, v, _ = pixel(cam, goal)
     r, g, b = (int(c) for c in frame[v, u])
     assert b > r and b > int(plain[v, u, 2]) + 30  # the blue goal region on the table, no robot drawn
+
+
+def test_fixed_objects_of_a_scene_not_on_this_machine_wait_for_the_twins_poses():
+    from rynn_teleop.sources.camera.synthetic import FixedPosesUnknown
+
+    doc = json.loads(scene_text("bimanual_lift", 0))
+    doc["scene"] = "a_scene_file_this_machine_does_not_have"
+    text = json.dumps(doc)
+    with pytest.raises(FixedPosesUnknown):
+        twin_view(text)
+    message = layout_poses("bimanual_lift", 0)
+    poses = np.array([np.eye(4)] * len(message.poses))
+    for T, p in zip(poses, message.poses):
+        T[:3, 3] = (p.position.x, p.position.y, p.position.z)
+    view = twin_view(text, poses)
+    np.testing.assert_allclose(view.tabletop.fixed[0].pose[:3, 3], poses[1][:3, 3])  # the platform
+    assert view.movable == (0,) and np.array_equal(view.initial, poses[[0]])  # the bar, where the twin has it

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 LAYOUT_TOPICS = (  # what config/rynn_teleop.foxglove.json shows (tests keep the two in step)
     "/robot_markers",
+    "/twin/markers",  # the physics twin's objects and targets (digital mode)
     "/head_camera/color/image_raw",
     "/head_camera/color/camera_info",
     "/head_camera/generated/color/image_raw",

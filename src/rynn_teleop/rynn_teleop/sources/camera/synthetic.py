@@ -53,6 +53,10 @@ TWIN_OBJECTS_QOS = QoS(4, reliable=False)  # the newest poses count; best effort
 _HIDDEN = make_transform((-1000.0, 0.0, 0.0))  # a pose behind the head camera: an object there is not drawn
 
 
+class FixedPosesUnknown(ValueError):
+    """A twin scene with fixed objects whose poses are not known yet (no scene file here, no /twin/objects yet)."""
+
+
 class TwinView(NamedTuple):
     """What the camera draws of one ``/twin/scene``: the static part, and the objects that move."""
 
@@ -108,8 +112,8 @@ def twin_view(text: str, poses: np.ndarray | None = None) -> TwinView:
             rgba = tuple(float(v) for v in o.get("color", (0.7, 0.7, 0.7, 1.0)))
             if o.get("fixed", False):
                 if layout is None:
-                    raise ValueError(f"no pose for the fixed object {o['name']!r} (its scene file is not here and "
-                                     "no /twin/objects came yet)")
+                    raise FixedPosesUnknown(f"no pose for the fixed object {o['name']!r} (its scene file is not "
+                                            "here and no /twin/objects came yet)")
                 fixed.append(TwinShape(str(o["shape"]), tuple(float(v) for v in o["size"]), layout[i], rgba))
             else:
                 movable.append(i)
@@ -121,6 +125,8 @@ def twin_view(text: str, poses: np.ndarray | None = None) -> TwinView:
         tabletop = TwinTabletop((center[0], center[1]), (size[0], size[1]), top,
                                 tuple(float(v) for v in table.get("color", (0.62, 0.43, 0.26, 1.0))),
                                 tuple(fixed), targets)
+    except FixedPosesUnknown:
+        raise
     except (KeyError, TypeError, ValueError, IndexError, json.JSONDecodeError) as exc:
         raise ValueError(f"not a usable /twin/scene: {exc!r}") from None
     initial = None if layout is None else layout[movable]
@@ -391,8 +397,9 @@ class SyntheticScene(CameraSource):
 
     def _take_twin(self) -> None:
         """Show a twin scene that is ready; start building the newest one received (one at a time)."""
-        built, self._twin_built = self._twin_built, None
+        built = self._twin_built  # set once by the build thread, as its last step
         if built is not None:
+            self._twin_built = None
             view, scene = built
             self.scene, self.twin, self.objects = scene, view, scene.objects
             self.painter.set_objects(view.primitives)
@@ -404,10 +411,10 @@ class SyntheticScene(CameraSource):
         text, self._twin_text = self._twin_text, None
         try:
             view = twin_view(text, self._twin_poses)
+        except FixedPosesUnknown:
+            self._twin_text = text  # again once the first /twin/objects came
+            return
         except ValueError as exc:
-            if self._twin_poses is None and "no pose" in str(exc):
-                self._twin_text = text  # again once the first /twin/objects came
-                return
             self.twin_errors += 1
             _LOG.error("synthetic camera: %s", exc)
             return

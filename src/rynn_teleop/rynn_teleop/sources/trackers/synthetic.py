@@ -76,7 +76,7 @@ class _Episode(NamedTuple):
     """An episode as the operator plays it (task twin)."""
 
     task: OperatorTask  # the twin's episode (scene, seed, start time)
-    plan: OperatorPlan  # its plan from the wrists arm_ik had at its start (same timing as ``task.plan``)
+    plan: OperatorPlan | None  # from the wrists arm_ik had at its start (``task.plan``'s timing); None: skipped
     offsets: dict[str, tuple[np.ndarray, np.ndarray]]  # side -> arm_ik's clutch offset (position [m], rotation)
 
 # T_body_tracker of the chest tracker: tracker x = body left, y = body up,
@@ -243,8 +243,8 @@ class SyntheticOperator(TrackerSource):
         Param("seed", int, 0, "random seed of the synthetic operator", min=0, max=2**31 - 1),
         Param("position_noise", float, 0.0005, "tracker position noise (std)", "m", min=0.0, max=0.05),
         Param("rotation_noise", float, 0.003, "tracker rotation noise (std)", "rad", min=0.0, max=0.2),
-        Param("hold_s", float, 2.0, "time the synthetic operator holds the calibration posture", "s",
-              min=0.0, max=60.0),
+        Param("hold_s", float, 2.0, "time the synthetic operator holds the calibration posture (task twin: at least, "
+              "after it appears, before an episode: arm_ik calibrates on it)", "s", min=0.0, max=60.0),
         Param("cycle_s", float, 8.0, "duration of one synthetic pick-and-place", "s", min=2.0, max=120.0),
         Param("dropouts", STR_LIST, [], "simulated tracking losses, each 'role:start_s:end_s' (seconds after start)",
               check=_dropouts_problem),
@@ -305,7 +305,8 @@ class SyntheticOperator(TrackerSource):
             seed: seed of the noise generator.
             position_noise: std of the Gaussian position noise [m] per axis.
             rotation_noise: std of the random rotation-vector noise [rad] per axis.
-            hold_s: time [s] the operator holds HOME before the first task cycle.
+            hold_s: time [s] the operator holds HOME before the first task cycle (task twin: an episode starting
+                sooner after the first :meth:`start` is skipped, so that arm_ik calibrates on a still operator).
             cycle_s: duration [s] of one pick-and-place cycle.
             dropouts: (role, t0, t1): no samples of that role for t0 <= t < t1 [s since start].
             world_frame: frame id of the tracking world.
@@ -379,6 +380,7 @@ class SyntheticOperator(TrackerSource):
                                           chest_home, elbows)
             self.twin = TwinEpisodes(task_delay_s, self.mapping.start_wrists, "synthetic operator")
         self._t_start: float | None = None
+        self._appeared = 0.0  # [s] the first start(): the operator appeared
         self._next_k = 0
         self._rng: np.random.Generator | None = None
         self._closed = False
@@ -507,6 +509,8 @@ class SyntheticOperator(TrackerSource):
         episode = self.episode
         if episode is None or episode.task is not task:
             episode = self.episode = self._begin(task)
+        if episode.plan is None:  # skipped: still holding the calibration posture
+            return None
         sample = episode.plan.sample(now - task.start)
         aims = {}
         for side in SIDES:
@@ -518,6 +522,11 @@ class SyntheticOperator(TrackerSource):
         """The episode of ``task`` as aimed from where arm_ik's newest commands (their mean: the trackers' noise
         moves each by millimetres) have the wrists; from the held posture's wrists without any."""
         home = self.mapping.start_wrists
+        if task.start < self._appeared + self.hold_s:
+            _LOG.warning("synthetic operator: the episode of %s seed %d starts %.1f s after the operator appeared, "
+                         "before its %.1f s in the calibration posture (hold_s): skipped", task.twin.scene,
+                         task.twin.seed, task.start - self._appeared, self.hold_s)
+            return _Episode(task, None, {})
         if not self._arm_commands:
             return _Episode(task, task.plan, {side: (np.zeros(3), np.eye(3)) for side in SIDES})
         robot = self.mapping.arm_wrists(np.mean(self._arm_commands, axis=0))
@@ -532,6 +541,8 @@ class SyntheticOperator(TrackerSource):
     # ---------------------------------------------------------------- source
     def start(self, now: float) -> None:
         """Start the timeline at ``now`` [s] (restarting it, and the noise, if already started)."""
+        if self._t_start is None:
+            self._appeared = float(now)  # [s] when the operator first appeared (task twin: hold_s counts from here)
         self._t_start = float(now)
         self._next_k = 0
         self._rng = np.random.default_rng(self.seed)
