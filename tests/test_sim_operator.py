@@ -237,3 +237,21 @@ def test_an_episode_being_played_is_not_cut_short():
     assert second.start == pytest.approx(first.end + 0.5) and episodes.task is first
     assert episodes.sample(mid + 0.1).phase == "approach"  # the first goes on
     assert episodes.sample(first.end + 0.6).phase == "start" and episodes.task is second
+
+
+def test_an_episode_before_the_operator_held_its_posture_is_skipped(robot):
+    """arm_ik calibrates on the held posture: an episode starting sooner than hold_s after the operator appears
+    is skipped (it holds still), the next one is played."""
+    operator = SyntheticOperator(SERIALS, task="twin", task_delay_s=DELAY, hold_s=2.0, robot=robot)
+    operator.start(T0)
+    operator.feed("/twin/scene", scene_message("pick_place", 0, stamp=T0 - 1.0))  # would start at T0 + 1
+    operator.read(T0 + 0.5)
+    held = operator.pose_at(0.0)["right_wrist"]
+    np.testing.assert_allclose(operator.pose_at(3.0)["right_wrist"][:3, 3], held[:3, 3], atol=0.03)  # body sway
+    assert operator.episode.plan is None
+    later = operator.twin.task.end + 1.0
+    operator.feed("/twin/scene", scene_message("pick_place", 1, stamp=later))
+    operator.read(later)
+    assert operator.twin.active(later + DELAY + 1.0).twin.seed == 1
+    moved = operator.pose_at(later + DELAY + 2.0 - T0)["right_wrist"][:3, 3]
+    assert np.linalg.norm(moved - held[:3, 3]) > 0.05 and operator.episode.plan is not None

@@ -39,6 +39,7 @@ from ...core.params import Param
 from ...core.robot_geometry import Primitive
 from ...core.robot_model import RobotModel, arm_joint_names
 from ...core.robot_render import RobotRenderer, Shading, object_primitive
+from ...core.scheduling import lower_this_thread, name_this_thread
 from ...core.trackers import frame_matrices
 from ...core.transforms import make_transform
 from ...errors import ConfigurationError
@@ -426,8 +427,14 @@ class SyntheticScene(CameraSource):
             scene.prepare()
             self._twin_built = (view, scene)
 
+        def build_in_background() -> None:
+            lower_this_thread()  # seconds of ray casting behind the frames: never ahead of the frame loop
+            name_this_thread("head_camera:twin")
+            build()
+
         if self._twin_in_background:
-            self._twin_build = threading.Thread(target=build, name="synthetic camera: twin scene", daemon=True)
+            self._twin_build = threading.Thread(target=build_in_background, name="synthetic camera: twin scene",
+                                                daemon=True)
             self._twin_build.start()
         else:
             build()
