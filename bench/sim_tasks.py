@@ -1,6 +1,7 @@
 """The scripted operator doing the twin's tasks through the whole stack, and each recorded episode replayed.
 
     .venv/bin/python bench/sim_tasks.py [--tasks pick_place,bimanual_lift] [--seeds 0-19] [--no-replay]
+                                        [--stale-timeout-s 1.5]     # about 28 minutes here
 
 Per task one stack, as the launch file and the demo run it: the digital mode's nodes with the recorder (the twin
 with the task's scene and the drivers' sim backend on it, the synthetic tracker and glove with ``synthetic.task:
@@ -21,8 +22,13 @@ Then every recorded episode is replayed on a fresh twin (``rynn-teleop episodes 
 its scene and layout from the episode, the recorded arm and hand commands through the drivers' safety layer),
 one process per episode, and its outcome compared with the recorded one.
 
-Time on this 2-core VM: about 25 s per seed through the stack plus about 30 s per replay, i.e. about 20 minutes
-per task with replays (plus start-up). The last line printed is one JSON object.
+Host stalls: on a shared 2-core VM every process may stop at once for up to ~1 s (the recorder then reports gaps of
+that length on every topic at the same instant). With arm_ik's default ``stale_timeout_s`` (0.1 s) each such stall
+makes arm_ik brake and, when the frames resume, re-anchor its clutch while the arm lags: that episode misses. The
+operator takes the offset out at the next episode; ``--stale-timeout-s 1.5`` makes arm_ik ride through the stall.
+
+Time on this 2-core VM: about 8 s of start-up, 19 s per seed through the stack and 23 s per replay, about 14
+minutes per task. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
