@@ -65,6 +65,9 @@ _PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 S = TypeVar("S", bound=Status)
 #: the operator actions the demo performs (``nodes.operator.ACTIONS``), whose services it waits for up front
 PROBE_ACTIONS = ("episode start", "episode stop", "feed physical", "feed generated")
+#: [s] the recorder's stop answers once the file is closed and the episode measured; a loaded 2-core machine
+#: (a busy core beside the demo) took over 30 s
+STOP_TIMEOUT_S = 120.0
 SETTLE_S = 2.0  # between "every topic flows" and the episode start: the processes' start-up transients pass
 TOGGLE_AT = (0.4, 0.6)  # fractions of the episode: to the physical feed, back to the generated one
 #: what the demo records and the rate each topic must have [Hz] (0: no rate; the camera colour only: depth is off)
@@ -307,7 +310,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
                                 "response": probe.act(action).message})
             time.sleep(max(0.0, t0 + duration - time.monotonic()))
             rows = node_rows(probe.diagnostics)
-            episode = probe.episode("episode stop", timeout=30.0)
+            episode = probe.episode("episode stop", timeout=STOP_TIMEOUT_S)
             description, active_sources = probe.description, list(probe.active_sources)
             arm_ik = probe.status("arm_ik", ArmIKStatus)
             host_policy, stalls = host.finish()
@@ -411,7 +414,7 @@ def record_episodes(count: int, duration: float, out_dir: str | Path, *, gap: fl
             for _ in range(count):
                 probe.episode("episode start")
                 time.sleep(duration)
-                episode = probe.episode("episode stop", timeout=30.0)
+                episode = probe.episode("episode stop", timeout=STOP_TIMEOUT_S)
                 if not (episode / "metadata.yaml").is_file():
                     raise RynnTeleopError(f"record: the episode was not stopped cleanly: {episode} has no "
                                           f"metadata.yaml")
