@@ -3,20 +3,20 @@
     .venv/bin/python bench/sim_tasks.py [--tasks pick_place,bimanual_lift] [--seeds 0-19] [--no-replay]
                                         [--stale-timeout-s 1.5]     # about 28 minutes here
 
-Per task one stack, as the launch file and the demo run it: the digital mode's nodes with the recorder (the twin
-with the task's scene and the drivers' sim backend on it, the synthetic tracker and glove with ``synthetic.task:
-twin``, arm_ik with auto-calibration and auto-engage, hand retargeting, the head camera drawing the twin, the world
-model, the feed switch, the recorder; robot_markers, which only feeds RViz, left out as the demo does), one
-``rynn-teleop run --mode digital ... NODES`` process per process group of the bringup table (one process for all
-would share one interpreter lock: on a 2-core machine the camera's and the world model's frames then delay the
-200 Hz control loops by tens of milliseconds, the trackers go stale and arm_ik re-anchors). The twin starts at a
-layout (seed 100000) whose episode is played once, unrecorded; then the operator, holding the calibration posture,
-is calibrated again (``/arm_ik/calibrate``, ``/arm_ik/set_clutch``; arm_ik's auto-calibration at start-up can catch
-it moving on a loaded machine). Then, for each seed, this script sets the twin's ``seed`` parameter (a
-reset to that layout, the robot back at home), starts an episode (``/recorder/start_episode``), waits while the
-operator plays the plan (it follows ``/twin/scene``: ``task_delay_s`` after the reset, the plan's duration, a
-settling time) and stops the episode; the recorder writes the twin's outcome into ``episode.yaml``. Success is
-the twin's ``/twin/outcome`` at the stop (the task's predicate on the physics state), never the script's.
+Per task one stack, as the launch file and the demo run it: the digital mode's nodes with the recorder (the twin with
+the task's scene and the drivers' sim backend on it, the synthetic tracker and glove with ``synthetic.task: twin``,
+arm_ik with auto-calibration and auto-engage, hand retargeting, the head camera drawing the twin, the world model, the
+feed switch, the recorder; robot_markers, which only feeds RViz, left out as the demo does), one ``rynn-teleop run
+--mode digital ... NODES`` process per process group of the bringup table (one process for all would share one
+interpreter lock: on a 2-core machine the camera's and the world model's frames then delay the 200 Hz control loops by
+tens of milliseconds, the trackers go stale and arm_ik re-anchors). The twin starts at a layout (seed 100000), which the
+operator does not play (it plays the layout of each reset); the operator, holding the calibration posture, is calibrated
+again (``/arm_ik/calibrate``, ``/arm_ik/set_clutch``; arm_ik's auto-calibration at start-up can catch it moving on a
+loaded machine). Then, for each seed, this script sets the twin's ``seed`` parameter (a reset to that layout, the robot
+back at home), starts an episode (``/recorder/start_episode``), waits while the operator plays the plan (it follows
+``/twin/scene``: ``task_delay_s`` after the reset, the plan's duration, a settling time) and stops the episode; the
+recorder writes the twin's outcome into ``episode.yaml``. Success is the twin's ``/twin/outcome`` at the stop (the
+task's predicate on the physics state), never the script's.
 
 Then every recorded episode is replayed on a fresh twin (``rynn-teleop episodes replay EPISODE --twin --json``:
 its scene and layout from the episode, the recorded arm and hand commands through the drivers' safety layer),
@@ -50,7 +50,7 @@ DELAY_S = 2.0  # [s] synthetic.task_delay_s: the operator starts this long after
 SETTLE_S = 1.5  # [s] after the plan's end, before the episode is stopped and judged
 EXTRA_WAIT_S = 4.0  # [s] longest further wait for the outcome to turn to success after that
 START_TIMEOUT_S = 240.0  # [s] for the stack to come up and arm_ik to engage
-DUMMY_SEED = 100_000  # the twin's layout at start (its episode is played once and not counted)
+DUMMY_SEED = 100_000  # the twin's layout at start (the operator does not play a start-up layout)
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -228,8 +228,6 @@ def run_stack(task: str, seeds: list[int], out: Path, domain_id: int, log, arm_i
         if not obs.wait(lambda: obs.engaged or dead(), START_TIMEOUT_S) or not obs.engaged:
             raise RuntimeError(f"the stack did not engage within {START_TIMEOUT_S:.0f} s (logs: {out})")
         startup = time.monotonic() - t_start
-        # the layout the twin started with was played once (unrecorded): let it end before the first reset
-        obs.wait(lambda: False, DELAY_S + plan_duration(task, DUMMY_SEED) + SETTLE_S)
         # calibrate again, the operator holding the posture now: on a loaded machine arm_ik's auto-calibration at
         # start-up may have caught it moving already (a few cm of fit residual, every target off)
         log(f"{task}: stack engaged after {startup:.1f} s; {obs.trigger('/arm_ik/calibrate')}")

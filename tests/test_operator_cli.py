@@ -26,6 +26,8 @@ def test_absent_nodes_are_named_with_exit_code_3(ros_env):
     assert out.returncode == 3 and "recorder" in out.stderr
     out = call(ros_env, "--timeout", "0.5", "feed", "toggle")
     assert out.returncode == 3 and "camera_switch" in out.stderr
+    out = call(ros_env, "--timeout", "0.5", "twin", "reset")  # the real mode has no twin
+    assert out.returncode == 3 and "twin" in out.stderr
 
 
 def test_bad_arguments_exit_2_before_any_ros():

@@ -187,6 +187,22 @@ def test_episodes_start_at_the_stamp_plus_the_delay_and_late_ones_are_skipped():
             parse_twin_scene(bad)
 
 
+def test_the_twins_start_up_layout_is_not_played_each_reset_is():
+    """The sources start at different times (and the tracker first holds the calibration posture): both hold
+    still on the twin's start-up layout (resets 0) and play the layout of every reset, so they agree."""
+    start = home_wrists(RobotModel.default(), np.array(DEFAULT_HOME))
+    episodes = TwinEpisodes(DELAY, start, "test")
+    assert episodes.follow(json.dumps({"scene": "pick_place", "seed": 0, "stamp": T0, "resets": 0}), T0) is None
+    assert episodes.task is None and episodes.startup_layouts == 1 and episodes.errors == 0
+    assert episodes.sample(T0 + DELAY + 1.0) is None  # holds still
+    reset = episodes.follow(json.dumps({"scene": "pick_place", "seed": 1, "stamp": T0 + 3.0, "resets": 1}), T0 + 3.0)
+    assert reset is not None and reset.start == T0 + 3.0 + DELAY and reset.twin.resets == 1
+    assert episodes.sample(T0 + 3.0 + DELAY + 1.0).phase == "approach"
+    for bad in (-1, 1.5, True, "1"):
+        with pytest.raises(ValueError, match="resets"):
+            parse_twin_scene(json.dumps({"scene": "a", "seed": 1, "resets": bad}))
+
+
 def test_task_none_keeps_the_procedural_operator():
     plain = SyntheticOperator(SERIALS)
     assert plain.mapping is None and plain.message_inputs() == {}

@@ -89,6 +89,7 @@ def test_the_twin_publishes_its_scene_and_the_drivers_follow_on_its_physics(ros_
         assert wait_for(lambda: probe.objects and probe.scene and probe.outcome and probe.markers, 10.0)
         scene = probe.scene[-1]
         assert (scene["scene"], scene["seed"], scene["task"]) == ("pick_place", 2, "place red_cube in goal")
+        assert scene["resets"] == 0 and abs(scene["stamp"] - twin.now_s()) < 10.0  # the start-up layout, its time
         names = [o["name"] for o in scene["objects"]]
         poses = probe.objects[-1]
         assert poses.header.frame_id == "base_link" and len(poses.poses) == len(names) == 3
@@ -141,10 +142,14 @@ def test_the_twin_publishes_its_scene_and_the_drivers_follow_on_its_physics(ros_
         np.testing.assert_allclose(probe.q(ARM), held, atol=2e-3)
         # ~/reset: the next layout, the robot back at home, the drivers start again from there
         assert probe.call("/arm_driver/reset").success and probe.call("/hand_driver/reset").success
+        from rynn_teleop.nodes.operator import ACTIONS
+
+        assert [step.service for step in ACTIONS["twin reset"].steps] == ["/twin/reset"]  # console, call twin reset
         response = probe.call("/twin/reset")
         assert response.success and "layout 3" in response.message
         assert wait_for(lambda: probe.scene[-1]["seed"] == 3, 5.0)
         assert twin.get_parameter("seed").value == 3
+        assert probe.scene[-1]["resets"] == 1 and probe.scene[-1]["stamp"] > scene["stamp"]  # the operator's clock
         time.sleep(0.3)
         np.testing.assert_allclose(probe.q(ARM), home, atol=2e-3)  # at home, and stays there
         assert arm.safety.mode in ("waiting", "watchdog")

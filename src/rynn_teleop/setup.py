@@ -43,7 +43,8 @@ NODES = {
 #   pip install -e "src/rynn_teleop[runtime,vendor]"        + the lab's device SDKs
 #   pip install -e "src/rynn_teleop[world-model]"           the diffusion backend (torch, diffusers)
 RUNTIME = [
-    "numpy", "scipy", "pyyaml", "pin", "ruckig", "rosbags>=0.11", "mcap>=1.6", "mcap-ros2-support", "ruamel.yaml",
+    "numpy", "scipy", "threadpoolctl", "pyyaml", "pin", "ruckig", "rosbags>=0.11", "mcap>=1.6", "mcap-ros2-support",
+    "ruamel.yaml",
     "opencv-python-headless", "mujoco", "aiohttp", "foxglove-sdk",
 ]
 WORLD_MODEL = ["torch==2.13.0", "diffusers==0.42.1", "peft", "transformers", "safetensors"]

@@ -1,21 +1,25 @@
 """``rynn-teleop demo``: digital teleoperation end to end, no hardware, on real rclpy.
 
 The bringup's ``digital`` mode (``bringup.py``) with synthetic operator input:
-a synthetic operator wears five trackers (``tracker``: it holds the
-calibration posture, then does a bimanual pick-and-place) and a glove pair
-(``hand_retarget``); ``arm_ik`` calibrates itself on that posture, engages
-and drives the arms (IK + Ruckig, 200 Hz) through the simulated drivers'
-safety layer (``arm_driver``, ``hand_driver``); the world model (render
-backend) draws the commanded robot over the synthetic tabletop as the
-generated head camera; the feed switch shows the generated stream, is
-toggled to the physical one (the synthetic camera, ``head_camera``) at 40 %
+a synthetic operator wears five trackers (``tracker``) and a glove pair
+(``hand_retarget``): it holds the calibration posture, then does the
+physical twin's task (``synthetic.task: twin``: the pick-and-place of
+``config/sim/pick_place.yaml``, planned from the twin's layout);
+``arm_ik`` calibrates itself on that posture, engages and drives the arms
+(IK + Ruckig, 200 Hz) through the drivers' safety layer onto the twin
+(``twin``, ``arm_driver``, ``hand_driver``: MuJoCo physics, where the grasp
+moves the cube); the world model (render backend) draws the commanded robot
+over the synthetic tabletop as the generated head camera; the feed switch
+shows the generated stream, is toggled to the physical one (the synthetic
+camera, ``head_camera``, which draws the twin's robot and objects) at 40 %
 of the run and back at 60 %; the recorder records the episode.
 
 The nodes run as the composed runner (``rynn-teleop run``), one process per
 group of the bringup table (:data:`DEMO_GROUPS`), so no node's rate depends
 on the others' share of one interpreter lock.
-The episode starts once the arms are engaged and every recorded topic flows,
-and lasts ``duration`` seconds.
+The episode starts once the arms are engaged and every recorded topic flows, just after a reset of the twin
+(its next layout, the robot at home; the operator starts the task :data:`TASK_DELAY_S` later), and lasts
+``duration`` seconds.
 
 Output, in the output folder: the episode directory (rosbag2 MCAP +
 ``episode.yaml``), ``joints.png`` (commanded vs measured joints) and
@@ -64,7 +68,11 @@ DEMO_GROUPS: tuple[tuple[str, ...], ...] = bringup.process_groups(DEMO_NODES)
 _PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 S = TypeVar("S", bound=Status)
 #: the operator actions the demo performs (``nodes.operator.ACTIONS``), whose services it waits for up front
-PROBE_ACTIONS = ("episode start", "episode stop", "feed physical", "feed generated")
+PROBE_ACTIONS = ("twin reset", "episode start", "episode stop", "feed physical", "feed generated")
+#: [s] the synthetic operator (tracker and glove, ``synthetic.task: twin``) starts the twin's task this long after
+#: the twin laid its objects out; the demo resets the twin just before each episode, so the episode shows the
+#: operator holding still this long, then the task's plan (12.4 s for both scenes)
+TASK_DELAY_S = 2.0
 #: [s] the recorder's stop answers once the file is closed and the episode measured; a loaded 2-core machine
 #: (a busy core beside the demo) took over 30 s
 STOP_TIMEOUT_S = 120.0
@@ -82,8 +90,10 @@ def demo_overrides(out: Path) -> dict:
     overrides = bringup.mode_overrides("digital", camera="generated", tracker_backend="synthetic",
                                        hand_retarget_backend="synthetic", world_model_backend="render")
     demo = {
-        # time to calibrate: a loaded machine may take a DDS announcement period (about 3 s) to connect arm_ik
-        "tracker": {"synthetic.hold_s": 5.0},
+        # time to calibrate: a loaded machine may take a DDS announcement period (about 3 s) to connect arm_ik;
+        # the operator does the twin's task (TASK_DELAY_S after each twin reset: the demo resets it at each episode)
+        "tracker": {"synthetic.hold_s": 5.0, "synthetic.task": "twin", "synthetic.task_delay_s": TASK_DELAY_S},
+        "hand_retarget": {"synthetic.task": "twin", "synthetic.task_delay_s": TASK_DELAY_S},
         "arm_ik": {
             "auto_calibrate": True, "auto_engage": True,  # starts from the sim arm driver's measured joints
             "calibration_file": str(out / "arm_calibration.yaml"),  # never the lab's own calibration
@@ -93,7 +103,8 @@ def demo_overrides(out: Path) -> dict:
         "head_camera": {"synthetic.depth": False, "synthetic.profile": "320x240x30"},
         "world_model": {"profile": "320x240x30"},
         "robot_markers": {"rate_hz": 10.0},  # plenty to watch
-        "recorder": {"output_dir": str(out), "task": "demo: bimanual pick-and-place", "operator": "synthetic operator",
+        "recorder": {"output_dir": str(out), "task": "demo: pick-and-place (twin scene pick_place)",
+                     "operator": "synthetic operator",
                      "topics": list(DEMO_TOPICS), "expected_rates_hz": list(DEMO_TOPICS.values())},
     }
     for node, values in demo.items():
@@ -212,6 +223,17 @@ class _Probe(Node):
             raise RynnTeleopError(f"demo: {action} failed: {result.message}")
         return Path(result.episode)
 
+    def next_layout(self) -> None:
+        """Reset the twin to its next layout (the robot at home); the synthetic operator starts the task
+        :data:`TASK_DELAY_S` later.
+
+        Raises:
+            RynnTeleopError: the twin refused or is not running.
+        """
+        result = self.act("twin reset")
+        if not result.ok:
+            raise RynnTeleopError(f"demo: twin reset failed: {result.message}")
+
     def wait_for_services(self, timeout: float) -> None:
         """Wait (at most ``timeout`` [s] each) for the services of :data:`PROBE_ACTIONS`."""
         for action in PROBE_ACTIONS:
@@ -301,6 +323,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
             probe.wait_for_services(10.0)
             host = HostProbes(SETTLE_S + duration + 120.0)  # before the settle time: its start-up is not the episode's
             time.sleep(SETTLE_S)
+            probe.next_layout()
             probe.episode("episode start")
             t0 = time.monotonic()
             toggles = []
@@ -412,6 +435,7 @@ def record_episodes(count: int, duration: float, out_dir: str | Path, *, gap: fl
             probe.wait_for_services(10.0)
             time.sleep(SETTLE_S)
             for _ in range(count):
+                probe.next_layout()
                 probe.episode("episode start")
                 time.sleep(duration)
                 episode = probe.episode("episode stop", timeout=STOP_TIMEOUT_S)

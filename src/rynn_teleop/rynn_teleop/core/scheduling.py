@@ -11,7 +11,8 @@ run first, then the recorder's drains, operator input and the camera. The world 
 threads stay in the normal scheduler (nice): the kernel throttles every real-time thread of a CPU once they
 have used ``sched_rt_runtime_us`` of a period, so unbounded work at any real-time priority would stall the arm
 loops too. Processes are also placed on CPUs (:func:`process_cpus`): the control processes, once real-time, on
-the control CPU (the lowest they may use), the other classes but ``normal`` on the rest.
+the control CPU (the lowest they may use), the other real-time classes on the rest; ``generate`` and ``normal``
+are not placed (in the normal scheduler they use what the real-time threads leave on every CPU).
 """
 
 from __future__ import annotations
@@ -103,8 +104,11 @@ PRIORITY_CLASSES: dict[str, PriorityClass] = {c.name: c for c in (
     PriorityClass("input", 20, 0),  # operator input feeding the arm loops (trackers, gloves -> retargeting)
     PriorityClass("stream", 10, 0),  # the camera and the feed switch (frames the operator watches)
     # the world model: heavy and unbounded (a diffusion model may take a whole core), late-tolerant (its
-    # frames carry their commands' stamps): never real time, which would spend the arm loops' budget
-    PriorityClass("generate", None, 10),
+    # frames carry their commands' stamps): never real time, which would spend the arm loops' budget. Not
+    # placed: in the normal scheduler it runs where no real-time thread does, on any CPU. Placed beside the
+    # real-time input, camera and recorder processes, its middleware's receive threads waited behind them for
+    # over 100 ms at a time, and the generated feed had no new command to show (gaps of 110-200 ms in the demo)
+    PriorityClass("generate", None, 10, None),
     # viewers, tools, the description, the demo's parent process: the normal scheduler, unplaced (a process
     # that spawns others hands its CPUs down to them)
     PriorityClass("normal", None, 0, None),

@@ -86,6 +86,9 @@ ACTIONS: dict[str, Action] = {
                            "stop and keep the episode"),
     "episode discard": Action((Step("/recorder/discard_episode", Trigger, node="recorder"),),
                               "stop and delete the episode"),
+    "twin reset": Action((Step("/twin/reset", Trigger, node="twin"),),
+                         "the physical twin (digital mode): the next layout of its scene, the robot back at home "
+                         "(the synthetic operator with synthetic.task twin then does the task again)"),
 }
 #: recorder parameters an action may set first (``episode start``: task, operator; ``episode stop``: outcome, notes)
 RECORDER_FIELDS = {"episode start": ("task", "operator"), "episode stop": ("outcome", "notes")}
@@ -303,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     stop.add_argument("--outcome", choices=[o for o in OUTCOMES if o], help="outcome label stored with the episode")
     stop.add_argument("--notes", help="notes stored with the episode")
     ep_sub.add_parser("discard", help=ACTIONS["episode discard"].help)
+    twin = sub.add_parser("twin", help="the physical twin (digital mode)")
+    twin.add_subparsers(dest="twin_command", required=True).add_parser("reset", help=ACTIONS["twin reset"].help)
     sub.add_parser("status", help="calibrated/engaged per arm, e-stop, active feed, episode")
     return p
 
@@ -310,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _action_of(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
     if args.command == "feed":
         return f"feed {args.source}", {}
+    if args.command == "twin":
+        return f"twin {args.twin_command}", {}
     if args.command == "episode":
         name = f"episode {args.episode_command}"
         return name, {k: getattr(args, k) for k in RECORDER_FIELDS.get(name, ()) if getattr(args, k, None) is not None}

@@ -66,13 +66,24 @@ GIL_SWITCH_INTERVAL_S = 0.001
 
 
 def tune_threads() -> None:
-    """Let a node's threads take turns at the GIL every :data:`GIL_SWITCH_INTERVAL_S`.
+    """Let a node's threads take turns at the GIL every :data:`GIL_SWITCH_INTERVAL_S`, and keep the BLAS
+    libraries loaded so far (numpy's OpenBLAS) to one thread.
 
     A node process runs its executor thread beside loop threads (``TeleopNode.create_loop``): with CPython's
     default 5 ms, a message callback (the feed switch forwarding a frame) waits up to 5 ms per GIL
     acquisition while a loop thread computes (the synthetic camera drawing its next frame).
+
+    One BLAS thread: a BLAS worker thread inherits the real-time priority of the node thread that first calls
+    into BLAS, and OpenBLAS workers wait for work by spinning on ``sched_yield``, which never gives the CPU to
+    a lower priority. Measured in the demo with the twin: the synthetic camera's ray cast of a new twin layout
+    (a (76800, 3) @ (3, 3) product, split over two OpenBLAS threads) took 3 s of CPU instead of 0.14 s and
+    held the camera's frames back for up to 1.2 s at a time for 11 s. The node processes' products are small
+    (joints, poses, one image's rays): one thread loses nothing.
     """
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
 
 
 def use_transport_profile() -> str:

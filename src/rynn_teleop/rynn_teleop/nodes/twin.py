@@ -76,7 +76,9 @@ class TwinNode(TeleopNode):
                   "stamped with the simulated instant on the node clock, at objects_rate_hz"),
             Topic("/twin/scene", "std_msgs/msg/String", node_io.LATCHED,
                   "JSON: scene, seed, task, table, objects (name, shape, size [m], color RGBA, mass, fixed) and "
-                  "targets (name, center, size, yaw, support, color) as laid out; again at every reset"),
+                  "targets (name, center, size, yaw, support, color) as laid out, stamp (node clock [s] when this "
+                  "layout was set: the synthetic operator starts its plan from it), resets (0: the start-up layout); "
+                  "again at every reset"),
             Topic("/twin/outcome", "std_msgs/msg/String", node_io.LATCHED,
                   "JSON: success (true: the task's predicate holds now; false: it cannot any more; null: "
                   "undecided), reason, task, t [s of simulated time]; when it changes, at most outcome_rate_hz"),
@@ -134,6 +136,7 @@ class TwinNode(TeleopNode):
         self._objects_msg = PoseArray()
         self._objects_msg.header.frame_id = FRAME_ID
         self._published_outcome: tuple | None = None
+        self._layout_stamp_s = self.now_s()  # [s] node clock when the current layout was set (start, ~/reset)
         self._physics_meter = self.meter("physics", nominal_hz=p["physics_rate_hz"])
         self._objects_meter = self.meter("objects", nominal_hz=p["objects_rate_hz"])
         self._publish_scene()
@@ -221,7 +224,8 @@ class TwinNode(TeleopNode):
     def _publish_scene(self) -> None:
         from ..sim.monitor import scene_description
 
-        self._scene_pub.publish(String(data=json.dumps(scene_description(self.world))))
+        doc = scene_description(self.world) | {"stamp": self._layout_stamp_s, "resets": self.resets}
+        self._scene_pub.publish(String(data=json.dumps(doc)))
 
     def _publish_outcome(self, force: bool = False) -> None:
         key = (self.outcome.success, self.outcome.reason)
@@ -231,7 +235,8 @@ class TwinNode(TeleopNode):
 
     def reset(self, seed: int) -> None:
         """Lay the objects out by ``seed``, put the robot back at home, restart simulated time now."""
-        self.shared.reset(self.now_s(), seed)
+        self._layout_stamp_s = self.now_s()
+        self.shared.reset(self._layout_stamp_s, seed)
         self.monitor.reset()
         self.outcome = self.monitor.update()
         self.resets += 1

@@ -56,6 +56,7 @@ class TwinScene(NamedTuple):
     scene: str  # the twin's ``scene`` parameter: a name in config/sim or a path
     seed: int  # the layout's seed
     stamp: float | None  # [s] the twin's clock when it set this layout (start or ~/reset); None if not given
+    resets: int | None = None  # [-] the twin's resets before this layout (0: its start-up layout); None: not given
 
 
 def parse_twin_scene(text: str) -> TwinScene:
@@ -63,7 +64,7 @@ def parse_twin_scene(text: str) -> TwinScene:
 
     Raises:
         ValueError: not JSON, or no usable ``scene`` (text) or ``seed`` (integer >= 0); a ``stamp`` that is not a
-            finite number.
+            finite number; ``resets`` that is not an integer >= 0.
     """
     try:
         doc = json.loads(text)
@@ -71,7 +72,7 @@ def parse_twin_scene(text: str) -> TwinScene:
         raise ValueError(f"/twin/scene is not JSON: {exc}") from None
     if not isinstance(doc, Mapping):
         raise ValueError(f"/twin/scene must be a JSON object, got {type(doc).__name__}")
-    scene, seed, stamp = doc.get("scene"), doc.get("seed"), doc.get("stamp")
+    scene, seed, stamp, resets = doc.get("scene"), doc.get("seed"), doc.get("stamp"), doc.get("resets")
     if not isinstance(scene, str) or not scene:
         raise ValueError(f"/twin/scene: 'scene' must be a non-empty string, got {scene!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
@@ -79,7 +80,9 @@ def parse_twin_scene(text: str) -> TwinScene:
     if stamp is not None and (isinstance(stamp, bool) or not isinstance(stamp, (int, float))
                               or not math.isfinite(stamp)):
         raise ValueError(f"/twin/scene: 'stamp' must be a number of seconds, got {stamp!r}")
-    return TwinScene(scene, seed, None if stamp is None else float(stamp))
+    if resets is not None and (isinstance(resets, bool) or not isinstance(resets, int) or resets < 0):
+        raise ValueError(f"/twin/scene: 'resets' must be an integer >= 0, got {resets!r}")
+    return TwinScene(scene, seed, None if stamp is None else float(stamp), resets)
 
 
 def home_wrists(robot: RobotModel, home: np.ndarray) -> dict[str, np.ndarray]:
@@ -163,19 +166,22 @@ def task_from_message(text: str, received: float, delay: float, start_wrists: Ma
 class TwinEpisodes:
     """The episodes one synthetic source plays: one per ``/twin/scene`` message (see the module doc).
 
-    A message handed to :meth:`feed` is planned at the next :meth:`update` (the source's next read, whose time
-    stands for when it arrived). An episode being played is never cut short (the operator would jump back to
-    the start posture, and arm_ik re-anchor its clutch there): the next one starts :data:`EPISODE_GAP` after it
-    ends, if that is later than its stamp + delay. A message that gives no plan (unusable, a scene this machine
-    cannot read, or a plan whose start has passed already: the other source may be playing it, and joining it
-    half-way would make the arm jump) is logged and counted in :attr:`errors`; the operator then holds still
-    until the next one.
+    A message handed to :meth:`feed` is planned at the next :meth:`update` (the source's next read, whose time stands
+    for when it arrived). The twin's start-up layout (``resets`` 0) is not played: the sources start at different times
+    and the tracker first holds the calibration posture, so they could not agree on playing it; each reset of the twin
+    (``~/reset``, its ``seed`` parameter, the console's "Next layout") is an episode that both sources receive while
+    running and start at the same instant. An episode being played is never cut short (the operator would jump back to
+    the start posture, and arm_ik re-anchor its clutch there): the next one starts :data:`EPISODE_GAP` after it ends, if
+    that is later than its stamp + delay. A message that gives no plan (unusable, a scene this machine cannot read, or a
+    plan whose start has passed already: the other source may be playing it, and joining it half-way would make the arm
+    jump) is logged and counted in :attr:`errors`; the operator then holds still until the next one.
 
     Attributes:
         task: the episode being played (None before the first, or after a message that gave none).
         queued: the next episode, planned while :attr:`task` is played (it follows at once when that ends).
         episodes: [-] messages planned.
         errors: [-] messages that gave no plan.
+        startup_layouts: [-] start-up layouts (``resets`` 0) not played.
     """
 
     def __init__(self, delay: float, start_wrists: Mapping[str, np.ndarray], who: str) -> None:
@@ -197,6 +203,7 @@ class TwinEpisodes:
         self.queued: OperatorTask | None = None  # the next episode, while :attr:`task` is being played
         self.episodes = 0
         self.errors = 0
+        self.startup_layouts = 0
         self._pending: str | None = None
 
     def feed(self, text: str) -> None:
@@ -214,6 +221,11 @@ class TwinEpisodes:
         once the one being played is over; None when it gives no plan (see the class doc)."""
         playing = self.task if self.task is not None and now < self.task.end else None
         try:
+            if parse_twin_scene(text).resets == 0:
+                self.startup_layouts += 1
+                _LOG.info("%s: the twin's start-up layout: holding still until the twin is reset (console 'Next "
+                          "layout', rynn-teleop call twin reset)", self.who)
+                return None
             task = task_from_message(text, now, self.delay, self.start_wrists)
         except (ValueError, ConfigurationError) as exc:
             self.errors += 1

@@ -135,7 +135,9 @@ const OUTCOME_BADGE = { success: "ok", failure: "error", undecided: "warn" };
 
 function showTwin(twin) {
   const badge = $("twin-state");
-  if (!twin || !twin.running) {
+  const running = Boolean(twin && twin.running);
+  document.querySelectorAll('[data-action="twin reset"]').forEach((b) => { b.disabled = !running; });
+  if (!running) {
     badge.textContent = "no twin"; badge.className = "badge stale"; badge.dataset.outcome = "";
     $("twin").textContent = "";
     return;

@@ -318,7 +318,8 @@ class SyntheticGlove(HandSource):
         Param("noise", float, 0.001, "keypoint noise (std)", "m", min=0.0, max=0.02),
         Param("cycle_s", float, 6.0, "duration of one gesture cycle", "s", min=1.0, max=120.0),
         Param("task", str, "none", "none: a gesture script (cycle_s); twin: the hands of the physical twin's task "
-              "(twin_scene_topic), closing on the grasp the twin validated", choices=TASKS),
+              "(twin_scene_topic), once after each twin reset (its start-up layout is not played), closing on the "
+              "grasp the twin validated", choices=TASKS),
         Param("task_delay_s", float, 5.0, "(task twin) the plan starts this long after the twin set its layout "
               "(the stamp of its /twin/scene); the synthetic tracker's task_delay_s must be the same", "s",
               min=0.0, max=600.0),

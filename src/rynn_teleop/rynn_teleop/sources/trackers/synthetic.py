@@ -249,8 +249,8 @@ class SyntheticOperator(TrackerSource):
         Param("dropouts", STR_LIST, [], "simulated tracking losses, each 'role:start_s:end_s' (seconds after start)",
               check=_dropouts_problem),
         Param("task", str, "none", "none: a procedural pick-and-place motion (hold_s, cycle_s); twin: the task of "
-              "the physical twin's scene (twin_scene_topic), through the calibration arm_ik computes from the "
-              "held posture", choices=TASKS),
+              "the physical twin's scene (twin_scene_topic), once after each twin reset (its start-up layout is not "
+              "played), through the calibration arm_ik computes from the held posture", choices=TASKS),
         Param("task_delay_s", float, 5.0, "(task twin) the plan starts this long after the twin set its layout "
               "(the stamp of its /twin/scene); the synthetic glove's task_delay_s must be the same", "s",
               min=0.0, max=600.0),
