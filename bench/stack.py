@@ -3,8 +3,10 @@
     .venv/bin/python bench/stack.py [--seconds 30] [--floor-seconds 15]     # about 2 minutes
 
 Runs the demo's node set (``rynn_teleop.demo``: the bringup's digital mode with a synthetic operator, the
-same process groups and priorities) and records an episode of ``--seconds`` with the feed switch on the
-physical camera (so the consumer stream's header stamps are capture times). Measured over the episode:
+same process groups and priorities; the physical twin in the drivers' process) and records an episode of
+``--seconds`` with the feed switch on the physical camera (so the consumer stream's header stamps are capture
+times), the twin reset just before it so that the operator does the twin's pick-and-place in it (grasp, carry,
+place: the physics with contacts). Measured over the episode:
 
 * ``cpu_cores`` per process group and ``cpu_cores_total`` (utime + stime from /proc over the episode, in
   cores: 1.0 = one core busy);
@@ -18,6 +20,7 @@ physical camera (so the consumer stream's header stamps are capture times). Meas
   header stamps (speed over each interval, acceleration between interval midpoints), largest value over
   every joint and sample divided by ``arm_ik``'s configured limits;
 * ``stale_fraction``: share of ``arm_ik`` cycles in which an engaged side had no fresh operator pose;
+* ``twin_physics_rate_hz``: the twin's physics loop, lowest 5 s window (nominal 500 Hz); ``twin_outcome``;
 * ``floor_cpu_cores``: the baseline, measured right after in the same run: bare rclpy processes (one per
   group) publishing the stack's recorded messages (their CDR bytes) on the same topics at their recorded
   times and taking (polled raw takes at 100 Hz) every topic each group subscribes to, with the stack's QoS:
@@ -65,6 +68,7 @@ EXTRA_TOPICS = {
     "/head_camera/physical/color/image_raw": 30.0,
     "/head_camera/physical/color/camera_info": 30.0,
     "/head_camera/generated/color/camera_info": 30.0,
+    "/twin/objects": 60.0,  # the physical twin's object poses (its objects_rate_hz)
 }
 
 
@@ -197,6 +201,12 @@ def _p99_windows(statuses: list[dict], key: str) -> float | None:
     return max(values) if values else None
 
 
+def _rate_windows(statuses: list[dict], key: str) -> float | None:
+    """The lowest rate [Hz] of ``key`` over the 5 s windows a node reported (None if it reported none)."""
+    values = [float(s[key]) for s in statuses if key in s and s[key] not in ("", "nan")]
+    return round(min(values), 1) if values else None
+
+
 def _reference_result(proc: subprocess.Popen) -> dict:
     """The JSON line of ``bench/control_loop.py --reference`` (empty if it failed or hung)."""
     try:
@@ -271,6 +281,7 @@ def main() -> None:
                 pubs = {t for t, _ in probe.get_publisher_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
                 subs = {t for t, _ in probe.get_subscriber_names_and_types_by_node(name, ns)} - set(IGNORED_TOPICS)
                 graph[name] = (pubs, subs)
+            probe.next_layout()  # the twin's next layout: the operator does its task (grasps, contacts) in the episode
             probe.episode("episode start")
             before = {p.pid: cpu_seconds(p.pid) for p in procs}
             steal_before = _steal_ticks()
@@ -350,6 +361,8 @@ def main() -> None:
         "arm_stamp_speed_max_ratio": round(float(np.max(np.abs(v) / vmax)), 4) if v.size else None,
         "arm_stamp_accel_max_ratio": round(float(np.max(np.abs(a) / amax)), 4) if a.size else None,
         "stale_fraction": None if stale_fraction is None else round(stale_fraction, 4),
+        "twin_physics_rate_hz": _rate_windows(inside.get("twin", []), "physics.rate_hz"),
+        "twin_outcome": demo.episode_outcome(episode)["outcome"] or None,
         "episode_problems": len(info.problems),
         "dropped": {t: s.dropped for t, s in info.stats.topics.items() if s.dropped},
         **host_stall_summary(host, episode_start_s, elapsed, steal),

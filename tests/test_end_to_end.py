@@ -153,3 +153,22 @@ def test_nothing_dropped_no_nan_and_the_plot_and_preview_exist(demo):
         assert values.size and np.all(np.isfinite(values)), topic
     assert (demo["out"] / "joints.png").stat().st_size > 10_000
     assert (demo["out"] / "preview.mp4").stat().st_size > 10_000
+
+
+def test_the_grasp_moves_the_cube_on_the_twin_and_the_twin_judges_the_episode(demo):
+    """The demo resets the twin just before the episode and the synthetic operator picks the red cube: the
+    recorded object poses show it lifted and carried; episode.yaml holds the twin's judgement."""
+    import yaml
+
+    scenes = [json.loads(m.data) for _, m in demo["messages"]["/twin/scene"]]
+    assert scenes and scenes[-1]["scene"] == "pick_place" and scenes[-1]["resets"] >= 1  # a reset's layout
+    cube = [o["name"] for o in scenes[-1]["objects"]].index("red_cube")
+    positions = np.array([[p.position.x, p.position.y, p.position.z]
+                          for _, m in demo["messages"]["/twin/objects"] for p in [m.poses[cube]]])
+    assert len(positions) > 100
+    lifted = positions[:, 2].max() - positions[0, 2]
+    carried = np.linalg.norm(positions[-1, :2] - positions[0, :2])
+    assert lifted > 0.05 and carried > 0.05, (lifted, carried)  # [m] the grasp moved it (not a kinematic picture)
+    doc = yaml.safe_load((demo["episode"] / "episode.yaml").read_text())
+    assert doc["outcome"] in ("success", "failure") and doc["outcome_reason"]
+    assert demo["stdout"].strip().splitlines()[-2] == (f"outcome: {doc['outcome']} ({doc['outcome_reason']})")

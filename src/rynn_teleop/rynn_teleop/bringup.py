@@ -186,7 +186,7 @@ OTHER_NODES: tuple[OtherNode, ...] = (
     OtherNode("rviz2", "rviz2", "rviz"),
     # display only: the tracking world frames placed at the robot's base, so RViz shows the trackers by the robot
     *(OtherNode("tf2_ros", "static_transform_publisher", "rviz", ("--frame-id", "base_link", "--child-frame-id", world))
-      for world in ("synthetic_world", "vive_world")),
+      for world in ("synthetic_world", "vive_world", "xr_world")),
     OtherNode("robot_state_publisher", "robot_state_publisher", "robot_state_publisher"),
 )
 RECORDER, CONSOLE, FOXGLOVE = "recorder", "console", "foxglove"

@@ -17,7 +17,7 @@ A vendor SDK is imported in :meth:`JointBackend.connect`, not at import.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import numpy as np
@@ -44,6 +44,10 @@ class DriverContext(NamedTuple):
     limits: JointLimits  # their limits (position [rad], velocity [rad/s], acceleration [rad/s^2])
     sides: tuple[str, ...]  # the arms or hands driven, in joint order
     rate_hz: float  # [Hz] the node's control rate (read and write once per cycle)
+    #: monotonic time [s] for rate limiting the writes: the node gives the due time of its control loop's
+    #: current tick (its deadline grid: a late tick and the on-time one after it count one period apart, as the
+    #: loop meant them); None: ``time.monotonic``
+    clock: Callable[[], float] | None = None
 
 
 class JointBackend(Backend, ABC):

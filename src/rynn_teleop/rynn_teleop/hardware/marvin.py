@@ -268,7 +268,8 @@ class MarvinBackend(JointBackend):
         return cls(MarvinConfig(settings["sdk_path"], ip=settings["ip"], sides=context.sides,
                                 arm_map={a: "A", ("right" if a == "left" else "left"): "B"},
                                 vel_ratio=settings["vel_ratio"], acc_ratio=settings["acc_ratio"],
-                                rate_limit_hz=context.rate_hz))
+                                rate_limit_hz=context.rate_hz),
+                   clock=context.clock or time.monotonic)
 
     def __init__(
         self,

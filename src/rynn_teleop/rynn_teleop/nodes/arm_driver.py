@@ -11,6 +11,8 @@ teleoperation, tests).
 
 from __future__ import annotations
 
+import time
+
 from ..core.layout import SIDES
 from ..core.params import Param
 from ..core.plugins import BackendSchema
@@ -38,7 +40,9 @@ class ArmDriverNode(JointDriverNode):
         p = self.params
         robot = robot_from_overlay(p["description_overlay"])
         names = tuple(n for side in SIDES for n in arm_joint_names(side))
-        context = DriverContext(names, robot.limits[robot.indices(names)], SIDES, p["rate_hz"])
+        # the vendor stream's rate limit counts on the control loop's deadline grid (hardware.base.DriverContext)
+        context = DriverContext(names, robot.limits[robot.indices(names)], SIDES, p["rate_hz"],
+                                clock=lambda: self.tick_due_time(time.monotonic()))
         backend = self.SCHEMA.create(p, context)
         self._start(robot, backend)
         self.get_logger().info(f"{backend.name} arms, {p['rate_hz']:.0f} Hz, commands from {p['command_topic']}")
