@@ -1,16 +1,16 @@
 """The Marvin arm backend's target stream against a stand-in of the vendor SDK, started as a lab starts it.
 
-    .venv/bin/python bench/marvin_stream.py [--seconds 20]     # about 3 x (seconds + 15) s, one case at a time
+    .venv/bin/python bench/marvin_stream.py [--seconds 20]     # about 3 x (seconds + 15) s
 
 A stand-in ``fx_robot.py`` (written into a temporary folder: ``Marvin_Robot`` + ``DCSS`` as the SDK has them)
 timestamps every ``subscribe`` (one per driver tick: the driver reads the arms every cycle) and every
 ``send_cmd`` (one per target actually sent) with ``time.monotonic`` and writes them out when the process
 exits. Cases, each on its own ROS domain:
 
-* ``one_process``: ``rynn-teleop run --mode digital -p arm_driver.backend=marvin`` (the whole stack in one
-  interpreter: tracker, IK, world model, camera ... beside the driver);
-* ``mode_real``: ``rynn-teleop run --mode real`` (one process, the lab's real mode: the Marvin stand-in for the
-  arms; the hands, camera and operator input on their simulated backends, which need no device);
+* ``one_process``: ``rynn-teleop run --mode digital --one-process -p arm_driver.backend=marvin`` (the whole
+  stack in one interpreter: tracker, IK, world model, camera ... beside the driver);
+* ``mode_real``: ``rynn-teleop run --mode real`` (the lab's real mode, one process per process group: the Marvin
+  stand-in for the arms; the hands, camera and operator input on their simulated backends, which need no device);
 * ``driver_process``: ``rynn-teleop run arm_driver`` alone (as a launch file starts it: a process of its own)
   beside ``rynn-teleop run --mode digital`` without arm_driver in a second process.
 
@@ -163,7 +163,7 @@ def main() -> int:
         marvin += ["-p", f"arm_driver.marvin.sdk_path={sdk}"]
         base = 60 + os.getpid() % 50
         cases = {
-            "one_process": [[RYNN, "run", "--mode", "digital", *marvin]],
+            "one_process": [[RYNN, "run", "--mode", "digital", "--one-process", *marvin]],
             # the lab's real mode, the other devices stood in for by their simulated backends
             "mode_real": [[RYNN, "run", "--mode", "real", "--tracker-backend", "synthetic",
                            "--hand-retarget-backend", "synthetic", "-p", "hand_driver.backend=sim",

@@ -153,7 +153,7 @@ def test_the_runtime_path_imports_no_extra(ros_env, tmp_path):
         "from rynn_teleop.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    args = ["run", "--mode", "digital", "--record", "--console", "--foxglove", "--duration", "1",
+    args = ["run", "--mode", "digital", "--one-process", "--record", "--console", "--foxglove", "--duration", "1",
             "-p", f"recorder.output_dir={tmp_path}", "-p", "console.port=0", "-p", "foxglove.port=0"]
     out = subprocess.run([sys.executable, "-c", blocker, *args], env=ros_env, capture_output=True, text=True,
                          timeout=300, cwd=tmp_path)

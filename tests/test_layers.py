@@ -26,7 +26,7 @@ RANKS = {
     "sources": 3, "hardware": 3, "policies": 3, "world_model": 3, "console": 3, "host_stalls": 3,
     "recording": 2.75,  # episodes on disk: the replay sources read them
     "nodes": 4, "world_model.training": 4,
-    "runner": 5, "bringup": 5, "replay": 5.5, "demo": 6, "cli": 7,
+    "runner": 5, "bringup": 5, "supervisor": 5, "replay": 5.5, "demo": 6, "cli": 7,
 }
 #: third-party top-level modules -> the packages that may import them
 EDGES = {

@@ -4,6 +4,7 @@
     rynn-teleop params NODE           print NODE's parameter file with every key documented
     rynn-teleop run NODE [NODE ...] [--duration S] [--config-dir DIR] [-p NODE.KEY=VALUE ...]
     rynn-teleop run --mode digital|real [--camera generated|physical] [--record] [--tracker-backend NAME] ...
+                                      one process per process group, as the launch file (--one-process: one)
     rynn-teleop lifecycle active|inactive|unconfigured [NODE ...]   bring managed nodes (the drivers) there, in order
     rynn-teleop demo [--duration S] [--out DIR]
     rynn-teleop sim export-model [OUT] [--scene S] [--seed N]   the physics twin's MJCF (opens in MuJoCo's viewer)
@@ -163,14 +164,21 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from .nodes.process import freeze_startup_objects
-    from .runner import Composition
+    from .supervisor import report_ready, run_groups
 
     _stop_on_signals()
     nodes, overrides = _run_plan(args)
+    groups = bringup.process_groups(nodes) if args.mode and not args.one_process else (tuple(nodes),)
+    if len(groups) > 1:  # a process per group of the bringup table, as the launch file (supervisor)
+        return run_groups(groups, overrides, lifecycle=args.lifecycle, duration=args.duration,
+                          config_dir=args.config_dir)
+    from .runner import Composition
+
     with Composition(nodes, config_dir=args.config_dir, overrides=overrides, lifecycle=args.lifecycle) as comp:
         freeze_startup_objects()
         for node in comp.nodes:
             node.get_logger().info("started")
+        report_ready()
         comp.spin(args.duration)
     return 0
 
@@ -309,7 +317,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("node")
     p.set_defaults(func=_cmd_params)
 
-    p = sub.add_parser("run", help="run nodes in one process (no launch_ros needed)")
+    p = sub.add_parser("run", help="run nodes (no launch_ros needed): the named ones in this process; with --mode "
+                       "one process per process group of the bringup table, as the launch file runs them")
     p.add_argument("nodes", nargs="*", help="node names (see the README's node table); default with --mode: all")
     p.add_argument("--mode", choices=bringup.MODES, help="the bringup's node set and backends "
                    "(digital: sim drivers, world model, generated feed; real: vendor backends)")
@@ -323,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
         arg = bringup.argument(name)
         p.add_argument("--" + name.replace("_", "-"), choices=arg.choices,
                        help=f"{arg.description} (default: the YAML's)")
+    p.add_argument("--one-process", action="store_true", help="with --mode: every node in this one process (one "
+                   "interpreter for all: the 200 Hz loops then miss ticks while the camera and world model compute)")
     p.add_argument("--duration", type=_seconds, default=None, help="stop after S seconds (default: until Ctrl-C)")
     p.add_argument("--config-dir", default=None, help="folder with <node>.yaml files (default: the package's config/)")
     p.add_argument("-p", "--param", action="append", default=[], metavar="NODE.KEY=VALUE", help="override a parameter")

@@ -31,8 +31,6 @@ failure with the reason); the last line printed is the episode directory.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import json
 import math
 import os
@@ -53,7 +51,7 @@ from .errors import RynnTeleopError
 from .host_stalls import REALTIME_POLICY, HostProbes, Stall, overlaps, rows, within
 from .nodes.camera_switch import LATCHED
 from .nodes.operator import OperatorClient, Result
-from .nodes.process import use_transport_profile
+from .nodes.process import terminate_with_parent, use_transport_profile
 from .nodes.recorder import DEFAULT_TOPICS
 from .recording.inspect import episode_info, plot_joints, video_preview
 from .recording.metadata import episode_doc
@@ -65,7 +63,6 @@ LEFT_OUT = ("robot_markers",)
 DEMO_NODES = tuple(n for n in bringup.mode_nodes(record=True) if n not in LEFT_OUT)
 #: one composed-runner process per group of the bringup table (``bringup.NodeSpec.group``)
 DEMO_GROUPS: tuple[tuple[str, ...], ...] = bringup.process_groups(DEMO_NODES)
-_PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
 S = TypeVar("S", bound=Status)
 #: the operator actions the demo performs (``nodes.operator.ACTIONS``), whose services it waits for up front
 PROBE_ACTIONS = ("twin reset", "episode start", "episode stop", "feed physical", "feed generated")
@@ -119,7 +116,7 @@ def _spawn(nodes: tuple[str, ...], overrides: dict, log: Path) -> subprocess.Pop
         for key, value in overrides.get(node, {}).items():
             cmd += ["-p", f"{node}.{key}={json.dumps(value)}"]
     return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ),
-                            preexec_fn=_terminate_with_parent)
+                            preexec_fn=terminate_with_parent)
 
 
 #: the group whose synthetic operator holds the calibration posture for its first ``synthetic.hold_s`` seconds:
@@ -151,15 +148,6 @@ def spawn_groups(groups: tuple[tuple[str, ...], ...], overrides: dict, out: Path
         started[OPERATOR_GROUP] = _spawn(OPERATOR_GROUP, overrides, out / f"{'+'.join(OPERATOR_GROUP)}.log")
         procs.append(started[OPERATOR_GROUP])
     procs[:] = [started[g] for g in groups]
-
-
-def _terminate_with_parent() -> None:
-    """In a group process before it runs: SIGTERM when the demo process dies, however it dies (Linux)."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass  # not Linux: a killed demo leaves its groups to be stopped by hand
 
 
 def stop_groups(procs: list[subprocess.Popen], timeout: float = 15.0) -> None:

@@ -12,6 +12,7 @@ import ctypes
 import ctypes.util
 import gc
 import os
+import signal
 import sys
 from collections.abc import Iterable
 
@@ -155,3 +156,16 @@ def params_files(args: Iterable[str]) -> list[str]:
         elif in_ros and arg.startswith("--params-file="):
             out.append(arg.split("=", 1)[1])
     return out
+
+
+_PR_SET_PDEATHSIG = 1  # prctl option (linux/prctl.h)
+
+
+def terminate_with_parent() -> None:
+    """In a child process before it runs (``preexec_fn``): SIGTERM when its parent (the demo, ``run --mode``)
+    dies, however it dies (Linux; elsewhere nothing: a killed parent leaves its children to be stopped by hand)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
