@@ -163,7 +163,7 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .nodes.process import freeze_startup_objects
+    from .nodes.process import freeze_startup_objects, release_startup_objects
     from .supervisor import report_ready, run_groups
 
     _stop_on_signals()
@@ -174,12 +174,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           config_dir=args.config_dir)
     from .runner import Composition
 
-    with Composition(nodes, config_dir=args.config_dir, overrides=overrides, lifecycle=args.lifecycle) as comp:
-        freeze_startup_objects()
-        for node in comp.nodes:
-            node.get_logger().info("started")
-        report_ready()
-        comp.spin(args.duration)
+    try:
+        with Composition(nodes, config_dir=args.config_dir, overrides=overrides, lifecycle=args.lifecycle) as comp:
+            freeze_startup_objects()
+            for node in comp.nodes:
+                node.get_logger().info("started")
+            report_ready()
+            comp.spin(args.duration)
+    finally:
+        comp = node = None  # the last references to the nodes, before the collection
+        release_startup_objects()
     return 0
 
 

@@ -45,6 +45,7 @@ from .process import (
     freeze_startup_objects,
     params_files,
     process_priority_class,
+    release_startup_objects,
     use_process_priority,
     use_transport_profile,
 )
@@ -542,4 +543,6 @@ def run_single(node_cls: type[TeleopNode], args: list[str] | None = None) -> int
         if node is not None:
             node.destroy_node()
         rclpy.try_shutdown()
+        node = None
+        release_startup_objects()
     return code

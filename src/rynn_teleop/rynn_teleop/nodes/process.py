@@ -140,6 +140,14 @@ def freeze_startup_objects() -> int:
     return gc.get_freeze_count()
 
 
+def release_startup_objects() -> None:
+    """Undo :func:`freeze_startup_objects` once the nodes are destroyed, and collect: frozen objects are never
+    collected, so the native objects in their reference cycles (Ruckig's, MuJoCo's) would still be alive when
+    the interpreter ends, and their bindings report them as leaked on the way out."""
+    gc.unfreeze()
+    gc.collect()
+
+
 def params_files(args: Iterable[str]) -> list[str]:
     """The ``--params-file PATH`` (or ``--params-file=PATH``) paths inside the ``--ros-args`` sections of ``args``
     (a section ends at ``--``)."""
