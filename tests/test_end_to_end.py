@@ -172,3 +172,27 @@ def test_the_grasp_moves_the_cube_on_the_twin_and_the_twin_judges_the_episode(de
     doc = yaml.safe_load((demo["episode"] / "episode.yaml").read_text())
     assert doc["outcome"] in ("success", "failure") and doc["outcome_reason"]
     assert demo["stdout"].strip().splitlines()[-2] == (f"outcome: {doc['outcome']} ({doc['outcome_reason']})")
+
+
+def test_the_twin_video_shows_what_physics_did(demo, tmp_path):
+    """twin.mp4: the recorded robot and objects drawn after the episode, a frame per 1/30 s of it; an episode
+    without a twin has none to draw (a named error)."""
+    import cv2
+
+    from rynn_teleop.recording.errors import RecordingError
+    from rynn_teleop.sources.camera.twin_video import twin_video
+
+    cap = cv2.VideoCapture(str(demo["out"] / "twin.mp4"))
+    frames = int(cap.get(cv2.CAP_PROP_FRAME_COUNT))
+    ok, first = cap.read()
+    cap.set(cv2.CAP_PROP_POS_FRAMES, frames - 1)
+    ok_last, last = cap.read()
+    cap.release()
+    assert ok and ok_last and abs(frames - 30 * DURATION) <= 60, frames
+    changed = (np.abs(first.astype(int) - last.astype(int)).max(axis=2) > 40).mean()
+    assert changed > 0.01, changed  # more than the time stamp's text: the cube moved (4.5 % of the pixels here)
+    from recording_episodes import build_episode
+
+    plain = build_episode(tmp_path, digital=True)  # recorded without a twin
+    with pytest.raises(RecordingError, match="no twin"):
+        twin_video(plain, tmp_path / "x.mp4")

@@ -23,7 +23,9 @@ The episode starts once the arms are engaged and every recorded topic flows, jus
 
 Output, in the output folder: the episode directory (rosbag2 MCAP +
 ``episode.yaml``), ``joints.png`` (commanded vs measured joints) and
-``preview.mp4`` (the consumer camera stream) beside it, ``summary.json`` (strict JSON: a value that is not a
+``preview.mp4`` (the consumer camera stream: mostly the world model's frames, which move no object) and
+``twin.mp4`` (the twin's robot and objects as recorded, drawn after the episode: the cube carried into its
+target) beside it, ``summary.json`` (strict JSON: a value that is not a
 number, such as the latency of a meter without latencies, is ``null``). A table of per-node rates and
 latencies is printed, then the episode's outcome as the physical twin judged it (``episode.yaml``: success, or
 failure with the reason); the last line printed is the episode directory.
@@ -56,6 +58,7 @@ from .nodes.recorder import DEFAULT_TOPICS
 from .recording.inspect import episode_info, plot_joints, video_preview
 from .recording.metadata import episode_doc
 from .runner import Composition
+from .sources.camera.twin_video import twin_video
 
 #: the bringup's nodes the demo leaves out: robot_markers only feeds RViz, and its 300 Hz /joint_states input
 #: costs a 2-core machine the other nodes' rates
@@ -335,6 +338,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     host_report = host_stall_report(host_policy, stalls, info)
     plot_joints(episode, out / "joints.png")
     video_preview(episode, out / "preview.mp4", topic="/head_camera/color/image_raw")
+    twin_video(episode, out / "twin.mp4")  # what physics did: the robot and objects as recorded, drawn after
     arms = {"engaged": arm_ik.engaged if arm_ik else None, "calibrated": arm_ik.calibrated if arm_ik else None}
     outcome = episode_outcome(episode)
     summary = {"duration_s": duration, "groups": [list(g) for g in DEMO_GROUPS], "meters": rows, "arms": arms,
@@ -350,7 +354,7 @@ def run_demo(duration: float = 20.0, out_dir: str | Path | None = None) -> Path:
     print(f"arms calibrated: {arms['calibrated']}, engaged: {arms['engaged']}; "
           f"feed: {' -> '.join(active_sources)}")
     print(f"episode: {info.stats.message_count if info.stats else '?'} messages, "
-          f"{len(info.problems)} problem(s); joints.png and preview.mp4 in {out}")
+          f"{len(info.problems)} problem(s); joints.png, preview.mp4 (the feed) and twin.mp4 (the twin) in {out}")
     for problem in info.problems:
         print(f"  {problem}")
     print(host_stall_line(host_report))
