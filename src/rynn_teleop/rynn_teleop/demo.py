@@ -59,6 +59,7 @@ from .recording.inspect import episode_info, plot_joints, video_preview
 from .recording.metadata import episode_doc
 from .runner import Composition
 from .sources.camera.twin_video import twin_video
+from .supervisor import LATE_GROUPS, child_arguments
 
 #: the bringup's nodes the demo leaves out: robot_markers only feeds RViz, and its 300 Hz /joint_states input
 #: costs a 2-core machine the other nodes' rates
@@ -114,17 +115,16 @@ def demo_overrides(out: Path) -> dict:
 
 def _spawn(nodes: tuple[str, ...], overrides: dict, log: Path) -> subprocess.Popen:
     """One composed-runner process (``rynn-teleop run NODES -p ...``) with this process's ROS environment."""
-    cmd = [sys.executable, "-m", "rynn_teleop.cli", "run", *nodes]  # each process sets its own priority (runner)
-    for node in nodes:
-        for key, value in overrides.get(node, {}).items():
-            cmd += ["-p", f"{node}.{key}={json.dumps(value)}"]
+    # each process sets its own priority (runner)
+    cmd = [sys.executable, "-m", "rynn_teleop.cli",
+           *child_arguments(nodes, overrides, lifecycle="active", duration=None, config_dir=None)]
     return subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=dict(os.environ),
                             preexec_fn=terminate_with_parent)
 
 
 #: the group whose synthetic operator holds the calibration posture for its first ``synthetic.hold_s`` seconds:
 #: started once the node that calibrates on that posture (arm_ik) reports, so a slow start cannot miss it
-OPERATOR_GROUP = ("tracker",)
+(OPERATOR_GROUP,) = LATE_GROUPS  # the group ``rynn-teleop run --mode`` also starts last (supervisor)
 CALIBRATING_NODE = "arm_ik"
 
 

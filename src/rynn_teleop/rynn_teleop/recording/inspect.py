@@ -345,7 +345,7 @@ def plot_joints(
         RecordingError: the bag cannot be read, holds none of these topics, or the PNG cannot be written.
     """
     path = Path(path)
-    partial = _partial(png)  # refused here, before the bag is read, if it cannot be written
+    partial = partial_file(png)  # refused here, before the bag is read, if it cannot be written
     try:
         joints = _draw_joints(path, partial, command_topics, measured_topic, panel_size, columns)
         os.replace(partial, png)
@@ -354,7 +354,7 @@ def plot_joints(
     return joints
 
 
-def _partial(target: str | Path) -> Path:
+def partial_file(target: str | Path) -> Path:
     """A new file beside ``target`` (same suffix) to write into and rename to it when complete.
 
     Raises:
@@ -450,7 +450,7 @@ def video_preview(path: str | Path, mp4: str | Path, *, topic: str | None = None
         )
     stamps = times[topic][1]
     fps = (len(stamps) - 1) / ((stamps[-1] - stamps[0]) * 1e-9) if len(stamps) > 1 and stamps[-1] > stamps[0] else 30.0
-    partial = _partial(mp4)  # refused here, before any frame is decoded, if it cannot be written
+    partial = partial_file(mp4)  # refused here, before any frame is decoded, if it cannot be written
     try:
         frames = _write_preview(path, partial, topic, stamps, fps, max_width)
         os.replace(partial, mp4)

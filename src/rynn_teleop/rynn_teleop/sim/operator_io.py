@@ -35,11 +35,29 @@ import numpy as np
 from ..core.arm_teleop import ArmTeleop
 from ..core.calibration import Calibration, calibrate
 from ..core.layout import N_ARM, SIDES
+from ..core.params import Param
 from ..core.robot_model import GROUPS, RobotModel
 from ..core.transforms import invert, make_transform
 from ..errors import ConfigurationError
 from .operator_plan import OperatorPlan, PlanSample, PlanTiming, plan_task
 from .scene import load_scene
+
+#: what a synthetic source does: ``none`` its own script, ``twin`` the twin scene's task (the tracker's and the
+#: glove's ``synthetic.task`` choices)
+TASKS = ("none", "twin")
+
+
+def twin_task_params(task_help: str, other: str) -> tuple[Param, Param, Param]:
+    """The settings every synthetic source that plays the twin's task declares, once: ``task`` (described by
+    ``task_help``), ``task_delay_s`` (which must equal the ``other`` source's) and ``twin_scene_topic``."""
+    return (
+        Param("task", str, "none", task_help, choices=TASKS),
+        Param("task_delay_s", float, 5.0, "(task twin) the plan starts this long after the twin set its layout "
+              f"(the stamp of its /twin/scene); the {other}'s task_delay_s must be the same", "s",
+              min=0.0, max=600.0),
+        Param("twin_scene_topic", str, "/twin/scene", "(task twin) the twin's scene, seed and layout time"),
+    )
+
 
 _LOG = logging.getLogger(__name__)
 

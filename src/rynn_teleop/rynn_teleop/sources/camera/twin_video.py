@@ -18,6 +18,7 @@ import numpy as np
 
 from ...core.robot_model import RobotModel
 from ...recording.errors import RecordingError
+from ...recording.inspect import partial_file
 from ..playback import open_bag
 from .synthetic import SyntheticScene, home_position
 
@@ -35,7 +36,17 @@ def twin_video(episode: str | Path, mp4: str | Path, *, width: int = 320, height
             cannot be written.
     """
     episode, mp4 = Path(episode), Path(mp4)
-    robot = robot or RobotModel.default()
+    partial = partial_file(mp4)  # refused here, before the bag is read, if it cannot be written
+    try:
+        frames = _write(episode, partial, width, height, fps, robot or RobotModel.default())
+        os.replace(partial, mp4)
+    finally:
+        partial.unlink(missing_ok=True)
+    return frames
+
+
+def _write(episode: Path, partial: Path, width: int, height: int, fps: float, robot: RobotModel) -> int:
+    """:func:`twin_video` into ``partial``."""
     names = list(robot.joint_names)
     index = {n: i for i, n in enumerate(names)}
     events: list[tuple[int, str, object]] = []
@@ -56,10 +67,9 @@ def twin_video(episode: str | Path, mp4: str | Path, *, width: int = 320, height
     scene = SyntheticScene(width, height, fps, depth=False, draw_robot=True, robot_model=robot,
                            twin_scene_topic=SCENE, twin_objects_topic=OBJECTS, twin_in_background=False)
     q = home_position(robot).copy()
-    partial = mp4.with_name(f".{mp4.stem}.partial{mp4.suffix}")  # OpenCV picks the container by the suffix
     writer = cv2.VideoWriter(str(partial), cv2.VideoWriter_fourcc(*"mp4v"), fps, (width, height))
     if not writer.isOpened():
-        raise RecordingError(f"{mp4}: cannot write the video (mp4v)")
+        raise RecordingError(f"{partial}: cannot write the video (mp4v)")
     frames, i = 0, 0
     try:
         scene.start(0.0)
@@ -90,7 +100,5 @@ def twin_video(episode: str | Path, mp4: str | Path, *, width: int = 320, height
         writer.release()
         scene.close()
     if frames == 0:
-        partial.unlink(missing_ok=True)
         raise RecordingError(f"{episode}: no frame to draw (the twin's poses span no time)")
-    os.replace(partial, mp4)
     return frames

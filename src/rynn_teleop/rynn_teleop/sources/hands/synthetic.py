@@ -40,7 +40,7 @@ from ...core.node_io import LATCHED, NodeIO, Topic, when
 from ...core.params import Param
 from ...core.robot_model import RobotModel
 from ...errors import ConfigurationError
-from ...sim.operator_io import TwinEpisodes, home_wrists
+from ...sim.operator_io import TASKS, TwinEpisodes, home_wrists, twin_task_params
 from ..base import MessageInput
 from .base import HAND_BACKENDS, HandContext, HandSample, HandSource, check_sides
 
@@ -275,7 +275,6 @@ def task_angles(closure: float) -> np.ndarray:
     return TASK_POSES[k] + s * (TASK_POSES[k + 1] - TASK_POSES[k])
 
 
-TASKS = ("none", "twin")  # what the hands do: the gesture script, or the twin scene's task
 
 SCRIPT: tuple[str, ...] = ("open", "fist", "open", "pinch", "open", "grasp")
 """Key pose at the start of each of the equal segments of a cycle (the cycle ends back at OPEN)."""
@@ -317,13 +316,9 @@ class SyntheticGlove(HandSource):
         Param("seed", int, 0, "random seed of the synthetic glove", min=0, max=2**31 - 1),
         Param("noise", float, 0.001, "keypoint noise (std)", "m", min=0.0, max=0.02),
         Param("cycle_s", float, 6.0, "duration of one gesture cycle", "s", min=1.0, max=120.0),
-        Param("task", str, "none", "none: a gesture script (cycle_s); twin: the hands of the physical twin's task "
-              "(twin_scene_topic), once after each twin reset (its start-up layout is not played), closing on the "
-              "grasp the twin validated", choices=TASKS),
-        Param("task_delay_s", float, 5.0, "(task twin) the plan starts this long after the twin set its layout "
-              "(the stamp of its /twin/scene); the synthetic tracker's task_delay_s must be the same", "s",
-              min=0.0, max=600.0),
-        Param("twin_scene_topic", str, "/twin/scene", "(task twin) the twin's scene, seed and layout time"),
+        *twin_task_params("none: a gesture script (cycle_s); twin: the hands of the physical twin's task "
+                          "(twin_scene_topic), once after each twin reset (its start-up layout is not played), closing "
+                          "on the grasp the twin validated", other="synthetic tracker"),
     )
     IO = NodeIO(subscriptions=(
         Topic("{twin_scene_topic}", "std_msgs/msg/String", LATCHED,

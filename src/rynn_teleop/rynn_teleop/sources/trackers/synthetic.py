@@ -52,7 +52,7 @@ from ...core.robot_model import RobotModel, arm_joint_names
 from ...core.trackers import TrackerSample
 from ...core.transforms import invert, make_transform
 from ...errors import ConfigurationError
-from ...sim.operator_io import OperatorTask, TrackerMapping, TwinEpisodes, plan_for
+from ...sim.operator_io import TASKS, OperatorTask, TrackerMapping, TwinEpisodes, plan_for, twin_task_params
 from ...sim.operator_plan import OperatorPlan
 from ..base import MessageInput
 from .base import TRACKER_BACKENDS, TrackerContext, TrackerSource
@@ -66,7 +66,6 @@ FOREARM = 0.27  # [m] elbow -> wrist
 ELBOW_TRACKER_OFFSET = 0.04  # [m] elbow tracker distance from the upper-arm axis
 ELBOW_OUTWARD_BIAS = 0.15  # [-] weight of "outward" in the elbow swivel direction (vs 1 for "down")
 HOME_WRIST_OFFSET = np.array([FOREARM, 0.0, -UPPER_ARM])  # [m] wrist - shoulder at HOME, body axes
-TASKS = ("none", "twin")  # what the operator does: the procedural motion, or the twin scene's task
 ARMS_QOS = QoS(5, reliable=False)  # (task twin) arm_ik's commands: the newest counts; best effort takes any
 ARMS_WINDOW = 100  # [commands] where an episode starts from: the mean of the newest (0.5 s of arm_ik's 200 Hz)
 _ARM_JOINTS = tuple(n for side in SIDES for n in arm_joint_names(side))
@@ -248,13 +247,10 @@ class SyntheticOperator(TrackerSource):
         Param("cycle_s", float, 8.0, "duration of one synthetic pick-and-place", "s", min=2.0, max=120.0),
         Param("dropouts", STR_LIST, [], "simulated tracking losses, each 'role:start_s:end_s' (seconds after start)",
               check=_dropouts_problem),
-        Param("task", str, "none", "none: a procedural pick-and-place motion (hold_s, cycle_s); twin: the task of "
-              "the physical twin's scene (twin_scene_topic), once after each twin reset (its start-up layout is not "
-              "played), through the calibration arm_ik computes from the held posture", choices=TASKS),
-        Param("task_delay_s", float, 5.0, "(task twin) the plan starts this long after the twin set its layout "
-              "(the stamp of its /twin/scene); the synthetic glove's task_delay_s must be the same", "s",
-              min=0.0, max=600.0),
-        Param("twin_scene_topic", str, "/twin/scene", "(task twin) the twin's scene, seed and layout time"),
+        *twin_task_params("none: a procedural pick-and-place motion (hold_s, cycle_s); twin: the task of the "
+                          "physical twin's scene (twin_scene_topic), once after each twin reset (its start-up layout "
+                          "is not played), through the calibration arm_ik computes from the held posture",
+                          other="synthetic glove"),
         Param("arms_topic", str, "/arms/command", "(task twin) arm_ik's commands: each episode starts from the "
               "wrists they put the arms at, and aims relative to them"),
         Param("home_position", FLOAT_LIST, list(DEFAULT_HOME), "(task twin) the arm_ik node's home_position: "
