@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -282,7 +283,9 @@ def main() -> None:
     parser.add_argument("--stale-timeout-s", type=float, default=None,
                         help="arm_ik's stale_timeout_s (default: config/arm_ik.yaml's): how long a pause of the "
                         "tracker frames may last before arm_ik brakes and, when they resume, re-anchors its clutch")
-    parser.add_argument("--out", default=None, help="where the episodes and logs go (default: a temporary folder)")
+    parser.add_argument("--out", default=None, help="where the episodes and logs go (default: a temporary folder, "
+                        "removed after a complete run: about 0.4 GB an episode, 17 GB for the default run)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary folder after a complete run")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))  # the stack is stopped on the way out
     out = Path(args.out or tempfile.mkdtemp(prefix="sim_tasks_"))
@@ -323,6 +326,9 @@ def main() -> None:
                                "mismatches": mismatches, "wall_s": round(time.monotonic() - t_replay, 1)}
         summary[task] = entry
     summary["wall_s"] = round(time.monotonic() - t0, 1)
+    if args.out is None and not args.keep:  # a failed run keeps its folder: its logs say why
+        shutil.rmtree(out, ignore_errors=True)
+        summary["out"] = None
     print(json.dumps(summary))
 
 
