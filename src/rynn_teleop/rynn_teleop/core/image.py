@@ -84,3 +84,20 @@ def decode_image(msg: Any, depth: bool = False, *, copy: bool = True) -> np.ndar
     if copy or enc in ("rgba8", "bgra8"):
         return np.array(rgb, order="C")  # always a new array
     return rgb
+
+
+def resize_rgb(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """``image`` ((H, W, 3) uint8 RGB) as (height, width, 3) uint8: area averaging when shrinking, bilinear when
+    growing (OpenCV's INTER_AREA / INTER_LINEAR); the same array (no copy) when it already has that size.
+
+    The one resize of camera frames for learned policies: the LeRobot export (``--image-size``) and the policy
+    node's observations both call it, so a policy sees at run time the pixels it was trained on.
+    """
+    h, w = image.shape[:2]
+    if (h, w) == (int(height), int(width)):
+        return image
+    import cv2  # imported here: most users of this module decode only
+
+    interpolation = cv2.INTER_AREA if height <= h and width <= w else cv2.INTER_LINEAR
+    return np.ascontiguousarray(cv2.resize(np.ascontiguousarray(image), (int(width), int(height)),
+                                           interpolation=interpolation))
