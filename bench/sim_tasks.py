@@ -185,9 +185,10 @@ def stack_groups() -> tuple[tuple[str, ...], ...]:
     return bringup.process_groups(nodes)
 
 
-def start_stack(task: str, out: Path, env: dict, arm_ik: dict) -> list[subprocess.Popen]:
+def start_stack(task: str, out: Path, env: dict, arm_ik: dict,
+                extra_args: tuple[str, ...] = ()) -> list[subprocess.Popen]:
     """One ``rynn-teleop run --mode digital`` process per group (logs ``out/<task>.<group>.log``); ``arm_ik``:
-    parameter overrides of that node."""
+    parameter overrides of that node; ``extra_args``: further ``run`` arguments (``--camera physical``)."""
     operator = {node: {"synthetic.task": "twin", "synthetic.task_delay_s": DELAY_S}
                 for node in ("tracker", "hand_retarget")}
     arm_ik = {"calibration_file": str(out / f"{task}.calibration.yaml"), **arm_ik}  # not the user's file
@@ -195,8 +196,8 @@ def start_stack(task: str, out: Path, env: dict, arm_ik: dict) -> list[subproces
               "recorder": {"output_dir": str(out / task), "task": task}, **operator}
     procs = []
     for group in stack_groups():
-        cmd = [str(Path(sys.executable).parent / "rynn-teleop"), "run", "--mode", "digital",
-               "--tracker-backend", "synthetic", "--hand-retarget-backend", "synthetic", *group]  # auto-calibration
+        cmd = [str(Path(sys.executable).parent / "rynn-teleop"), "run", "--mode", "digital",  # auto-calibration
+               "--tracker-backend", "synthetic", "--hand-retarget-backend", "synthetic", *extra_args, *group]
         for node in group:
             for key, value in params.get(node, {}).items():
                 cmd += ["-p", f"{node}.{key}={value}"]
@@ -219,11 +220,12 @@ def stop_stack(procs: list[subprocess.Popen]) -> None:
             proc.wait()
 
 
-def run_stack(task: str, seeds: list[int], out: Path, domain_id: int, log, arm_ik: dict) -> dict:
-    """One stack for ``task``: every seed recorded and judged by the twin."""
+def run_stack(task: str, seeds: list[int], out: Path, domain_id: int, log, arm_ik: dict,
+              extra_args: tuple[str, ...] = ()) -> dict:
+    """One stack for ``task``: every seed recorded and judged by the twin (``extra_args``: see start_stack)."""
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     t_start = time.monotonic()
-    procs = start_stack(task, out, env, arm_ik)
+    procs = start_stack(task, out, env, arm_ik, extra_args)
     obs = Observer(domain_id)
     results = []
     try:

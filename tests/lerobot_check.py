@@ -2,7 +2,8 @@
 
 Usage: python tests/lerobot_check.py ROOT REPO_ID OUT.npz INDEX [INDEX ...]
 
-Writes OUT.npz with, per queried frame index I: ``I/image.<key>`` (H, W, 3) uint8, ``I/state``,
+Writes OUT.npz with, per queried frame index I: ``I/image.<key>`` (H, W, 3) uint8 (rounded), ``I/float.<key>``
+(3, H, W) float32 in [0, 1] exactly as LeRobot returns it, ``I/state``,
 ``I/action``, ``I/timestamp``, ``I/frame_index``, ``I/episode_index``, ``I/index``, and a JSON
 summary ``summary`` (features, lengths, fps, tasks, policy feature types, each video key's feature
 ``info`` as LeRobot's metadata holds it, a delta-timestamp item's shapes). A depth key comes back like any
@@ -38,7 +39,11 @@ def _check(root: str, repo_id: str, out: str, indices: list[int], cache: str) ->
     import lerobot
     import numpy as np
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
-    from lerobot.datasets.utils import dataset_to_policy_features
+
+    try:  # LeRobot 0.6 (the environment's release)
+        from lerobot.utils.feature_utils import dataset_to_policy_features
+    except ImportError:  # LeRobot 0.4-0.5
+        from lerobot.datasets.utils import dataset_to_policy_features
 
     ds = LeRobotDataset(repo_id, root=root)
     fps = ds.fps
@@ -48,6 +53,7 @@ def _check(root: str, repo_id: str, out: str, indices: list[int], cache: str) ->
         item = ds[i]
         for key in image_keys:
             chw = item[key].numpy()
+            arrays[f"{i}/float.{key}"] = chw
             arrays[f"{i}/image.{key}"] = np.clip(np.round(chw.transpose(1, 2, 0) * 255.0), 0, 255).astype(np.uint8)
         for name, key in (("state", "observation.state"), ("action", "action")):
             arrays[f"{i}/{name}"] = item[key].numpy()

@@ -18,6 +18,7 @@ import av
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import recording_episodes
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from recording_episodes import (
@@ -34,9 +35,16 @@ from recording_episodes import (
 )
 from rosbags.rosbag2 import Reader
 
+from rynn_teleop.core.image import resize_rgb
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES
 from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
-from rynn_teleop.recording.export import DEPTH_TOPICS, FEED_TOPICS, ExportError, export_lerobot
+from rynn_teleop.recording.export import (
+    DEPTH_TOPICS,
+    FEED_TOPICS,
+    ExportError,
+    export_lerobot,
+    parse_image_size,
+)
 from rynn_teleop.recording.inspect import episodes_main
 from rynn_teleop.recording.lerobot import VideoOptions, encoder_available
 
@@ -77,6 +85,36 @@ def depth_exported(depth_episode, tmp_path_factory) -> tuple[Path, object]:
     return out, report
 
 
+def textured_rgb(n: int) -> np.ndarray:
+    """Frame n of the textured episode: gradients and per-pixel noise in every channel (what a lossy or colour
+    converting codec cannot return exactly)."""
+    rng = np.random.default_rng(n)
+    yy, xx = np.mgrid[0:H, 0:W]
+    base = np.stack([xx * 4 + n * 7, yy * 5 + n * 3, (xx + yy) * 3 + n * 11], axis=-1)
+    return ((base + rng.integers(0, 64, (H, W, 3))) % 256).astype(np.uint8)
+
+
+@pytest.fixture(scope="module")
+def textured_episode(tmp_path_factory) -> Path:
+    """A physical episode whose frames are :func:`textured_rgb`."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recording_episodes, "frame_rgb", textured_rgb)
+        return build_episode(tmp_path_factory.mktemp("textured") / "t", digital=False, seconds=1.0,
+                             task="wipe the table")
+
+
+SMALL = (40, 30)  # --image-size of the resize tests: (width, height) [px], from W x H = 64 x 48
+
+
+@pytest.fixture(scope="module")
+def lossless_small(textured_episode, tmp_path_factory) -> tuple[Path, object]:
+    """The textured episode exported losslessly at SMALL."""
+    out = tmp_path_factory.mktemp("small") / "ds"
+    report = export_lerobot([textured_episode], out, "test/small", fps=FPS, video=VideoOptions.lossless(),
+                            image_size=SMALL, workers=1)
+    return out, report
+
+
 # -- reading the bag independently -------------------------------------------------------------
 
 
@@ -108,6 +146,18 @@ def depth_at(path: Path, topic: str, stamp: int) -> np.ndarray:
     s, msg = max(((s, m) for s, m in bag_messages(path, topic) if s <= stamp), key=lambda sm: sm[0])
     assert msg.encoding == "16UC1"
     return np.frombuffer(bytes(msg.data), "<u2").reshape(msg.height, msg.width)
+
+
+def bag_frames(path: Path, topic: str = FEED_TOPICS["consumer"]) -> dict[int, np.ndarray]:
+    """Header stamp [ns] -> (H, W, 3) uint8 RGB frame of an rgb8 Image topic."""
+    return {s: np.frombuffer(bytes(m.data), np.uint8).reshape(m.height, m.width, 3)
+            for s, m in bag_messages(path, topic)}
+
+
+def decoded_frames(out: Path, key: str = "observation.images.consumer", episode: int = 0) -> np.ndarray:
+    """(frames, H, W, 3) uint8 RGB of an episode's video, decoded with PyAV."""
+    with av.open(str(out / f"videos/{key}/chunk-000/file-{episode:03d}.mp4")) as c:
+        return np.stack([f.to_ndarray(format="rgb24") for f in c.decode(video=0)])
 
 
 def read_rows(out: Path) -> dict[str, np.ndarray]:
@@ -411,6 +461,93 @@ def test_other_codecs_are_options(episodes, tmp_path):
         assert sum(1 for _ in c.decode(video=0)) == report.episodes[0].frames
 
 
+# -- image size and lossless video --------------------------------------------------------------
+
+
+def test_lossless_video_decodes_to_exactly_the_recorded_pixels(textured_episode, tmp_path):
+    out = tmp_path / "ds"
+    report = export_lerobot([textured_episode], out, "test/lossless", fps=FPS, video=VideoOptions.lossless(),
+                            workers=1)
+    info = json.loads((out / "meta/info.json").read_text())["features"]["observation.images.consumer"]
+    assert info["shape"] == [H, W, 3]
+    assert info["info"]["video.codec"] == "h264" and info["info"]["video.pix_fmt"] == "gbrp"
+    truth = bag_frames(textured_episode)
+    stamps = read_rows(out)["stamp_ns"]
+    frames = decoded_frames(out)
+    assert len(frames) == report.episodes[0].frames
+    for stamp, frame in zip(stamps, frames):
+        assert np.array_equal(frame, truth[int(stamp)])
+
+
+def test_default_video_is_lossy_on_textured_frames(textured_episode, tmp_path):
+    export_lerobot([textured_episode], tmp_path / "ds", "test/lossy", fps=FPS, workers=1)
+    truth = bag_frames(textured_episode)
+    stamp = int(read_rows(tmp_path / "ds")["stamp_ns"][0])
+    assert not np.array_equal(decoded_frames(tmp_path / "ds")[0], truth[stamp])  # why --lossless exists
+
+
+def test_image_size_resizes_every_colour_key_before_encoding_and_statistics(lossless_small, textured_episode):
+    out, report = lossless_small
+    width, height = SMALL
+    info = json.loads((out / "meta/info.json").read_text())["features"]["observation.images.consumer"]
+    assert info["shape"] == [height, width, 3]
+    assert (info["info"]["video.height"], info["info"]["video.width"]) == (height, width)
+    truth = bag_frames(textured_episode)
+    expected = np.stack([resize_rgb(truth[int(s)], height, width) for s in read_rows(out)["stamp_ns"]])
+    frames = decoded_frames(out)
+    assert frames.shape == (report.episodes[0].frames, height, width, 3)
+    assert np.array_equal(frames, expected)  # resize_rgb's pixels, losslessly encoded
+    stats = json.loads((out / "meta/stats.json").read_text())["observation.images.consumer"]
+    # every frame and pixel is sampled at this size: the statistics are those of the resized frames
+    assert np.allclose(np.ravel(stats["mean"]), (expected / 255.0).mean(axis=(0, 1, 2)), atol=1e-12)
+    assert np.allclose(np.ravel(stats["max"]), expected.max(axis=(0, 1, 2)) / 255.0)
+
+
+def test_image_size_is_checked_and_excludes_depth(depth_episode, episodes, tmp_path):
+    with pytest.raises(ExportError, match="--image-size and --depth exclude each other"):
+        export_lerobot([depth_episode], tmp_path / "d", "test/x", depth="consumer", image_size=(32, 24), workers=1)
+    with pytest.raises(ExportError, match="yuv420p needs an even width and height"):
+        export_lerobot([episodes["physical"]], tmp_path / "o", "test/x", image_size=(33, 24), workers=1)
+    with pytest.raises(ExportError, match="outside"):
+        export_lerobot([episodes["physical"]], tmp_path / "z", "test/x", image_size=(0, 24), workers=1)
+    assert not any(tmp_path.iterdir())
+    # an odd size is fine where the stream is not 4:2:0
+    report = export_lerobot([episodes["physical"]], tmp_path / "rgb", "test/x", image_size=(33, 25), workers=1,
+                            video=VideoOptions.lossless())
+    assert decoded_frames(tmp_path / "rgb").shape[1:] == (25, 33, 3) and report.episodes
+
+
+def test_parse_image_size():
+    assert parse_image_size("96x72") == (96, 72) and parse_image_size("64X48") == (64, 48)
+    for bad in ("96", "96x", "x72", "96x72x3", "-4x8", "0x8", "a x b"):
+        with pytest.raises(ValueError, match="image size"):
+            parse_image_size(bad)
+
+
+def test_libx264rgb_takes_only_rgb_pixel_formats():
+    with pytest.raises(ValueError, match="libx264rgb encodes"):
+        VideoOptions(codec="libx264rgb", crf=0, pix_fmt="yuv444p")
+
+
+def test_the_cli_exports_lossless_at_an_image_size(episodes, tmp_path, capsys):
+    out = tmp_path / "ds"
+    code = episodes_main(["export", str(episodes["physical"]), "--out", str(out), "--repo-id", "test/cli",
+                          "--lossless", "--image-size", "32x24", "--workers", "1"])
+    assert code == 0, capsys.readouterr().err
+    info = json.loads((out / "meta/info.json").read_text())["features"]["observation.images.consumer"]
+    assert info["shape"] == [24, 32, 3] and info["info"]["video.pix_fmt"] == "gbrp"
+    assert episodes_main(["export", str(episodes["physical"]), "--out", str(tmp_path / "x"), "--repo-id", "t/x",
+                          "--lossless", "--crf", "10"]) == 2
+    assert "--lossless sets the codec, CRF and pixel format; drop --crf" in capsys.readouterr().err
+    assert episodes_main(["export", str(episodes["physical"]), "--out", str(tmp_path / "y"), "--repo-id", "t/y",
+                          "--image-size", "big"]) == 2
+    assert "WIDTHxHEIGHT" in capsys.readouterr().err
+    assert episodes_main(["export", str(episodes["physical"]), "--out", str(tmp_path / "z"), "--repo-id", "t/z",
+                          "--codec", "libx264", "--crf", "0", "--pix-fmt", "yuv444p", "--workers", "1"]) == 0
+    info = json.loads((tmp_path / "z/meta/info.json").read_text())["features"]["observation.images.consumer"]
+    assert info["info"]["video.pix_fmt"] == "yuv444p"
+
+
 # -- the real client: LeRobot's own reader -----------------------------------------------------
 
 
@@ -483,7 +620,7 @@ def test_lerobot_loads_the_depth_key_within_its_quantisation_step(depth_exported
     assert summary["feature_info"][key]["rynn_teleop/depth_scale_m"] == DEPTH_MAX_M
     assert key in summary["stats_keys"]
     rows = read_rows(out)
-    step_mm = DEPTH_MAX_M * 1000 / 255  # what LeRobot 0.4 decodes: 8-bit RGB
+    step_mm = DEPTH_MAX_M * 1000 / 255  # what LeRobot decodes (a key not marked as depth): 8-bit RGB
     for q in queries:
         image = got[f"{q}/image.{key}"].astype(float)  # (H, W, 3) 0..255
         assert image.shape == (H, W, 3)
@@ -492,6 +629,49 @@ def test_lerobot_loads_the_depth_key_within_its_quantisation_step(depth_exported
         truth = np.minimum(depth_at(depth_episode, DEPTH_TOPICS["consumer"], int(rows["stamp_ns"][q])), 2000) / 1000
         err_mm = np.abs(metres - truth) * 1000
         assert err_mm.max() <= 0.55 * step_mm and err_mm.mean() <= 0.3 * step_mm  # 8-bit rounding (+ 12-bit's)
+
+
+def _lerobot_dump(lerobot_python: str, out: Path, repo_id: str, queries: list[int], dump: Path):
+    """LeRobot's items at ``queries`` and its summary (tests/lerobot_check.py in the LeRobot environment)."""
+    proc = subprocess.run([lerobot_python, str(ROOT / "tests/lerobot_check.py"), str(out), repo_id, str(dump),
+                           *map(str, queries)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"LeRobot rejected the export:\n{proc.stderr[-6000:]}"
+    got = np.load(dump)
+    return got, json.loads(str(got["summary"]))
+
+
+def test_lerobot_returns_exactly_the_recorded_pixels_of_a_lossless_export(textured_episode, lerobot_python,
+                                                                         tmp_path):
+    out = tmp_path / "ds"
+    report = export_lerobot([textured_episode], out, "test/lossless", fps=FPS, video=VideoOptions.lossless(),
+                            workers=1)
+    n = report.episodes[0].frames
+    queries = [0, 1, n // 2, n - 1]
+    got, summary = _lerobot_dump(lerobot_python, out, "test/lossless", queries, tmp_path / "lerobot.npz")
+    assert summary["features"]["observation.images.consumer"]["shape"] == [H, W, 3]
+    truth = bag_frames(textured_episode)
+    stamps = read_rows(out)["stamp_ns"]
+    for q in queries:
+        item = got[f"{q}/float.observation.images.consumer"]  # (3, H, W) float32, what a policy is fed
+        assert item.dtype == np.float32 and item.shape == (3, H, W)
+        frame = truth[int(stamps[q])].transpose(2, 0, 1).astype(np.float32)
+        assert np.array_equal(item * np.float32(255), frame)  # element by element, no tolerance
+
+
+def test_lerobot_reads_an_image_size_export_at_that_size(lossless_small, textured_episode, lerobot_python,
+                                                         tmp_path):
+    out, report = lossless_small
+    width, height = SMALL
+    n = report.episodes[0].frames
+    queries = [0, n - 1]
+    got, summary = _lerobot_dump(lerobot_python, out, "test/small", queries, tmp_path / "lerobot.npz")
+    assert summary["features"]["observation.images.consumer"]["shape"] == [height, width, 3]
+    assert summary["chunk_image_shape"] == [2, 3, height, width]
+    truth = bag_frames(textured_episode)
+    stamps = read_rows(out)["stamp_ns"]
+    for q in queries:
+        expected = resize_rgb(truth[int(stamps[q])], height, width).transpose(2, 0, 1).astype(np.float32)
+        assert np.array_equal(got[f"{q}/float.observation.images.consumer"] * np.float32(255), expected)
 
 
 def test_lerobot_env_script_is_idempotent(lerobot_python):

@@ -2,19 +2,20 @@
 
 :func:`export_lerobot` turns episode directories (rosbag2 MCAP + ``episode.yaml``) into one LeRobot dataset
 (layout: :mod:`rynn_teleop.recording.lerobot`); ``rynn-teleop episodes export`` is its command line.
-One row per frame of the first camera key (``images[0]``), in header-stamp order; every other column holds
-the newest value stamped at or before the row's stamp: ``observation.images.<key>`` per key of ``images``
-(:data:`FEED_TOPICS`); with ``depth``, ``observation.images.<depth>_depth`` (12-bit grey video of depth over
-0..``depth_max_m``, :func:`.lerobot.depth_video_feature`); ``observation.state``, the 54 measured joints
-[rad]; ``action``, the 54 commanded joints [rad] (a generated frame has its command's exact stamp);
-``timestamp`` = ``frame_index / fps`` [s], LeRobot's indices, and ``stamp_ns`` (the frame's header stamp
-[ns]). Rows before every column has a value are left out (counted). Episodes are converted in parallel, one
-process each. An episode lacking a needed topic, or whose first camera key does not run at ``fps``, stops
-the export with an :class:`ExportError` and nothing is written; one whose integrity check fails is skipped
-unless ``include_problems``. A *damaged* episode (its MCAP file fails :func:`.recover.require_intact`: CRCs,
-structure) stops the export too, with one line naming it and the damage, or is skipped with that line
-(``skip_damaged``). The output folder is created (as a staging sibling) before any episode is read, so one
-that cannot be created or written is refused first; the dataset is moved into place at the end.
+One row per frame of the first camera key (``images[0]``), in header-stamp order; every other column holds the
+newest value stamped at or before the row's stamp: ``observation.images.<key>`` per key of ``images``
+(:data:`FEED_TOPICS`; resized to ``image_size`` when given); with ``depth``,
+``observation.images.<depth>_depth`` (12-bit grey video of depth over 0..``depth_max_m``,
+:func:`.lerobot.depth_video_feature`); ``observation.state``, the 54 measured joints [rad]; ``action``, the 54
+commanded joints [rad] (a generated frame has its command's exact stamp); ``timestamp`` = ``frame_index/fps``
+[s], LeRobot's indices, and ``stamp_ns`` (the frame's header stamp [ns]). Rows before every column has a value
+are left out (counted). Episodes are converted in parallel, one process each. An episode lacking a needed topic,
+or whose first camera key does not run at ``fps``, stops the export with an :class:`ExportError` and nothing is
+written; one whose integrity check fails is skipped unless ``include_problems``. A *damaged* episode (its MCAP
+file fails :func:`.recover.require_intact`: CRCs, structure) stops the export too, with one line naming it and
+the damage, or is skipped with that line (``skip_damaged``). The output folder is created (as a staging sibling)
+before any episode is read, so one that cannot be created or written is refused first; the dataset is moved into
+place at the end.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from ..core.image import resize_rgb
 from ..core.robot_model import CANONICAL_JOINT_NAMES
 from .errors import DATA_EXIT_CODE, USAGE_EXIT_CODE, DamagedEpisodeError
 from .frames import (
@@ -206,6 +208,7 @@ class _Job:
     depth_max_m: float = DEPTH_MAX_M
     depth_video: VideoOptions | None = None
     skip_damaged: bool = False
+    image_size: tuple[int, int] | None = None  # (width, height) [px] of every colour key, or None: as recorded
 
 
 @dataclass
@@ -399,20 +402,25 @@ def _encode(
 ) -> tuple[int, int, str]:
     """Write the frames ``sel`` (message numbers on ``topic``, one per row) as one video.
 
-    Returns (height, width, codec).
+    Returns (height, width, codec) of the video written.
 
     With ``depth_max_m`` the topic holds depth images, written as 12-bit codes (:func:`.lerobot.quantize_depth`)
-    with ``job.depth_video``; otherwise colour images, written with ``job.video``.
+    with ``job.depth_video``; otherwise colour images, written with ``job.video``, each resized to
+    ``job.image_size`` first (:func:`rynn_teleop.core.image.resize_rgb`) when that is set: the video and the
+    image statistics hold the resized frames.
     """
     path = bag.path.parent
     transform = None if depth_max_m is None else partial(quantize_depth, depth_max_m=depth_max_m)
     frames = read_images(bag, topic, sel, typestore, depth=depth_max_m is not None, transform=transform)
     writer: VideoWriter | None = None
     sampler: ImageStatsSampler | None = None
+    resize = job.image_size if depth_max_m is None else None
+    first_shape: tuple[int, ...] = ()
     try:
         for nxt, frame in enumerate(frames):
             if writer is None:
-                h, w = frame.shape[:2]
+                first_shape = frame.shape[:2]
+                h, w = first_shape if resize is None else (resize[1], resize[0])
                 if depth_max_m is None:
                     options = job.video
                 else:
@@ -422,9 +430,11 @@ def _encode(
                 except ValueError as exc:
                     raise ExportError(f"{path}: {topic}: {exc}", episode=path, topic=topic) from exc
                 sampler = ImageStatsSampler(len(sel), h, w)
-            if frame.shape[:2] != (writer.size[1], writer.size[0]):
+            if frame.shape[:2] != first_shape:
                 raise ExportError(f"{path}: {topic}: frame {nxt} is {frame.shape[1]}x{frame.shape[0]}, "
-                                  f"the first was {writer.size[0]}x{writer.size[1]}", episode=path, topic=topic)
+                                  f"the first was {first_shape[1]}x{first_shape[0]}", episode=path, topic=topic)
+            if resize is not None:
+                frame = resize_rgb(frame, resize[1], resize[0])
             writer.write(frame)
             assert sampler is not None
             sampler.offer(nxt, frame if depth_max_m is None else depth_codes_to_rgb(frame))
@@ -456,7 +466,7 @@ def _features(images: Sequence[str], sizes: Mapping[str, tuple[int, int]], fps: 
     features: dict[str, dict[str, Any]] = {}
     for key in images:
         h, w = sizes[key]
-        features[f"observation.images.{key}"] = video_feature(h, w, fps, _codec_name(codec), video.pix_fmt)
+        features[f"observation.images.{key}"] = video_feature(h, w, fps, _codec_name(codec), video.stream_pix_fmt)
     if depth:
         h, w = sizes[depth_key(depth)]
         features[f"observation.images.{depth_key(depth)}"] = depth_video_feature(h, w, fps, depth_max_m,
@@ -469,8 +479,8 @@ def _features(images: Sequence[str], sizes: Mapping[str, tuple[int, int]], fps: 
 
 def _codec_name(encoder: str) -> str:
     """The codec (as FFmpeg names it in a stream) of an encoder name."""
-    return {"libx264": "h264", "libopenh264": "h264", "libx265": "hevc", "libsvtav1": "av1", "libaom-av1": "av1",
-            "librav1e": "av1", "libvpx-vp9": "vp9"}.get(encoder, encoder)
+    return {"libx264": "h264", "libx264rgb": "h264", "libopenh264": "h264", "libx265": "hevc", "libsvtav1": "av1",
+            "libaom-av1": "av1", "librav1e": "av1", "libvpx-vp9": "vp9"}.get(encoder, encoder)
 
 
 def _cpu_count() -> int:
@@ -512,6 +522,43 @@ def _is_dataset(path: Path) -> bool:
     return (path / INFO_PATH).is_file()
 
 
+MAX_IMAGE_SIDE = 8192
+"""Largest ``image_size`` side [px]."""
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``WxH`` (e.g. ``96x72``) as (width, height) [px] (``--image-size``).
+
+    Raises:
+        ValueError: not two positive integers joined by ``x``.
+    """
+    parts = text.lower().split("x")
+    try:
+        width, height = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"image size {text!r}: give WIDTHxHEIGHT in pixels, e.g. 96x72") from None
+    if width < 1 or height < 1:
+        raise ValueError(f"image size {text!r}: width and height must be positive")
+    return width, height
+
+
+def _check_image_size(size: Sequence[int], video: VideoOptions) -> tuple[int, int]:
+    """``size`` as (width, height) after checking it against the bounds and the stream's pixel format.
+
+    Raises:
+        ExportError: not two integers in 1..MAX_IMAGE_SIDE, or odd for a 4:2:0 ``video.pix_fmt``.
+    """
+    try:
+        width, height = (int(v) for v in size)
+    except (TypeError, ValueError):
+        raise ExportError(f"image size {size!r}: give (width, height) in pixels") from None
+    if not (1 <= width <= MAX_IMAGE_SIDE and 1 <= height <= MAX_IMAGE_SIDE):
+        raise ExportError(f"image size {width}x{height} is outside 1..{MAX_IMAGE_SIDE} px per side")
+    if video.pix_fmt.startswith("yuv420") and (width % 2 or height % 2):
+        raise ExportError(f"image size {width}x{height}: {video.pix_fmt} needs an even width and height")
+    return width, height
+
+
 def export_lerobot(
     episodes: Sequence[str | Path],
     out: str | Path,
@@ -527,6 +574,7 @@ def export_lerobot(
     depth: str | None = None,
     depth_max_m: float = DEPTH_MAX_M,
     skip_damaged: bool = False,
+    image_size: tuple[int, int] | None = None,
 ) -> ExportReport:
     """Export episode directories as one LeRobot (v3.0) dataset at ``out``.
 
@@ -537,7 +585,8 @@ def export_lerobot(
         fps: the dataset's frame rate [Hz]: the rate of the first camera key (checked).
         images: camera keys, each of ``physical``, ``generated``, ``consumer``; the first
             one's frames are the rows.
-        video: codec options (default :class:`VideoOptions`: H.264, CRF 23, key frame every 2 frames).
+        video: codec options (default :class:`VideoOptions`: H.264, CRF 23, key frame every 2 frames;
+            :meth:`VideoOptions.lossless`: LeRobot's reader returns exactly the pixels written).
         include_problems: export episodes whose integrity check fails, instead of skipping them.
         append: add to an existing dataset at ``out`` (episode and frame indices continue;
             features, fps and camera sizes must match).
@@ -548,12 +597,16 @@ def export_lerobot(
             key ``observation.images.<depth>_depth``, one frame per row (the newest depth image stamped at or
             before the row's stamp); None (default): no depth key.
         depth_max_m: depth at the largest depth value [m] (0 < depth_max_m <= 65.535): depth is quantised
-            linearly over 0..depth_max_m, farther depth is stored as depth_max_m. The 8-bit RGB a LeRobot 0.4
-            reader decodes holds depth / depth_max_m in [0, 1] (steps of depth_max_m / 255; 0: no reading);
+            linearly over 0..depth_max_m, farther depth is stored as depth_max_m. The 8-bit RGB a LeRobot
+            reader (0.4; 0.6.1) decodes holds depth / depth_max_m in [0, 1] (steps of depth_max_m / 255; 0: no reading);
             the 12-bit stream has steps of depth_max_m / 4080 (:func:`.lerobot.depth_video_feature`).
             Recorded in the feature's ``info`` and in every episode's ``rynn_teleop/depth_max_m``.
         skip_damaged: leave out an episode whose MCAP file is damaged (reported in ``skipped`` with its
             one-line reason) instead of stopping the export.
+        image_size: (width, height) [px] of every colour camera key: each frame is resized to it
+            (:func:`rynn_teleop.core.image.resize_rgb`, the resize the policy node applies to its
+            observations) before it is encoded and sampled for the statistics, and ``info.json`` declares
+            that shape; None (default): as recorded. Not with ``depth`` (depth is not resampled).
 
     Returns:
         What was written and skipped, and how long it took.
@@ -584,6 +637,12 @@ def export_lerobot(
         raise ExportError(f"depth_max_m {depth_max_m} is outside (0, 65.535] m")
     if depth is not None and not encoder_available(DEPTH_ENCODER):
         raise ExportError(f"depth needs the video encoder {DEPTH_ENCODER!r}, which this PyAV build lacks")
+    if image_size is not None:
+        image_size = _check_image_size(image_size, video)
+        if depth is not None:
+            raise ExportError("--image-size and --depth exclude each other: depth images are not resized "
+                              "(averaging would mix missing readings into valid depth); export depth at its "
+                              "recorded size without --image-size")
     video_keys = images + ((depth_key(depth),) if depth else ())
     if not 1 <= fps <= 1000:
         raise ExportError(f"fps {fps} is outside 1..1000 Hz")
@@ -652,7 +711,7 @@ def export_lerobot(
         job_video = video if video.threads else replace(video, threads=max(1, _cpu_count() // n_workers))
         depth_video = depth_video_options(video.gop, job_video.threads)
         jobs = [_Job(p, i, work / f"{i:05d}", fps, images, job_video, include_problems, depth, depth_max_m, depth_video,
-                     skip_damaged) for i, p in enumerate(sources)]
+                     skip_damaged, image_size) for i, p in enumerate(sources)]
         results = _run(jobs, n_workers)
         converted = [r for r in results if isinstance(r, _Converted)]
         report.skipped = [SkippedEpisode(r.source, r.problems, r.damaged) for r in results if isinstance(r, _Skipped)]
@@ -800,4 +859,5 @@ __all__ = [
     "VideoOptions",
     "depth_key",
     "export_lerobot",
+    "parse_image_size",
 ]

@@ -632,18 +632,27 @@ def _cmd_recover(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_lerobot  # PyAV and pyarrow only load for an export
+    from .export import export_lerobot, parse_image_size  # PyAV and pyarrow only load for an export
     from .lerobot import VideoOptions
 
     paths = [p for path in args.paths for p in episodes_at(path)]
     try:
-        video = VideoOptions(codec=args.codec, crf=args.crf, gop=args.gop, preset=args.preset or None)
+        if args.lossless:
+            given = [f for f, v in (("--codec", args.codec), ("--crf", args.crf), ("--pix-fmt", args.pix_fmt))
+                     if v is not None]
+            if given:
+                raise ValueError(f"--lossless sets the codec, CRF and pixel format; drop {', '.join(given)}")
+            video = VideoOptions.lossless(gop=args.gop)
+        else:
+            video = VideoOptions(codec=args.codec or "libx264", crf=23 if args.crf is None else args.crf, gop=args.gop,
+                                 preset=args.preset or None, pix_fmt=args.pix_fmt or "yuv420p")
+        image_size = parse_image_size(args.image_size) if args.image_size else None
     except ValueError as exc:
         raise RecordingError(f"export: {exc}") from exc
     report = export_lerobot(
         paths, args.out, args.repo_id, fps=args.fps, images=args.image or ["consumer"], video=video,
         include_problems=args.include_problems, append=args.append, overwrite=args.overwrite, workers=args.workers,
-        depth=args.depth, depth_max_m=args.depth_max_m, skip_damaged=args.skip_damaged,
+        depth=args.depth, depth_max_m=args.depth_max_m, skip_damaged=args.skip_damaged, image_size=image_size,
     )
     for s in report.skipped:
         if s.damaged:
@@ -706,10 +715,15 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
                    help="add that feed's aligned depth as the key <feed>_depth (12-bit HEVC, linear over "
                         "0..--depth-max-m; off by default)")
     p.add_argument("--depth-max-m", type=float, default=2.0,
-                   help="depth at the largest depth value [m] (default 2.0: 2.0/255 m steps as LeRobot 0.4 decodes "
+                   help="depth at the largest depth value [m] (default 2.0: 2.0/255 m steps as LeRobot decodes "
                         "it, 2.0/4080 m in the stream)")
-    p.add_argument("--codec", default="libx264", help="video encoder (default libx264; libsvtav1 as LeRobot's default)")
-    p.add_argument("--crf", type=int, default=23, help="constant rate factor, lower is better quality (default 23)")
+    p.add_argument("--image-size", metavar="WxH", help="resize every colour camera key to W x H pixels before "
+                   "encoding (e.g. 96x72; the policy node resizes its observations the same way); not with --depth")
+    p.add_argument("--codec", help="video encoder (default libx264; libsvtav1 as LeRobot's default)")
+    p.add_argument("--crf", type=int, help="constant rate factor, lower is better quality (default 23)")
+    p.add_argument("--pix-fmt", help="pixel format of the colour streams (default yuv420p)")
+    p.add_argument("--lossless", action="store_true", help="encode so that LeRobot's reader returns exactly the "
+                   "recorded pixels: libx264rgb, CRF 0, rgb24 (larger files than the lossy default)")
     p.add_argument("--gop", type=int, default=2, help="frames between key frames (default 2)")
     p.add_argument("--preset", default="veryfast", help="encoder speed preset (default veryfast; '' for the encoder's)")
     p.add_argument("--workers", type=int, help="episodes converted at once (default: one per CPU)")

@@ -122,14 +122,15 @@ def video_feature(height: int, width: int, fps: int, codec: str, pix_fmt: str) -
 def depth_video_feature(height: int, width: int, fps: int, depth_max_m: float, topic: str) -> dict[str, Any]:
     """A depth key stored as a 12-bit grey video (codes from :func:`quantize_depth`).
 
-    ``shape`` is (height, width, 3) [px] and ``video.is_depth_map`` false: LeRobot 0.4 decodes every stream
-    to 8-bit RGB, so a reader gets three equal channels of value ``depth / depth_max_m`` in [0, 1]
-    (``depth_max_m / 255`` m per step; 0: no reading; 1: ``depth_max_m`` or farther), and the statistics
-    describe that image. ``rynn_teleop/depth_scale_m`` (= ``depth_max_m``) is metres per unit of that value.
-    A reader of the grey plane itself (PyAV ``to_ndarray(format="gray12le")``, LeRobot 0.6's depth reader)
-    gets the 12-bit code ``c``: depth ``c / DEPTH_QMAX * video.depth_max`` [m] (``depth_max_m / 4080`` m per
-    step); ``video.depth_min`` (0), ``video.depth_max`` (``depth_max_m * 4095 / 4080``), ``video.shift`` (0)
-    and ``video.use_log`` (false) are those codes' parameters in LeRobot 0.6's depth quantiser.
+    ``shape`` is (height, width, 3) [px] and ``video.is_depth_map`` false: LeRobot (0.4, and 0.6.1 for a key not
+    marked as depth) decodes the stream to 8-bit RGB, so a reader gets three equal channels of value
+    ``depth / depth_max_m`` in [0, 1] (``depth_max_m / 255`` m per step; 0: no reading; 1: ``depth_max_m`` or
+    farther), and the statistics describe that image. ``rynn_teleop/depth_scale_m`` (= ``depth_max_m``) is metres
+    per unit of that value. A reader of the grey plane itself (PyAV ``to_ndarray(format="gray12le")``, LeRobot 0.6's
+    depth reader for a key marked as depth) gets the 12-bit code ``c``: depth ``c / DEPTH_QMAX * video.depth_max``
+    [m] (``depth_max_m / 4080`` m per step); ``video.depth_min`` (0), ``video.depth_max``
+    (``depth_max_m * 4095 / 4080``), ``video.shift`` (0) and ``video.use_log`` (false) are those codes' parameters
+    in LeRobot 0.6's depth quantiser.
     """
     feature = video_feature(height, width, fps, "hevc", DEPTH_PIX_FMT)
     feature["info"].update({
@@ -416,18 +417,26 @@ def episode_stats_columns(stats: Mapping[str, Stats]) -> dict[str, Any]:
 # -- video -----------------------------------------------------------------------------------
 
 
+_X264RGB_PIX_FMTS = ("rgb24", "bgr24", "bgr0")
+"""Input pixel formats of ``libx264rgb``."""
+
+
 @dataclass(frozen=True)
 class VideoOptions:
     """How camera keys are encoded.
 
+    :meth:`lossless` gives the options under which LeRobot's reader (torchcodec or PyAV) returns exactly the
+    RGB pixels written (H.264 in RGB, ``libx264rgb`` at CRF 0); the default (H.264 4:2:0, CRF 23) is lossy.
+
     Attributes:
-        codec: an FFmpeg encoder name PyAV has (``libx264``, ``libsvtav1``, ``libopenh264``, ``mpeg4``...).
+        codec: an FFmpeg encoder name PyAV has (``libx264``, ``libx264rgb``, ``libsvtav1``, ``libopenh264``,
+            ``mpeg4``...).
         crf: constant rate factor (quality; lower is better; 0..63) for codecs that take one (x264, x265,
-            SVT-AV1; other encoders ignore it).
+            SVT-AV1; other encoders ignore it); 0 is lossless for the 8-bit x264 encoders.
         gop: frames between key frames (2, as LeRobot's default, keeps random access cheap for training).
         preset: the encoder's speed preset (x264: ``ultrafast``..``veryslow``; SVT-AV1: ``0``..``13``), or None
             (the encoder's default; encoders other than x264, x265 and SVT-AV1 ignore it).
-        pix_fmt: pixel format of the stream.
+        pix_fmt: pixel format of the stream (``libx264rgb``: ``rgb24``, ``bgr24`` or ``bgr0``).
         threads: encoder threads (0: the encoder decides).
     """
 
@@ -446,15 +455,31 @@ class VideoOptions:
             raise ValueError(f"crf must be in 0..63, got {self.crf}")
         if int(self.threads) < 0:
             raise ValueError(f"threads must be >= 0, got {self.threads}")
+        if self.codec == "libx264rgb" and self.pix_fmt not in _X264RGB_PIX_FMTS:
+            raise ValueError(f"libx264rgb encodes pix_fmt {', '.join(_X264RGB_PIX_FMTS)}, not {self.pix_fmt!r}")
+
+    @classmethod
+    def lossless(cls, gop: int = 2, threads: int = 0) -> VideoOptions:
+        """Options under which a decoder to RGB (LeRobot's torchcodec or PyAV reader) returns exactly the
+        (H, W, 3) uint8 pixels written: H.264 High 4:4:4 Predictive in RGB (``libx264rgb``, ``rgb24``,
+        CRF 0: lossless, no colour conversion), ``gop`` frames between key frames. The files are larger
+        than the default (lossy) stream's."""
+        return cls(codec="libx264rgb", crf=0, gop=gop, preset="veryfast", pix_fmt="rgb24", threads=threads)
+
+    @property
+    def stream_pix_fmt(self) -> str:
+        """The stream's pixel format as a decoder reports it (``info.json`` ``video.pix_fmt``): ``gbrp`` for
+        ``libx264rgb`` (H.264 stores RGB as planar G, B, R), else ``pix_fmt``."""
+        return "gbrp" if self.codec == "libx264rgb" else self.pix_fmt
 
     def encoder_options(self) -> dict[str, str]:
         """FFmpeg options of the encoder."""
         opts = {"g": str(self.gop)}
-        if self.codec in ("libx264", "libx265"):
+        if self.codec in ("libx264", "libx264rgb", "libx265"):
             opts["bf"] = "0"  # no frame reordering: presentation time i / fps from the first frame on, no edit list
-        if self.crf is not None and self.codec in ("libx264", "libx265", "libsvtav1", "h264", "hevc"):
+        if self.crf is not None and self.codec in ("libx264", "libx264rgb", "libx265", "libsvtav1", "h264", "hevc"):
             opts["crf"] = str(self.crf)
-        if self.preset is not None and self.codec in ("libx264", "libx265", "libsvtav1"):
+        if self.preset is not None and self.codec in ("libx264", "libx264rgb", "libx265", "libsvtav1"):
             opts["preset"] = str(self.preset)
         if self.threads and self.codec == "libsvtav1":
             opts["svtav1-params"] = f"lp={self.threads}"
