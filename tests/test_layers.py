@@ -1,12 +1,13 @@
 """The package's layers: every import, at module level or inside a function, points down.
 
-errors, paths <- core <- sim <- recording <- sources / hardware / world_model / console / host_stalls <- nodes,
-world_model.training <- runner, bringup <- replay <- demo <- cli (:data:`RANKS`). A package may import its own modules,
-and any layer below its own; never a sibling of its layer or one above. ``world_model.training`` (datasets
-from recorded episodes, training, evaluation) is a layer of its own above ``world_model`` and ``recording``,
-because it reads both; ``world_model`` never imports it. Middleware and model libraries stay at their
-edges: rclpy and ROS message packages only in nodes and above, torch only in world_model (training included),
-mujoco only in sim (the physical twin, which the hardware backends and the camera sources build on).
+errors, paths <- core <- sim <- recording <- sources / hardware / world_model / console / host_stalls <- policies
+<- nodes, world_model.training <- runner, bringup <- replay <- demo <- cli (:data:`RANKS`). A package may import its
+own modules, and any layer below its own; never a sibling of its layer or one above. ``world_model.training``
+(datasets from recorded episodes, training, evaluation) is a layer of its own above ``world_model`` and
+``recording``, because it reads both; ``world_model`` never imports it. Middleware and model libraries stay at their
+edges: rclpy and ROS message packages only in nodes and above, torch only in world_model (training included) and in
+the LeRobot worker (policies; it runs in LeRobot's own Python), mujoco only in sim (the physical twin, which the
+hardware backends and the camera sources build on).
 """
 
 from __future__ import annotations
@@ -23,15 +24,17 @@ RANKS = {
     "": 0, "errors": 0, "paths": 1,
     "core": 2,
     "sim": 2.5,  # between core and the layer that uses it (hardware, sources)
-    "sources": 3, "hardware": 3, "policies": 3, "world_model": 3, "console": 3, "host_stalls": 3,
+    "sources": 3, "hardware": 3, "world_model": 3, "console": 3, "host_stalls": 3,
     "recording": 2.75,  # episodes on disk: the replay sources read them
+    "policies": 3.5,  # learned controllers and their evaluation on the twin, drawn by the camera source's renderer
     "nodes": 4, "world_model.training": 4,
     "runner": 5, "bringup": 5, "supervisor": 5, "replay": 5.5, "demo": 6, "cli": 7,
 }
 #: third-party top-level modules -> the packages that may import them
 EDGES = {
     "rclpy": {"nodes", "runner", "cli", "demo"},
-    "torch": {"world_model", "world_model.training"},
+    "torch": {"world_model", "world_model.training", "policies"},  # policies: only lerobot_worker, in LeRobot's Python
+    "lerobot": {"policies"},
     "mujoco": {"sim"},
 }
 
