@@ -12,6 +12,8 @@
     rynn-teleop episodes list|info|check|recover|export PATH   recorded episodes (integrity, counts, rates, gaps,
                                       plot, preview, salvage, LeRobot export)
     rynn-teleop episodes replay EPISODE [--twin]   its commands through the drivers again; on a twin, the outcome
+    rynn-teleop policy eval PATH --task T [--episodes N] [--seed S]   a trained policy's rollouts on fresh twins:
+                                      success rate with its 95 % interval, time to success, a report folder
     rynn-teleop world-model encode-prompt BASE_DIR "PROMPT" OUT   the world model's fixed prompt, encoded once
     rynn-teleop world-model dataset|tiny-base|train|distill|eval ...   make and judge world-model weights
 
@@ -316,6 +318,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .sim import cli as sim_cli  # imports no MuJoCo until a sim subcommand runs
 
     sim_cli.add_parser(sub)
+    from .policies import cli as policy_cli  # MuJoCo, the camera and the policy load only when `policy eval` runs
+
+    policy_cli.add_parser(sub)
 
     p = sub.add_parser("params", help="print a node's parameter file, every key documented")
     p.add_argument("node")
