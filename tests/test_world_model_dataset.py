@@ -19,21 +19,25 @@ from hypothesis import strategies as st
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
 from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
+from rynn_teleop.core.camera_view import CameraView
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, RobotModel
 from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
 from rynn_teleop.recording.writer import default_typestore
 from rynn_teleop.world_model.conditioning import Conditioner, SkeletonStyle
 from rynn_teleop.world_model.diffusion.presets import TINY
 from rynn_teleop.world_model.generator import as_rgb
+from rynn_teleop.world_model.training import objects as ob
 from rynn_teleop.world_model.training.clips import ClipDataset, DatasetError, DatasetInfo, read_clip
 from rynn_teleop.world_model.training.dataset import (
     DEFAULT_CAMERA_TOPIC,
+    NoUsableEpisodeError,
     add_arguments,
     build_dataset,
     clip_bounds,
     condition_frames,
     run_cli,
     split_episodes,
+    split_groups,
 )
 
 TS = default_typestore()
@@ -56,6 +60,27 @@ class Recorded(NamedTuple):
     path: Path
     commands: list[tuple[int, list[str], np.ndarray]]  # (header stamp [ns], joint names, positions [rad])
     frames: dict[int, np.ndarray]  # header stamp [ns] -> the RGB frame written
+    objects: list[tuple[int, np.ndarray]] = []  # (header stamp [ns], (N, 7) poses) of every /twin/objects written
+
+
+# the twin's scene of these tests: a cube that is pushed and lifted, and a fixed platform
+TWIN_OBJECTS = [{"name": "cube", "shape": "box", "size": [0.06, 0.06, 0.06], "color": [1, 0, 0, 1], "fixed": False},
+                {"name": "platform", "shape": "cylinder", "size": [0.08, 0.04], "fixed": True}]
+PUSH_S, LIFT_S = 0.4, 0.6  # [s] after the start: the cube starts moving along +y at 0.1 m/s, then rises at 0.05 m/s
+OBJECTS_HZ = 50.0
+
+
+def twin_scene(layout: int) -> str:
+    """/twin/scene of layout ``layout`` (sim.monitor.scene_description's fields that matter here)."""
+    return json.dumps({"scene": "test_scene", "seed": layout, "task": "push", "objects": TWIN_OBJECTS})
+
+
+def twin_poses(t_ns: int, layout: int) -> np.ndarray:
+    """(2, 7) the objects' poses at t (x, y, z [m], quaternion x, y, z, w in base_link): the cube starts where the
+    layout puts it, in view of the head camera."""
+    t = (t_ns - T0) * 1e-9
+    cube = [0.45, -0.12 + 0.03 * layout + 0.1 * max(0.0, t - PUSH_S), 0.72 + 0.05 * max(0.0, t - LIFT_S), 0, 0, 0, 1]
+    return np.array([cube, [0.55, 0.15, 0.70, 0, 0, 0, 1]], dtype=float)
 
 
 # -- building episodes -------------------------------------------------------------------------
@@ -116,17 +141,24 @@ def frame_rgb(n: int, seed: int) -> np.ndarray:
 def record(root: Path, *, seconds: float = 1.0, seed: int = 0, digital: bool = False, camera: bool = True,
            commands: bool = True, camera_info: CameraIntrinsics | None = K, skip_frames: tuple[int, ...] = (),
            first_frame_ms: float = 2.0, active_source: str | None = None,
-           metadata: EpisodeMetadata | None = None) -> Recorded:
+           metadata: EpisodeMetadata | None = None, twin: int | None = None, objects_from_ms: float = 0.0,
+           twin_reset_s: float | None = None) -> Recorded:
     """Record one episode. Arm commands at 100 Hz, hand commands at 100 Hz alternating left and right, camera
     frames at 30 Hz from ``first_frame_ms`` after the start (the first ones may come before every joint was
-    commanded). ``digital``: each frame is stamped with the newest command's stamp (as the world model does)."""
+    commanded). ``digital``: each frame is stamped with the newest command's stamp (as the world model does).
+    ``twin``: a twin episode of that layout: ``/twin/scene`` at the start (and of layout ``twin + 1`` at
+    ``twin_reset_s``), ``/twin/objects`` (:func:`twin_poses`) at 50 Hz from ``objects_from_ms``, ``extra.twin`` in
+    episode.yaml."""
     rates = {t: r for t, r in RATES.items() if t != INFO_TOPIC or camera_info is not None}
+    if twin is not None:
+        rates.update({ob.OBJECTS_TOPIC: None, ob.SCENE_TOPIC: None})
+        metadata = metadata or EpisodeMetadata(task="t", operator="test",
+                                               extra={"twin": {"scene": "test_scene", "seed": twin, "task": "push"}})
     rec = EpisodeRecorder(root, rates if camera and commands else {}, gap_rates=GAP_RATES, flush_period_s=10.0)
     path = rec.start(metadata or EpisodeMetadata(task="t", operator="test"), now_ns=T0)
     msgs: list[tuple[int, str, str, bytes]] = []  # (receive time, topic, type, data)
     if active_source is not None:
-        data = bytes(TS.serialize_cdr(TS.types["std_msgs/msg/String"](data=active_source), "std_msgs/msg/String"))
-        msgs.append((T0 + 1 * MS, "/head_camera/active_source", "std_msgs/msg/String", data))
+        msgs.append((T0 + 1 * MS, "/head_camera/active_source", "std_msgs/msg/String", _string(active_source)))
     js = "sensor_msgs/msg/JointState"
     written: list[tuple[int, list[str], np.ndarray]] = []
     for k in range(int(seconds * 100)):
@@ -153,10 +185,41 @@ def record(root: Path, *, seconds: float = 1.0, seed: int = 0, digital: bool = F
         msgs.append((tick + 4 * MS, CAMERA, "sensor_msgs/msg/Image", _image(stamp, frames[stamp])))
         if camera_info is not None:
             msgs.append((tick + 4 * MS, INFO_TOPIC, "sensor_msgs/msg/CameraInfo", _camera_info(stamp, camera_info)))
+    objects: list[tuple[int, np.ndarray]] = []
+    if twin is not None:
+        string = "std_msgs/msg/String"
+        msgs.append((T0 + 1 * MS, ob.SCENE_TOPIC, string, _string(twin_scene(twin))))
+        if twin_reset_s is not None:
+            msgs.append((T0 + int(twin_reset_s * 1e9), ob.SCENE_TOPIC, string, _string(twin_scene(twin + 1))))
+        for k in range(int((seconds - objects_from_ms * 1e-3) * OBJECTS_HZ)):
+            stamp = T0 + int(objects_from_ms * MS) + int(k * 1e9 / OBJECTS_HZ)
+            objects.append((stamp, twin_poses(stamp, twin)))
+            msgs.append((stamp + 2 * MS, ob.OBJECTS_TOPIC, "geometry_msgs/msg/PoseArray",
+                         _pose_array(stamp, objects[-1][1])))
     for t, topic, type_name, data in sorted(msgs, key=lambda m: m[0]):
         rec.submit(topic, type_name, data, t)
     rec.stop(now_ns=T0 + int(seconds * 1e9))
-    return Recorded(path, written if commands else [], frames)
+    return Recorded(path, written if commands else [], frames, objects)
+
+
+def _string(text: str) -> bytes:
+    return bytes(TS.serialize_cdr(TS.types["std_msgs/msg/String"](data=text), "std_msgs/msg/String"))
+
+
+def _pose_array(stamp_ns: int, poses: np.ndarray) -> bytes:
+    types = TS.types
+    msg = types["geometry_msgs/msg/PoseArray"](header=_header(stamp_ns), poses=[
+        types["geometry_msgs/msg/Pose"](position=types["geometry_msgs/msg/Point"](x=p[0], y=p[1], z=p[2]),
+                                        orientation=types["geometry_msgs/msg/Quaternion"](x=p[3], y=p[4], z=p[5],
+                                                                                         w=p[6]))
+        for p in poses])
+    return bytes(TS.serialize_cdr(msg, "geometry_msgs/msg/PoseArray"))
+
+
+def newest_poses(objects: list[tuple[int, np.ndarray]], t_ns: int) -> np.ndarray | None:
+    """The poses of the newest /twin/objects stamped at or before t (None before the first)."""
+    before = [poses for stamp, poses in objects if stamp <= t_ns]
+    return before[-1] if before else None
 
 
 def in_force(commands: list[tuple[int, list[str], np.ndarray]], t_ns: int) -> np.ndarray:
@@ -404,6 +467,123 @@ def test_bad_arguments_are_named(episodes, tmp_path):
     assert DatasetInfo.read(tmp_path / "empty").episodes
 
 
+# -- the twin's objects -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def twin_episodes(tmp_path_factory) -> dict[str, Recorded]:
+    root = tmp_path_factory.mktemp("twin")
+    layouts = {"a0": 0, "b0": 0, "c1": 1, "d2": 2, "e1": 1}
+    return {key: record(root / key, seconds=1.0, seed=10 + k, twin=layout)
+            for k, (key, layout) in enumerate(layouts.items())}
+
+
+@pytest.fixture(scope="module")
+def twin_dataset(twin_episodes, tmp_path_factory) -> tuple[Path, DatasetInfo]:
+    out = tmp_path_factory.mktemp("twin_datasets") / "ds"
+    info = build_dataset([e.path for e in twin_episodes.values()], out, clip_frames=CLIP, val_fraction=0.34, seed=0,
+                         objects=True, echo=None)
+    return out, info
+
+
+def test_twin_clips_carry_the_objects_at_each_frame(twin_dataset, twin_episodes):
+    out, info = twin_dataset
+    by_path = {str(e.path): e for e in twin_episodes.values()}
+    view = CameraView.from_robot(RobotModel.default(), K.scaled(TINY.width, TINY.height))
+    objects = ob.objects_from_docs(TWIN_OBJECTS)
+    checked = 0
+    for entry in info.episodes:
+        rec = by_path[entry["path"]]
+        episode_poses = []
+        for f in entry["clips"]:
+            clip, carried = read_clip(out / f), ob.read_clip_objects(out / f)
+            assert carried.objects == objects and carried.layout == entry["layout"]
+            for t, stamp in enumerate(clip.stamps_ns):
+                expected = newest_poses(rec.objects, int(stamp))
+                np.testing.assert_array_equal(carried.poses[t], expected)
+                np.testing.assert_array_equal(carried.boxes[t], ob.project_boxes(view, objects, expected[None])[0])
+                if not episode_poses or t > 0:
+                    episode_poses.append(expected)
+                checked += 1
+        # the cube's first move: the first frame more than 5 mm from where it was at the first frame
+        shift = np.linalg.norm(np.stack(episode_poses)[:, 0, :3] - episode_poses[0][0, :3], axis=1)
+        first = int(np.argmax(shift > 0.005))
+        assert entry["objects"]["first_move"] == [first, -1] and first > 0
+        lifted = np.stack(episode_poses)[:, 0, 2] - episode_poses[0][0, 2] > 0.01
+        for f in entry["clips"]:
+            clip, carried = read_clip(out / f), ob.read_clip_objects(out / f)
+            frames = clip.start + np.arange(clip.length)
+            assert carried.moved[:, 0].tolist() == (frames >= first).tolist()
+            assert carried.lifted[:, 0].tolist() == lifted[frames].tolist()
+            assert not carried.moved[:, 1].any()  # the platform is fixed
+            assert ob.box_visible(carried.boxes[:, 0]).all()  # the cube is in the head camera's view
+    assert checked > 0
+
+
+def test_the_layout_split_holds_out_whole_layouts(twin_dataset):
+    out, info = twin_dataset
+    splits: dict[str, set[str]] = {}
+    for e in info.episodes:
+        assert e["split_group"] == e["layout"] == f"test_scene/seed={e['objects']['seed']}"
+        splits.setdefault(e["layout"], set()).add(e["split"])
+    assert all(len(s) == 1 for s in splits.values())  # a layout is in train or in val, never both
+    assert sorted(s.pop() for s in splits.values()).count("val") == 1  # round(0.34 * 3 layouts)
+    doc = json.loads((out / ob.OBJECTS_FILE).read_text())
+    assert doc["split_by"] == "layout" and not set(doc["layouts"]["train"]) & set(doc["layouts"]["val"])
+    assert doc["camera"]["intrinsics"]["width"] == TINY.width
+
+
+@given(groups=st.lists(st.integers(0, 6), min_size=1, max_size=30), fraction=st.floats(0.0, 0.9),
+       seed=st.integers(0, 100))
+def test_split_groups_keep_every_group_on_one_side(groups, fraction, seed):
+    keys = [f"layout{g}" for g in groups]
+    splits = split_groups(keys, fraction, seed)
+    assert all(len({s for k2, s in zip(keys, splits) if k2 == k}) == 1 for k in keys)
+    distinct = list(dict.fromkeys(keys))
+    per_key = dict(zip(keys, splits))
+    assert [per_key[k] for k in distinct] == split_episodes(len(distinct), fraction, seed)
+    assert split_groups([str(i) for i in range(7)], 0.3, seed) == split_episodes(7, 0.3, seed)
+
+
+def test_objects_refuse_an_episode_without_twin_objects_with_the_reason(episodes, twin_episodes, tmp_path):
+    plain, twin = episodes["physical"].path, twin_episodes["a0"].path
+    lines: list[str] = []
+    info = build_dataset([plain, twin], tmp_path / "ds", clip_frames=CLIP, objects=True, echo=lines.append)
+    assert [e["path"] for e in info.episodes] == [str(twin)]
+    assert info.skipped[0]["path"] == str(plain)
+    assert info.skipped[0]["reason"] == "no /twin/objects recorded: not a twin episode"
+    assert f"{plain}: skipped: no /twin/objects recorded: not a twin episode" in lines
+    with pytest.raises(NoUsableEpisodeError, match=f"{plain}: no /twin/objects recorded: not a twin episode"):
+        build_dataset([plain], tmp_path / "none", clip_frames=CLIP, objects=True, echo=None)
+    # without objects the twin episode is an ordinary one: no object tensors, no objects.json, split by episode
+    info = build_dataset([plain, twin], tmp_path / "plain", clip_frames=CLIP, val_fraction=0.5, echo=None)
+    assert all(ob.read_clip_objects(tmp_path / "plain" / f) is None for e in info.episodes for f in e["clips"])
+    assert not (tmp_path / "plain" / ob.OBJECTS_FILE).exists()
+    assert [e["split_group"] for e in info.episodes] == [str(plain), str(twin)]
+    assert [e["layout"] for e in info.episodes] == [None, "test_scene/seed=0"]
+
+
+def test_frames_before_the_first_object_pose_are_left_out_and_a_changed_layout_is_refused(tmp_path):
+    late = record(tmp_path / "late", seconds=1.0, twin=3, objects_from_ms=200.0)
+    reset = record(tmp_path / "reset", seconds=1.0, twin=3, twin_reset_s=0.5)
+    info = build_dataset([late.path, reset.path], tmp_path / "ds", clip_frames=CLIP, objects=True, echo=None)
+    entry = info.episodes[0]
+    first_pose = late.objects[0][0]
+    early = sum(1 for s in late.frames if s < first_pose)
+    assert entry["objects"]["dropped_before_poses"] == early - 1  # one of them was already left out (commands)
+    assert entry["dropped_leading_frames"] == early
+    first = read_clip(tmp_path / "ds" / entry["clips"][0])
+    assert first.stamps_ns[0] == min(s for s in late.frames if s >= first_pose)
+    assert info.skipped[0]["path"] == str(reset.path)
+    assert "layout changed during the episode" in info.skipped[0]["reason"]
+    assert "test_scene/seed=3" in info.skipped[0]["reason"] and "test_scene/seed=4" in info.skipped[0]["reason"]
+
+
+def test_split_by_is_checked(episodes, tmp_path):
+    with pytest.raises(DatasetError, match="split_by 'scene'"):
+        build_dataset([episodes["physical"].path], tmp_path / "ds", split_by="scene", echo=None)
+
+
 # -- latents and the command line --------------------------------------------------------------
 
 
@@ -446,3 +626,6 @@ def test_the_command_line_builds_a_dataset_from_a_folder_of_episodes(episodes, t
     assert {e["path"] for e in doc["episodes"]} == {str(episodes["more0"].path), str(episodes["physical"].path)}
     with pytest.raises(SystemExit):
         parser.parse_args([str(root), "--out", str(tmp_path / "x"), "--preset", "huge"])
+    args = parser.parse_args([str(root), "--out", str(tmp_path / "y"), "--objects", "--split-by", "episode"])
+    assert args.objects and args.split_by == "episode"
+    assert parser.parse_args([str(root), "--out", str(tmp_path / "y")]).split_by is None

@@ -23,10 +23,14 @@ from rynn_teleop.world_model.diffusion.presets import TINY
 from rynn_teleop.world_model.diffusion.weights import FineTunedWeightsError
 from rynn_teleop.world_model.training import evaluate as ev
 from rynn_teleop.world_model.training import metrics
-from rynn_teleop.world_model.training.clips import Clip, DatasetError, DatasetInfo, write_clip
+from rynn_teleop.world_model.training import objects as ob
+from rynn_teleop.world_model.training.clips import Clip, DatasetError, DatasetInfo, read_clip, write_clip
 
 W, H = TINY.width, TINY.height
 CLIP_FRAMES = 9
+SQUARE = 14  # [px] side of the moving square (the object that moves)
+MOVE_FRAME = 4  # the square rests in frames 0..3 and moves 6 px a frame from frame 4 on
+STILL_BOX = (70, 40, 84, 54)  # [px] u0, v0, u1, v1 of an object that never moves
 
 
 # ---- metrics ------------------------------------------------------------------------------------------------
@@ -180,27 +184,61 @@ def _in_view(robot: RobotModel) -> np.ndarray:
     return q
 
 
+def _square_at(t: int, seed: int) -> tuple[int, int]:
+    """(u, v) [px] of the moving square's top-left corner at frame t."""
+    return 10 + 6 * max(0, t - MOVE_FRAME + 1) + seed, 20 + seed
+
+
 def _clip(robot: RobotModel, episode: str, seed: int) -> Clip:
-    """A square moving over a grey background, the actions moving a shoulder, a box as the condition."""
+    """A square resting, then moving, and a still blue square over a grey background with the robot's skeleton
+    drawn where forward kinematics puts it (the hands have texture where their keypoints project), the actions
+    moving a shoulder, a box as the condition."""
     rng = np.random.default_rng(seed)
+    skeleton = Conditioner(robot, default_intrinsics(640, 480).scaled(W, H))
     frames = np.full((CLIP_FRAMES, H, W, 3), 90, np.uint8)
     conditions = np.zeros_like(frames)
     actions = np.repeat(_in_view(robot)[None], CLIP_FRAMES, axis=0)
     for t in range(CLIP_FRAMES):
-        x, y = 10 + 6 * t + seed, 20 + seed
-        frames[t, y:y + 14, x:x + 14] = (200, 60, 40)
+        actions[t, 0] += 0.02 * t
+        drawn = skeleton.condition_image(actions[t])
+        frames[t] = np.where(drawn.any(axis=-1, keepdims=True), drawn, frames[t])
+        x, y = _square_at(t, seed)
+        frames[t, y:y + SQUARE, x:x + SQUARE] = (200, 60, 40)
+        u0, v0, u1, v1 = STILL_BOX
+        frames[t, v0:v1, u0:u1] = (40, 60, 200)
         frames[t] = np.clip(frames[t] + rng.integers(-3, 4, frames[t].shape), 0, 255).astype(np.uint8)
         conditions[t, y:y + 10, x:x + 10] = 255
-        actions[t, 0] += 0.02 * t
     return Clip(frames, conditions, actions.astype(np.float32), np.arange(CLIP_FRAMES, dtype=np.int64) * 100_000_000,
                 episode, 0)
 
 
-def _dataset(root, robot: RobotModel, splits=("train", "val", "val"), preset: str = "tiny") -> None:
+def _clip_objects(seed: int) -> ob.ClipObjects:
+    """The clip's objects: the square (moves from MOVE_FRAME on), the still square, a fixed platform out of view."""
+    t = np.arange(CLIP_FRAMES)
+    boxes = np.zeros((CLIP_FRAMES, 3, 4), np.int32)
+    for k in t:
+        x, y = _square_at(int(k), seed)
+        boxes[k, 0] = (x, y, x + SQUARE, y + SQUARE)
+        boxes[k, 1] = STILL_BOX
+    poses = np.zeros((CLIP_FRAMES, 3, 7))
+    poses[..., 6] = 1.0
+    moved = np.zeros((CLIP_FRAMES, 3), bool)
+    moved[:, 0] = t >= MOVE_FRAME
+    objects = (ob.SceneObject("square", "box", (0.05, 0.05, 0.05), False),
+               ob.SceneObject("still", "box", (0.05, 0.05, 0.05), False),
+               ob.SceneObject("platform", "cylinder", (0.1, 0.02), True))
+    return ob.ClipObjects(objects, "test/seed=0", poses, boxes, moved.copy(), moved, np.zeros_like(moved),
+                          np.array([MOVE_FRAME, -1, -1], np.int64))
+
+
+def _dataset(root, robot: RobotModel, splits=("train", "val", "val"), preset: str = "tiny",
+             objects: bool = False) -> None:
     episodes = []
     for k, split in enumerate(splits):
         rel = f"clips/{split}/{k:06d}.safetensors"
         write_clip(root / rel, _clip(robot, f"ep{k}", k))
+        if objects:
+            ob.add_to_clip_file(root / rel, _clip_objects(k))
         episodes.append({"path": f"/episodes/ep{k}", "name": f"ep{k}", "split": split, "frames": CLIP_FRAMES,
                          "clips": [rel]})
     intrinsics = default_intrinsics(640, 480)  # the recorded camera's: scaled to the clips' size by eval
@@ -222,7 +260,7 @@ def model_dirs(tmp_path_factory):
 @pytest.fixture(scope="module")
 def dataset(tmp_path_factory, robot):
     root = tmp_path_factory.mktemp("dataset")
-    _dataset(root, robot)
+    _dataset(root, robot, objects=True)
     return root
 
 
@@ -246,8 +284,21 @@ def test_evaluate_writes_metrics_plots_and_video(result):
     out, res = result
     assert json.loads((out / ev.METRICS_FILE).read_text()) == res
     for model in ("student", "teacher", "baseline", "render"):
-        for metric in ("psnr", "ssim", "lpips"):
+        for metric in ("psnr", "ssim", "lpips", "hand_psnr", *ev.OBJECT_METRICS):
             assert isinstance(res[f"{model}_{metric}"], float), f"{model}_{metric}"
+        assert f"{model}_hand_shift_px" in res and f"{model}_hand_within_3px" in res
+        frames = res["models"][model]
+        assert frames["object_frames_before"] == 2 * (MOVE_FRAME - 1)  # frames 1..3 of both clips
+        assert frames["object_frames_after"] == 2 * (CLIP_FRAMES - MOVE_FRAME)
+    promised = [res["files"]["metrics"], res["files"]["video"], *res["files"]["plots"]]
+    assert {"psnr.png", "ssim.png", "lpips.png", "hand_psnr.png", "hand_shift_px.png", "object_psnr.png",
+            "object_ssim.png"} <= set(res["files"]["plots"])
+    for name in promised:
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    assert res["objects"]["measured"] and res["objects"]["reason"] is None
+    assert [c["moved_objects"] for c in res["clips"]] == [{"square": MOVE_FRAME}] * 2  # not the still or fixed one
+    assert res["hand"]["threshold_px"] == 3.0 and res["hand"]["search_px"] >= 4
+    assert "PSNR before" in ev.format_table(res)
     assert res["held_out_frames"] == 2 * (CLIP_FRAMES - 1)
     assert [c["file"] for c in res["clips"]] == ["clips/val/000001.safetensors", "clips/val/000002.safetensors"]
     student = res["models"]["student"]
@@ -257,7 +308,7 @@ def test_evaluate_writes_metrics_plots_and_video(result):
     assert student["psnr"] == pytest.approx(np.mean(student["per_chunk"]["psnr"]))
     assert res["inputs"]["weights_manifest"]["preset"] == "tiny"
     assert res["inputs"]["intrinsics"]["width"] == W and res["inputs"]["intrinsics_source"].endswith("scaled")
-    assert res["lpips"]["measured"] and res["hand"]["hand_distance_px"] is None
+    assert res["lpips"]["measured"]
     for plot in ("psnr.png", "ssim.png", "lpips.png"):
         assert (out / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with av.open(str(out / ev.VIDEO_FILE)) as container:
@@ -268,8 +319,6 @@ def test_evaluate_writes_metrics_plots_and_video(result):
 
 def test_repeat_first_frame_baseline_is_the_psnr_by_hand(result, dataset):
     _, res = result
-    from rynn_teleop.world_model.training.clips import read_clip
-
     by_hand = []
     for row in res["clips"]:
         clip = read_clip(dataset / row["file"])
@@ -278,6 +327,47 @@ def test_repeat_first_frame_baseline_is_the_psnr_by_hand(result, dataset):
         np.testing.assert_allclose(row["scores"]["baseline"]["psnr"], per_frame, rtol=1e-6)
         by_hand += per_frame
     assert res["baseline_psnr"] == pytest.approx(np.mean(by_hand), rel=1e-6)
+
+
+def test_object_box_scores_of_the_baseline_are_the_box_psnr_by_hand(result, dataset):
+    """Repeat-first against the truth inside the moving square's box: before its move only the noise differs,
+    after it the box holds what frame 0 shows there (by hand: the mean squared error over the box)."""
+    _, res = result
+    before, after = [], []
+    for row in res["clips"]:
+        clip, objects = read_clip(dataset / row["file"]), ob.read_clip_objects(dataset / row["file"])
+        expected_before, expected_after = [], []
+        for t in range(1, clip.length):
+            u0, v0, u1, v1 = objects.boxes[t, 0]
+            mse = np.mean((clip.frames[0, v0:v1, u0:u1].astype(float) - clip.frames[t, v0:v1, u0:u1]) ** 2)
+            value = 10 * math.log10(255**2 / mse)
+            expected_before.append(value if t < MOVE_FRAME else None)
+            expected_after.append(value if t >= MOVE_FRAME else None)
+        scores = row["scores"]["baseline"]
+        for got, want in ((scores["object_psnr_before"], expected_before), (scores["object_psnr_after"],
+                                                                           expected_after)):
+            assert [g is None for g in got] == [w is None for w in want]
+            np.testing.assert_allclose([g for g in got if g is not None], [w for w in want if w is not None],
+                                       rtol=1e-9)
+        before += [w for w in expected_before if w is not None]
+        after += [w for w in expected_after if w is not None]
+    assert res["baseline_object_psnr_before"] == pytest.approx(np.mean(before))
+    assert res["baseline_object_psnr_after"] == pytest.approx(np.mean(after))
+    assert res["baseline_object_psnr_before"] > res["baseline_object_psnr_after"] + 10  # the move is what differs
+    curve = res["models"]["baseline"]["per_frame"]
+    assert curve["object_psnr_before"][MOVE_FRAME - 1:] == [None] * (CLIP_FRAMES - MOVE_FRAME)
+    assert curve["object_psnr_after"][:MOVE_FRAME - 1] == [None] * (MOVE_FRAME - 1)
+
+
+def test_the_baselines_hand_shift_grows_as_the_hand_moves_away_from_frame_0(result):
+    """The left shoulder turns 0.02 rad a frame: repeat-first shows the left hand where frame 0 had it, further
+    from its keypoints every frame (the right hand stays: a shift of 0)."""
+    _, res = result
+    curve = res["models"]["baseline"]["per_frame"]
+    shift, within = curve["hand_shift_px"], curve["hand_within_3px"]
+    assert all(v is not None for v in shift) and shift[0] < 1.5 and shift[-1] > shift[0] + 1.5
+    assert within[0] == 1.0 and within[-1] < 1.0
+    assert res["models"]["baseline"]["hand_shift_frames"] == res["held_out_frames"]
 
 
 def test_hand_regions_are_where_forward_kinematics_projects_the_hands(robot, result):
@@ -297,7 +387,9 @@ def test_hand_regions_are_where_forward_kinematics_projects_the_hands(robot, res
     assert isinstance(res["baseline_hand_psnr"], float)
 
 
-def test_cli_without_lpips_backbone_reports_null(tmp_path, dataset, model_dirs, capsys):
+def test_cli_without_lpips_backbone_or_objects_reports_null(tmp_path, robot, model_dirs, capsys):
+    dataset = tmp_path / "plain"
+    _dataset(dataset, robot)  # clips without objects: a dataset built without --objects
     parser = argparse.ArgumentParser()
     ev.add_arguments(parser)
     out = tmp_path / "eval"
@@ -313,6 +405,10 @@ def test_cli_without_lpips_backbone_reports_null(tmp_path, dataset, model_dirs, 
     assert res["teacher_psnr"] is None and res["render_psnr"] is None
     assert res["held_out_frames"] == CLIP_FRAMES - 1
     assert not (out / "lpips.png").exists() and (out / "psnr.png").exists()
+    assert not res["objects"]["measured"] and "--objects" in res["objects"]["reason"]
+    assert all(res[f"student_{m}"] is None for m in ev.OBJECT_METRICS) and not (out / "object_psnr.png").exists()
+    for name in [res["files"]["metrics"], res["files"]["video"], *res["files"]["plots"]]:
+        assert (out / name).is_file(), name
 
 
 def test_a_dataset_without_val_clips_is_refused(tmp_path, robot, model_dirs):

@@ -23,9 +23,24 @@ only for ``--latents``).
   frame, so every frame-to-frame transition of the episode is in exactly one clip. What is left at the end
   becomes one shorter clip of 1 + 4k frames (at least :data:`MIN_CLIP_FRAMES`) when long enough; the rest
   (at most 3 frames, or a whole episode shorter than 5 frames) is not used (``unused_frames``).
-* **Split**: by episode: a seeded permutation of the usable episodes (in the order given) puts
-  ``round(val_fraction * n)`` of them, at least one when there are two or more and ``val_fraction > 0``, and
-  never all, in ``val``; the rest in ``train``. No episode is in both (repeated paths are read once).
+* **Split** (``split_by``): by episode (the default without objects): a seeded permutation of the usable
+  episodes (in the order given) puts ``round(val_fraction * n)`` of them, at least one when there are two or
+  more and ``val_fraction > 0``, and never all, in ``val``; the rest in ``train``. No episode is in both
+  (repeated paths are read once). By layout (the default with objects): the same rule over the distinct
+  object layouts (in order of first appearance) instead of the episodes, every episode going where its layout
+  goes, so that held-out episodes show layouts never seen in training; ``val_fraction`` is then the share of
+  layouts. An episode's layout is ``episode.yaml``'s ``extra.twin`` scene and seed
+  (:func:`~.objects.episode_layout`; with objects, else the ``/twin/scene`` it recorded); one that names none
+  is a layout of its own. Each episode entry records its ``layout`` and ``split_group`` (the key it was split by).
+* **Objects** (``objects``, ``--objects``: twin episodes only): every clip also carries the twin's objects at
+  each frame (:mod:`.objects`: poses sampled at the frame stamps like the commands, projected boxes at the
+  preset's size through the dataset's camera, displaced / moved / lifted flags, each object's first move). An
+  episode without ``/twin/objects`` is refused ("no /twin/objects recorded: not a twin episode"), as is one
+  whose ``/twin/scene`` is missing or changes layout; frames stamped before the first object pose are left
+  out like those before every joint was commanded (counted in ``dropped_leading_frames`` and in the entry's
+  ``objects.dropped_before_poses``); a frame whose newest pose is older than
+  :data:`~.objects.MAX_POSE_AGE_S` is warned about. The dataset folder gets ``objects.json``
+  (:func:`~.objects.objects_doc`).
 * **Checks**: an episode that ``rynn-teleop episodes check`` would fault (gaps, drops, missing topics, rates,
   failed recording) is skipped unless ``include_problems``; an unclosed one, one without frames on the camera
   topic or without commands for all 54 joints always is. Each skip is printed and kept in
@@ -47,6 +62,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import sys
@@ -58,6 +74,7 @@ from typing import Any
 import numpy as np
 
 from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
+from rynn_teleop.core.camera_view import CameraView
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.recording.episodes import description_hash
@@ -80,12 +97,26 @@ from rynn_teleop.world_model.diffusion.presets import PRESETS, WanPreset, get_pr
 from rynn_teleop.world_model.generator import as_rgb
 
 from .clips import SPLITS, Clip, DatasetError, DatasetInfo, write_clip
+from .objects import (
+    MAX_POSE_AGE_S,
+    OBJECTS_FILE,
+    OBJECTS_TOPIC,
+    ClipObjects,
+    NotTwinEpisodeError,
+    add_to_clip_file,
+    episode_layout,
+    episode_objects,
+    objects_doc,
+    read_twin_objects,
+    with_boxes,
+)
 
 DEFAULT_CAMERA_TOPIC = FEED_TOPICS["consumer"]
 """The head camera's colour topic read by default (``/head_camera/color/image_raw``, what the recorder records)."""
 MIN_CLIP_FRAMES = 5  # [frames] the shortest clip: the anchor and one latent frame of 4
 RATE_TOLERANCE = 0.10  # an episode whose frame rate differs from the dataset's by more than this fraction: warned
 INTRINSICS_TOLERANCE_PX = 0.01  # [px] at the preset's size: episodes whose intrinsics differ more are not mixed
+SPLIT_BY = ("episode", "layout")  # what the train/val split keeps apart
 
 
 class NoUsableEpisodeError(DatasetError):
@@ -164,6 +195,33 @@ def split_episodes(count: int, val_fraction: float, seed: int) -> list[str]:
     return ["val" if i in val else "train" for i in range(count)]
 
 
+def split_groups(groups: Sequence[str], val_fraction: float, seed: int) -> list[str]:
+    """The split ("train" or "val") of each item, by group: :func:`split_episodes` over the distinct ``groups``
+    (in order of first appearance), every item going where its group goes. With distinct groups this is
+    :func:`split_episodes` of the items.
+
+    Raises:
+        DatasetError: ``val_fraction`` outside [0, 1).
+    """
+    keys = list(dict.fromkeys(groups))
+    per_key = dict(zip(keys, split_episodes(len(keys), val_fraction, seed)))
+    return [per_key[g] for g in groups]
+
+
+def check_split_by(split_by: str | None, objects: bool) -> str:
+    """``split_by`` once it is one of :data:`SPLIT_BY`; None: "layout" with objects, else "episode".
+
+    Raises:
+        DatasetError: naming the value.
+    """
+    if split_by is None:
+        return "layout" if objects else "episode"
+    if split_by not in SPLIT_BY:
+        raise DatasetError(f"split_by {split_by!r}: must be one of {', '.join(SPLIT_BY)} (what the train/val split "
+                           "keeps apart)")
+    return split_by
+
+
 def check_val_fraction(val_fraction: float) -> float:
     """``val_fraction`` as a float once it is in [0, 1).
 
@@ -220,6 +278,7 @@ class _EpisodeResult:
     intrinsics: CameraIntrinsics
     fps: float | None
     warnings: list[str] = field(default_factory=list)
+    layout: str | None = None  # the episode's object layout (objects.layout_key), None: unknown
 
 
 def _reason(exc: BaseException, path: Path) -> str:
@@ -280,8 +339,9 @@ class _LatentEncoder:
 
 def _episode(path: Path, name: str, stage: Path, *, topic: str, preset: WanPreset, clip_frames: int,
              include_problems: bool, robot: RobotModel, style: SkeletonStyle,
-             encode: Callable[[np.ndarray], np.ndarray] | None) -> _EpisodeResult:
-    """Read, check and cut one episode into clip files under ``stage``.
+             encode: Callable[[np.ndarray], np.ndarray] | None, objects: bool = False) -> _EpisodeResult:
+    """Read, check and cut one episode into clip files under ``stage`` (with ``objects``: each with the twin's
+    objects, see the module docstring).
 
     Raises:
         _Skip: the episode is not used (the reason).
@@ -302,11 +362,17 @@ def _episode(path: Path, name: str, stage: Path, *, topic: str, preset: WanPrese
     if problems and not include_problems:
         raise _Skip(f"`episodes check` found {len(problems)} problem(s) (--include-problems uses it): "
                     + "; ".join(problems), problems)
+    warnings: list[str] = []
+    layout = episode_layout(doc)
+    track: ClipObjects | None = None
+    objects_entry: dict[str, Any] | None = None
+    if objects:
+        rows, track, objects_entry, layout = _episode_objects(scan, path, rows, layout, warnings)
     n = len(rows.stamps_ns)
     bounds = clip_bounds(n, clip_frames)
     if not bounds:
-        raise _Skip(f"{n} frame(s) after every joint was commanded; a clip needs at least {MIN_CLIP_FRAMES}")
-    warnings: list[str] = []
+        after = "every joint was commanded" + (" and the objects were posed" if objects else "")
+        raise _Skip(f"{n} frame(s) after {after}; a clip needs at least {MIN_CLIP_FRAMES}")
     feeds = sorted({s for _, s in scan.sources})
     if topic == FEED_TOPICS["consumer"] and "generated" in feeds:
         warnings.append(f"{topic} carried the generated feed for part of the episode (active sources: "
@@ -321,6 +387,7 @@ def _episode(path: Path, name: str, stage: Path, *, topic: str, preset: WanPrese
     images = read_images(scan.bag, topic, rows.messages[:end])
     files: list[Path] = []
     conditioner: Conditioner | None = None
+    box_view: CameraView | None = None  # the camera at the preset's size: the objects' boxes
     intrinsics: CameraIntrinsics | None = None
     source = ""
     size: tuple[int, int] | None = None
@@ -335,6 +402,9 @@ def _episode(path: Path, name: str, stage: Path, *, topic: str, preset: WanPrese
                 warnings += found
                 try:
                     conditioner = Conditioner(robot, intrinsics, style)
+                    if track is not None:
+                        box_view = CameraView.from_robot(robot, intrinsics.scaled(width, height),
+                                                         DEFAULT_CAMERA_FRAME)
                 except ConfigurationError as exc:  # e.g. a distortion model the projection does not support
                     raise _Skip(f"camera intrinsics {tuple(intrinsics)} cannot be drawn through: {exc}") from exc
             elif (image.shape[1], image.shape[0]) != size:
@@ -354,6 +424,9 @@ def _episode(path: Path, name: str, stage: Path, *, topic: str, preset: WanPrese
                         name, start, latents, condition_latents)
             files.append(stage / f"{len(files):06d}.safetensors")
             write_clip(files[-1], clip)
+            if track is not None:
+                assert box_view is not None
+                add_to_clip_file(files[-1], with_boxes(track.slice(start, start + length), box_view))
             nxt = next(clips, None)
             if nxt is None:
                 break
@@ -373,9 +446,43 @@ def _episode(path: Path, name: str, stage: Path, *, topic: str, preset: WanPrese
         "dropped_leading_frames": int(rows.dropped), "unused_frames": int(n - end),
         "fps": None if fps is None else round(fps, 3), "frame_size": list(size),
         "intrinsics": _intrinsics_doc(intrinsics), "intrinsics_source": source,
-        "camera_sources": feeds, "problems": problems, "warnings": warnings,
+        "camera_sources": feeds, "problems": problems, "warnings": warnings, "layout": layout,
     }
-    return _EpisodeResult(path, name, files, entry, intrinsics, fps, warnings)
+    if objects_entry is not None:
+        entry["objects"] = objects_entry
+    return _EpisodeResult(path, name, files, entry, intrinsics, fps, warnings, layout)
+
+
+def _episode_objects(scan: EpisodeScan, path: Path, rows: CommandRows, layout: str | None, warnings: list[str]
+                     ) -> tuple[CommandRows, ClipObjects, dict[str, Any], str]:
+    """The twin's objects at the episode's frames: (the rows from the first frame with object poses on, the
+    objects at those rows without boxes, the entry's ``objects`` field, the layout).
+
+    Raises:
+        _Skip: no usable objects (the reason starts "no /twin/objects recorded: not a twin episode" for an
+            episode without them), or no frame stamped at or after the first pose.
+    """
+    try:
+        twin = read_twin_objects(scan.bag, path)
+    except NotTwinEpisodeError as exc:
+        raise _Skip(_reason(exc, path)) from exc
+    before = int(np.searchsorted(rows.stamps_ns, twin.stamps_ns[0], side="left"))
+    if before == len(rows.stamps_ns):
+        raise _Skip(f"every frame is stamped before the first {OBJECTS_TOPIC} pose")
+    rows = CommandRows(rows.messages[before:], rows.stamps_ns[before:], rows.actions[before:], rows.dropped + before)
+    track, age_ns = episode_objects(twin, rows.stamps_ns)
+    stale = int(np.sum(age_ns > MAX_POSE_AGE_S * 1e9))
+    if stale:
+        warnings.append(f"{stale} frame(s) whose newest {OBJECTS_TOPIC} pose is older than {MAX_POSE_AGE_S} s "
+                        f"(up to {age_ns.max() / 1e9:.3f} s): their object poses are stale")
+    if layout is not None and layout != twin.layout:
+        warnings.append(f"episode.yaml names the layout {layout}, /twin/scene {twin.layout}; episode.yaml's is used")
+    entry = {
+        "scene": twin.scene, "seed": twin.seed, "objects": [o.doc() for o in twin.objects],
+        "first_move": [int(f) for f in track.first_move],
+        "dropped_before_poses": before, "max_pose_age_s": round(float(age_ns.max()) / 1e9, 6),
+    }
+    return rows, track, entry, layout if layout is not None else twin.layout
 
 
 def _intrinsics_doc(intrinsics: CameraIntrinsics) -> dict[str, Any]:
@@ -416,6 +523,8 @@ def build_dataset(
     echo: Callable[[str], None] | None = print,
     progress: bool = False,
     skip_damaged: bool = False,
+    objects: bool = False,
+    split_by: str | None = None,
 ) -> DatasetInfo:
     """Write the world-model dataset of ``episode_dirs`` to ``out_dir`` (see the module docstring).
 
@@ -437,6 +546,10 @@ def build_dataset(
         progress: show a progress bar over the episodes (tqdm, on stderr).
         skip_damaged: leave out an episode whose MCAP file is damaged (printed and kept in ``skipped`` with its
             one-line reason) instead of stopping.
+        objects: clips carry the twin's objects (:mod:`.objects`); an episode without them is skipped with the
+            reason "no /twin/objects recorded: not a twin episode".
+        split_by: "episode" or "layout" (held-out layouts, never seen in training); None: "layout" with
+            ``objects``, else "episode".
 
     Returns:
         The dataset's description, as written to ``out_dir/dataset.json``.
@@ -452,6 +565,7 @@ def build_dataset(
     config = get_preset(preset)
     clip_frames = check_clip_frames(clip_frames)
     val_fraction = check_val_fraction(val_fraction)
+    split_by = check_split_by(split_by, bool(objects))
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise DatasetError(f"seed {seed!r}: must be an integer >= 0")
     topic = camera_topic or DEFAULT_CAMERA_TOPIC
@@ -486,7 +600,7 @@ def build_dataset(
             encode = _LatentEncoder(base_dir, config, str(device))
         used, skipped = _read_episodes(paths, stage, topic=topic, config=config, clip_frames=clip_frames,
                                        include_problems=include_problems, robot=robot, style=style, encode=encode,
-                                       say=say, progress=progress, skip_damaged=skip_damaged)
+                                       say=say, progress=progress, skip_damaged=skip_damaged, objects=bool(objects))
         if not used:
             listed = "\n  ".join(f"{s['path']}: {s['reason']}" for s in skipped)
             raise NoUsableEpisodeError(f"no usable episode among {len(paths)}:\n  {listed}")
@@ -498,10 +612,14 @@ def build_dataset(
             if u.fps is not None and fps > 0 and abs(u.fps - fps) > RATE_TOLERANCE * fps:
                 say(f"warning: {u.path}: camera at {u.fps:.2f} Hz, the dataset's median is {fps:.2f} Hz")
                 u.entry["warnings"].append(f"camera at {u.fps:.2f} Hz, the dataset's median is {fps:.2f} Hz")
-        splits = split_episodes(len(used), val_fraction, int(seed))
+        groups = [(u.layout or f"episode:{u.path}") if split_by == "layout" else str(u.path) for u in used]
+        splits = split_groups(groups, val_fraction, int(seed))
+        if split_by == "layout" and len(used) > 1 and len(set(groups)) == 1:
+            say(f"warning: every usable episode has the layout {groups[0]}: all of it is train, no validation split "
+                "(split_by layout holds out whole layouts)")
         counters = dict.fromkeys(SPLITS, 0)
         episodes = []
-        for u, split in zip(used, splits):
+        for u, split, group in zip(used, splits, groups):
             clips = []
             for f in u.files:
                 rel = f"clips/{split}/{counters[split]:06d}.safetensors"
@@ -509,7 +627,7 @@ def build_dataset(
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(f, stage / rel)
                 clips.append(rel)
-            episodes.append({**u.entry, "split": split, "clips": clips})
+            episodes.append({**u.entry, "split": split, "split_group": group, "clips": clips})
         shutil.rmtree(stage / "episodes", ignore_errors=True)
         first = used[0]
         info = DatasetInfo(
@@ -523,6 +641,11 @@ def build_dataset(
             episodes=episodes, skipped=skipped, has_latents=encode is not None,
         )
         info.write(stage)
+        if objects:
+            layouts = {s: {str(u.layout) for u, sp in zip(used, splits) if sp == s} for s in SPLITS}
+            doc = objects_doc(_intrinsics_doc(first.intrinsics.scaled(config.width, config.height)),
+                              DEFAULT_CAMERA_FRAME, split_by, layouts)
+            (stage / OBJECTS_FILE).write_text(json.dumps(doc, indent=1) + "\n")
         if out.exists():
             out.rmdir()
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -533,14 +656,15 @@ def build_dataset(
             raise DatasetError(f"building the dataset {out} failed: {exc.strerror or exc}"
                                + (f" ({exc.filename})" if exc.filename else "") + "; nothing was written") from exc
         raise
-    _summary(info, out, say)
+    _summary(info, out, say, split_by, bool(objects))
     return info
 
 
 def _read_episodes(paths: Sequence[Path], stage: Path, *, topic: str, config: WanPreset, clip_frames: int,
                    include_problems: bool, robot: RobotModel, style: SkeletonStyle,
                    encode: Callable[[np.ndarray], np.ndarray] | None, say: Callable[[str], None],
-                   progress: bool, skip_damaged: bool = False) -> tuple[list[_EpisodeResult], list[dict[str, Any]]]:
+                   progress: bool, skip_damaged: bool = False, objects: bool = False,
+                   ) -> tuple[list[_EpisodeResult], list[dict[str, Any]]]:
     """Every episode read into staged clip files: (the used ones, the skipped ones' entries), in order."""
     used: list[_EpisodeResult] = []
     skipped: list[dict[str, Any]] = []
@@ -550,7 +674,7 @@ def _read_episodes(paths: Sequence[Path], stage: Path, *, topic: str, config: Wa
         try:
             result = _episode(path, name, stage / "episodes" / f"{k:05d}", topic=topic, preset=config,
                               clip_frames=clip_frames, include_problems=include_problems, robot=robot, style=style,
-                              encode=encode)
+                              encode=encode, objects=objects)
         except _Skip as skip:
             shutil.rmtree(stage / "episodes" / f"{k:05d}", ignore_errors=True)
             skipped.append({"path": str(path), "reason": skip.reason, "problems": skip.problems})
@@ -574,7 +698,8 @@ def _read_episodes(paths: Sequence[Path], stage: Path, *, topic: str, config: Wa
             continue
         used.append(result)
         e = result.entry
-        extra = f", {e['dropped_leading_frames']} leading frame(s) before every joint was commanded" \
+        posed = " and the objects were posed" if objects else ""
+        extra = f", {e['dropped_leading_frames']} leading frame(s) before every joint was commanded{posed}" \
             if e["dropped_leading_frames"] else ""
         echo(f"{path}: {e['frames']} frames, {len(result.files)} clip(s){extra}")
         for w in result.warnings:
@@ -591,13 +716,19 @@ def _progress(paths: Sequence[Path], progress: bool) -> Any:
     return tqdm(paths, desc="episodes", unit="episode", file=sys.stderr)
 
 
-def _summary(info: DatasetInfo, out: Path, say: Callable[[str], None]) -> None:
+def _summary(info: DatasetInfo, out: Path, say: Callable[[str], None], split_by: str = "episode",
+             objects: bool = False) -> None:
     per_split = {s: sum(1 for e in info.episodes if e["split"] == s) for s in SPLITS}
     clips = {s: len(info.clip_files(s)) for s in SPLITS}
     frames = sum(e["frames"] for e in info.episodes)
-    say(f"wrote {out}: {len(info.episodes)} episode(s) used ({per_split['train']} train, {per_split['val']} val), "
-        f"{len(info.skipped)} skipped; {clips['train']} train and {clips['val']} val clip(s); {frames} frames at "
-        f"{info.width}x{info.height} px, {info.fps:.2f} fps" + ("; with VAE latents" if info.has_latents else ""))
+    by = ""
+    if split_by == "layout":
+        layouts = {s: len({e["split_group"] for e in info.episodes if e["split"] == s}) for s in SPLITS}
+        by = f", split by layout: {layouts['train']} train and {layouts['val']} held-out layout(s)"
+    say(f"wrote {out}: {len(info.episodes)} episode(s) used ({per_split['train']} train, {per_split['val']} val"
+        f"{by}), {len(info.skipped)} skipped; {clips['train']} train and {clips['val']} val clip(s); {frames} frames "
+        f"at {info.width}x{info.height} px, {info.fps:.2f} fps" + ("; with VAE latents" if info.has_latents else "")
+        + ("; with the twin's objects" if objects else ""))
 
 
 # ---- command line --------------------------------------------------------------------------------------------
@@ -625,6 +756,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the head camera's Image topic (default {DEFAULT_CAMERA_TOPIC})")
     parser.add_argument("--skip-damaged", action="store_true",
                         help="leave out an episode whose file is damaged (one line says why) instead of stopping")
+    parser.add_argument("--objects", action="store_true",
+                        help="twin episodes only: clips carry the twin's object poses, boxes and moved flags "
+                             "(an episode without /twin/objects is skipped with the reason)")
+    parser.add_argument("--split-by", choices=SPLIT_BY, default=None,
+                        help="hold out whole episodes or whole object layouts (episode.yaml's twin scene and seed) "
+                             "(default: layout with --objects, else episode)")
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -633,7 +770,7 @@ def run_cli(args: argparse.Namespace) -> int:
         args.episodes, args.out, preset=args.preset, clip_frames=args.clip_frames, val_fraction=args.val_fraction,
         seed=args.seed, latents=(args.latents, args.device) if args.latents else None,
         include_problems=args.include_problems, camera_topic=args.camera_topic, progress=sys.stderr.isatty(),
-        skip_damaged=args.skip_damaged,
+        skip_damaged=args.skip_damaged, objects=args.objects, split_by=args.split_by,
     )
     return 0
 
@@ -641,6 +778,7 @@ def run_cli(args: argparse.Namespace) -> int:
 __all__ = [
     "DEFAULT_CAMERA_TOPIC",
     "MIN_CLIP_FRAMES",
+    "SPLIT_BY",
     "NoUsableEpisodeError",
     "add_arguments",
     "build_dataset",
@@ -649,7 +787,9 @@ __all__ = [
     "clip_bounds",
     "condition_frames",
     "episode_paths",
+    "check_split_by",
     "run_cli",
     "split_episodes",
+    "split_groups",
     "style_fields",
 ]

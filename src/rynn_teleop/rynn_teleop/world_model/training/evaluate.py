@@ -28,12 +28,34 @@ Hands: ``hand_psnr`` [dB] is the PSNR over the pixels within a margin of where f
 clip's action puts each robot hand (the convex hull of the projected 21 hand keypoints of
 :meth:`~rynn_teleop.world_model.conditioning.Conditioner.keypoints`, grown by
 :data:`HAND_MARGIN_FRACTION` of the image width): how well a model draws the region where the hands must be.
-A distance in pixels between generated and kinematic hands is not measured: it needs a hand detector that
-works on generated frames, which the project does not have.
+
+Hand position (``hand_shift_px``, ``hand_within_3px``): there is no hand detector for generated frames, so a
+hand's position error is measured as the displacement of its appearance. For each hand whose keypoints project
+into the frame, the ground-truth frame's pixels in the hand's region (the convex hull of its projected 21
+keypoints, grown by :data:`HAND_PATCH_MARGIN_FRACTION` of the width, at least :data:`HAND_MARGIN_MIN_PX`) are
+located in the generated frame within :data:`HAND_SEARCH_FRACTION` of the width either way
+(:func:`~.metrics.locate_patch`: masked zero-mean normalised cross-correlation, sub-pixel peak). The
+ground-truth frame shows the hand where its keypoints project (the twin's robot and the camera model are the
+ones forward kinematics uses), so the displacement [px, at the evaluated frame size] is how far from its
+projected keypoints the generated frame puts the hand. ``hand_shift_px`` is its mean over the hands found;
+``hand_within_3px`` the share of measurable hands (textured in the ground truth) found within
+:data:`HAND_SHIFT_THRESHOLD_PX` (a hand not found, e.g. blurred away, counts as outside). The threshold is the 3 px
+end-effector projection error RynnWorld-Latent's appendix D accepts (with 5 mm and 5 deg, which need the
+generated hand's 3-D pose and are not measured); it is applied in pixels of the evaluated size (the paper's is
+832 x 480; ``hand.pixel_scale_to_paper`` converts).
+
+Objects (datasets built with ``--objects``: clips carry the twin's object boxes, :mod:`.objects`): for each
+object that moves during its episode (``first_move`` >= 0) and is in view, PSNR [dB] and SSIM over its projected
+box in the ground-truth frame (:func:`~.metrics.box_psnr`, :func:`~.metrics.box_ssim`), per frame the mean over
+such objects: ``object_psnr`` / ``object_ssim`` over every frame, ``object_psnr_before`` / ``_after`` (and
+SSIM) over the frames before the object's first move (it still rests where it was laid out) and from it on (it
+is being or has been moved: the interaction). Means are over the held-out frames that have a value.
 
 Outputs in ``out_dir``: ``metrics.json`` (see :func:`evaluate`), ``psnr.png``, ``ssim.png`` (and ``lpips.png``
-when measured, ``hand_psnr.png`` when any hand was in view): one line per model against the frame index, and
-``side_by_side.mp4``: ground truth | model | teacher | render | repeat first, every evaluated clip in turn.
+when measured, ``hand_psnr.png`` and ``hand_shift_px.png`` when any hand was in view, ``object_psnr.png`` and
+``object_ssim.png`` when the clips carry objects): one line per model against the frame index, and
+``side_by_side.mp4``: ground truth | model | teacher | render | repeat first, every evaluated clip in turn (with
+objects: each moved object's box outlined on every panel, green before its first move, red from it on).
 """
 
 from __future__ import annotations
@@ -58,34 +80,69 @@ from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME, Condition
 from rynn_teleop.world_model.generator import Generator
 
 from .clips import SPLITS, Clip, ClipDataset, DatasetError, DatasetInfo, read_clip
-from .metrics import PSNR_CAP_DB, Lpips, frame_metrics, load_lpips_backbone, masked_psnr
+from .metrics import (
+    PATCH_MIN_SCORE,
+    PSNR_CAP_DB,
+    Lpips,
+    box_psnr,
+    box_ssim,
+    frame_metrics,
+    load_lpips_backbone,
+    locate_patch,
+    masked_psnr,
+    ssim_map,
+)
+from .objects import ClipObjects, box_visible, read_clip_objects, read_objects_doc
 
 EVAL_FORMAT = "rynn_teleop.world_model.eval/1"
 METRICS_FILE = "metrics.json"
 VIDEO_FILE = "side_by_side.mp4"
 MODELS = ("student", "teacher", "render", "baseline")  # JSON, table, plot and video order
-METRICS = ("psnr", "ssim", "lpips", "hand_psnr")
-UNITS = {"psnr": "PSNR [dB]", "ssim": "SSIM", "lpips": "LPIPS", "hand_psnr": "hand-region PSNR [dB]"}
+OBJECT_METRICS = ("object_psnr", "object_ssim", "object_psnr_before", "object_psnr_after", "object_ssim_before",
+                  "object_ssim_after")
+METRICS = ("psnr", "ssim", "lpips", "hand_psnr", "hand_shift_px", "hand_within_3px", *OBJECT_METRICS)
+PLOTTED = ("psnr", "ssim", "lpips", "hand_psnr", "hand_shift_px", "object_psnr", "object_ssim")  # <metric>.png
+UNITS = {"psnr": "PSNR [dB]", "ssim": "SSIM", "lpips": "LPIPS", "hand_psnr": "hand-region PSNR [dB]",
+         "hand_shift_px": "hand shift [px]", "hand_within_3px": "hands within 3 px [share]",
+         "object_psnr": "moved objects' box PSNR [dB]", "object_ssim": "moved objects' box SSIM",
+         "object_psnr_before": "box PSNR before first move [dB]", "object_psnr_after": "box PSNR after first move [dB]",
+         "object_ssim_before": "box SSIM before first move", "object_ssim_after": "box SSIM after first move"}
 LABELS = {"truth": "ground truth", "student": "model", "teacher": "teacher", "render": "render",
           "baseline": "repeat first"}
 HAND_MARGIN_FRACTION = 0.03  # hand regions grow by this fraction of the image width [px / px] ...
 HAND_MARGIN_MIN_PX = 2  # ... and by at least this much [px]
+HAND_PATCH_MARGIN_FRACTION = 0.01  # a hand's patch located for hand_shift_px: its hull grown by this share of the width
+HAND_SEARCH_FRACTION = 0.1  # hand_shift_px looks this share of the image width either way [px / px] ...
+HAND_SEARCH_MIN_PX = 4  # ... and at least this far [px]
+HAND_SHIFT_THRESHOLD_PX = 3.0  # [px] RynnWorld-Latent appendix D: the accepted end-effector projection error
+PAPER_WIDTH_PX = 832  # [px] the paper's frame width (its 3 px are at 832 x 480)
+OBJECT_BOX_COLOURS = ((60, 220, 60), (230, 40, 40))  # RGB outline of a moved object's box: before, after its move
 VIDEO_CODECS = ("libx264", "mpeg4")  # tried in this order
 VIDEO_BIT_RATE = 4_000_000  # [bit/s] for mpeg4 (libx264 uses its default constant quality)
 NO_LPIPS_REASON = ("no LPIPS backbone given: LPIPS needs AlexNet's ImageNet weights, which are not shipped and "
                    "cannot be downloaded here; pass --lpips-backbone PATH (torchvision's alexnet-owt-7be5be79.pth)")
-NO_HAND_DISTANCE_REASON = ("not measured: a distance needs the hands located in generated frames (a hand detector "
-                           "that works on them); hand_psnr scores the pixels where forward kinematics puts them")
+NO_OBJECTS_REASON = ("the dataset's clips carry no object boxes: build it from twin episodes with `rynn-teleop "
+                     "world-model dataset --objects`")
 
 
 class ClipScores(NamedTuple):
     """Per-frame scores of one model on one clip: each (T - 1,) float64 (``lpips`` None when not measured;
-    ``hand_psnr`` NaN on frames without a hand in view)."""
+    ``hand_*`` NaN on frames without a hand in view, ``hand_shift_px`` also where no hand was found; the
+    ``object_*`` None for a clip without objects, NaN on frames without a moved object in view, or in that
+    phase, see the module docstring)."""
 
     psnr: np.ndarray
     ssim: np.ndarray
     lpips: np.ndarray | None
     hand_psnr: np.ndarray
+    hand_shift_px: np.ndarray | None = None  # [px] mean over the hands found
+    hand_within_3px: np.ndarray | None = None  # [-] share of the measurable hands found within 3 px
+    object_psnr: np.ndarray | None = None  # [dB] mean over the moved objects in view
+    object_ssim: np.ndarray | None = None
+    object_psnr_before: np.ndarray | None = None  # [dB] ... of those before their first move
+    object_psnr_after: np.ndarray | None = None  # [dB] ... of those at or after it
+    object_ssim_before: np.ndarray | None = None
+    object_ssim_after: np.ndarray | None = None
 
 
 # ---- inputs -------------------------------------------------------------------------------------------------
@@ -167,16 +224,17 @@ def repeat_first(clip: Clip) -> np.ndarray:
     return np.repeat(clip.frames[:1], clip.length - 1, axis=0)
 
 
-def hand_masks(conditioner: Conditioner, actions: np.ndarray, margin: int) -> np.ndarray:
-    """(N, H, W) bool: per action (N, 54) [rad] (robot order), the pixels within ``margin`` [px] of the convex
-    hull of each hand's 21 keypoints projected through the conditioner's camera (hands behind the camera, or
-    with fewer than 3 points in front of it, are left out)."""
+def hand_regions(conditioner: Conditioner, actions: np.ndarray, margin: int) -> list[list[np.ndarray]]:
+    """Per action (N, 54) [rad] (robot order), one (H, W) bool mask per hand in view: the pixels within
+    ``margin`` [px] of the convex hull of the hand's 21 keypoints projected through the conditioner's camera
+    (hands behind the camera, with fewer than 3 points in front of it, or whose region misses the image, are
+    left out)."""
     h, w = conditioner.height, conditioner.width
     kernel = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * margin + 1, 2 * margin + 1))
-    masks = np.zeros((len(actions), h, w), dtype=bool)
-    for i, q in enumerate(actions):
+    out: list[list[np.ndarray]] = []
+    for q in actions:
         keypoints = conditioner.keypoints(q)
-        mask = np.zeros((h, w), dtype=np.uint8)
+        hands = []
         for hand in (keypoints.left_hand, keypoints.right_hand):
             uv = conditioner.view.project(hand).uv
             uv = uv[np.isfinite(uv).all(axis=1)]
@@ -184,18 +242,137 @@ def hand_masks(conditioner: Conditioner, actions: np.ndarray, margin: int) -> np
                 continue
             # far outside the image the hull's exact shape does not matter; keep the coordinates in int32
             uv = np.clip(np.round(uv), [-4 * w, -4 * h], [5 * w, 5 * h]).astype(np.int32)
+            mask = np.zeros((h, w), dtype=np.uint8)
             cv2.fillConvexPoly(mask, cv2.convexHull(uv), 1)
-        masks[i] = cv2.dilate(mask, kernel) > 0
+            mask = cv2.dilate(mask, kernel) > 0
+            if mask.any():
+                hands.append(mask)
+        out.append(hands)
+    return out
+
+
+def hand_masks(conditioner: Conditioner, actions: np.ndarray, margin: int) -> np.ndarray:
+    """(N, H, W) bool: per action (N, 54) [rad] (robot order), the union of its :func:`hand_regions`."""
+    masks = np.zeros((len(actions), conditioner.height, conditioner.width), dtype=bool)
+    for i, hands in enumerate(hand_regions(conditioner, actions, margin)):
+        for mask in hands:
+            masks[i] |= mask
     return masks
 
 
-def score(pred: np.ndarray, truth: np.ndarray, masks: np.ndarray, lpips: Lpips | None, device: str = "cpu"
-          ) -> ClipScores:
+class HandShifts(NamedTuple):
+    """Per-frame hand position error of one model (:func:`hand_shifts`): each (N,) float64."""
+
+    shift_px: np.ndarray  # [px] mean distance over the hands found; NaN: none found (or none in view)
+    within: np.ndarray  # [-] share of the measurable hands found within the threshold; NaN: none measurable
+
+
+def hand_shifts(pred: np.ndarray, truth: np.ndarray, regions: Sequence[Sequence[np.ndarray]], search_px: int,
+                threshold_px: float = HAND_SHIFT_THRESHOLD_PX) -> HandShifts:
+    """How far from where ``truth`` shows each hand ``pred`` puts it (see the module docstring), per frame.
+
+    Args:
+        pred, truth: (N, H, W, 3) uint8 frames.
+        regions: per frame, the hands' masks (:func:`hand_regions` with the patch margin).
+        search_px: [px] the largest displacement looked for along each axis.
+        threshold_px: [px] a hand found within this distance counts in ``within``.
+    """
+    shift = np.full(len(pred), np.nan)
+    within = np.full(len(pred), np.nan)
+    for t, (p, g, hands) in enumerate(zip(pred, truth, regions)):
+        found, measurable, close = [], 0, 0
+        for mask in hands:
+            located = locate_patch(p, g, mask, search_px)
+            if not located.measurable:
+                continue
+            measurable += 1
+            if located.found:
+                found.append(located.distance)
+                close += located.distance <= threshold_px
+        if found:
+            shift[t] = float(np.mean(found))
+        if measurable:
+            within[t] = close / measurable
+    return HandShifts(shift, within)
+
+
+class ObjectScores(NamedTuple):
+    """Per-frame box scores of one model over the moved objects (:func:`object_scores`): each (N,) float64, NaN
+    where no moved object is in view (in that phase)."""
+
+    psnr: np.ndarray
+    ssim: np.ndarray
+    psnr_before: np.ndarray
+    psnr_after: np.ndarray
+    ssim_before: np.ndarray
+    ssim_after: np.ndarray
+
+
+def object_scores(pred: np.ndarray, truth: np.ndarray, boxes: np.ndarray, moved: np.ndarray,
+                  movers: np.ndarray) -> ObjectScores:
+    """Box PSNR/SSIM of ``pred`` against ``truth`` (N, H, W, 3) over the objects ``movers`` (K,) bool (those that
+    move in their episode) in view, per frame the mean over them, split by phase (see the module docstring).
+
+    Args:
+        boxes: (N, K, 4) int [px] the objects' boxes in ``truth`` (half-open u0, v0, u1, v1).
+        moved: (N, K) bool: the object has moved by that frame (at or after its first move).
+        movers: (K,) bool: the objects scored.
+    """
+    n = len(pred)
+    values = {k: np.full(n, np.nan) for k in ObjectScores._fields}
+    visible = box_visible(boxes) & np.asarray(movers, dtype=bool)[None]
+    for t in range(n):
+        ks = np.nonzero(visible[t])[0]
+        if not len(ks):
+            continue
+        smap = ssim_map(pred[t], truth[t])
+        ps = np.array([box_psnr(pred[t], truth[t], boxes[t, k]) for k in ks])
+        ss = np.array([box_ssim(None, None, boxes[t, k], ssim_image=smap) for k in ks])
+        after = moved[t, ks]
+        for key, v, sel in (("psnr", ps, None), ("ssim", ss, None), ("psnr_before", ps, ~after),
+                            ("psnr_after", ps, after), ("ssim_before", ss, ~after), ("ssim_after", ss, after)):
+            chosen = v if sel is None else v[sel]
+            chosen = chosen[np.isfinite(chosen)]
+            if len(chosen):
+                values[key][t] = float(chosen.mean())
+    return ObjectScores(**values)
+
+
+def score(pred: np.ndarray, truth: np.ndarray, masks: np.ndarray, lpips: Lpips | None, device: str = "cpu", *,
+          hands: Sequence[Sequence[np.ndarray]] | None = None, search_px: int = HAND_SEARCH_MIN_PX,
+          objects: ClipObjects | None = None) -> ClipScores:
     """Per-frame scores of ``pred`` against ``truth`` (both (N, H, W, 3) uint8), hand regions ``masks`` (N, H, W);
-    image metrics computed on ``device``."""
+    image metrics computed on ``device``.
+
+    Args:
+        hands: per frame, each hand's patch mask (:func:`hand_regions`) for :func:`hand_shifts` (with
+            ``search_px``); None: the hand shift is not measured.
+        objects: the clip's objects at frames 1..T-1 (N frames, :meth:`~.objects.ClipObjects.slice`) for
+            :func:`object_scores`; None: no object scores.
+    """
     psnr, ssim, lp = frame_metrics(pred, truth, lpips, device=device)
     hand = np.array([masked_psnr(p, t, m) for p, t, m in zip(pred, truth, masks)], dtype=np.float64)
-    return ClipScores(psnr, ssim, lp, hand)
+    shifts = None if hands is None else hand_shifts(pred, truth, hands, search_px)
+    objs = None
+    if objects is not None:
+        movers = (objects.first_move >= 0) & ~np.array([o.fixed for o in objects.objects], dtype=bool)
+        objs = object_scores(pred, truth, objects.boxes, objects.moved, movers)
+    return ClipScores(psnr, ssim, lp, hand,
+                      None if shifts is None else shifts.shift_px, None if shifts is None else shifts.within,
+                      *((None,) * len(OBJECT_METRICS) if objs is None else objs))
+
+
+def outline_objects(frame: np.ndarray, objects: ClipObjects, t: int) -> np.ndarray:
+    """A copy of ``frame`` (H, W, 3) uint8 with the box of each object of ``objects`` that moves in its episode
+    outlined as at clip frame ``t`` (:data:`OBJECT_BOX_COLOURS`: before its first move, from it on)."""
+    out = frame.copy()
+    for k, obj in enumerate(objects.objects):
+        box = objects.boxes[t, k]
+        if obj.fixed or objects.first_move[k] < 0 or not box_visible(box):
+            continue
+        colour = OBJECT_BOX_COLOURS[int(objects.moved[t, k])]
+        cv2.rectangle(out, (int(box[0]), int(box[1])), (int(box[2]) - 1, int(box[3]) - 1), colour, 1)
+    return out
 
 
 # ---- aggregation --------------------------------------------------------------------------------------------
@@ -216,9 +393,13 @@ def summarise(per_clip: Sequence[ClipScores], block: int) -> dict[str, Any]:
     """One model's means over all held-out frames, and its curves per frame index and per chunk.
 
     Returns:
-        ``{metric: mean, "hand_frames": n, "per_frame": {"frame": [...], "count": [...], metric: [...]},
-        "per_chunk": {"chunk": [...], "first_frame": [...], "count": [...], metric: [...]}}`` for each metric of
-        :data:`METRICS` (None where not measured or, for ``hand_psnr``, no hand was in view).
+        ``{metric: mean, "hand_frames": n, "hand_shift_frames": n, "object_frames": n, "object_frames_before": n,
+        "object_frames_after": n, "per_frame": {"frame": [...], "count": [...], metric: [...]}, "per_chunk":
+        {"chunk": [...], "first_frame": [...], "count": [...], metric: [...]}}`` for each metric of
+        :data:`METRICS` (None where not measured or no frame has a value: for ``hand_*`` no hand in view, for
+        ``object_*`` no moved object in view in that phase); the ``*_frames`` count the held-out frames with a
+        value of ``hand_psnr``, ``hand_within_3px``, ``object_psnr``, ``object_psnr_before`` and
+        ``object_psnr_after`` (0 where not measured).
     """
     index = np.concatenate([np.arange(1, len(s.psnr) + 1) for s in per_clip])
     frames = np.arange(1, int(index.max()) + 1)
@@ -237,7 +418,11 @@ def summarise(per_clip: Sequence[ClipScores], block: int) -> dict[str, Any]:
         out[metric] = _finite_mean(values)
         per_frame[metric] = [_finite_mean(values[index == f]) for f in frames]
         per_chunk[metric] = [_finite_mean(values[chunk_of == c]) for c in chunks]
-    out["hand_frames"] = int(np.isfinite(np.concatenate([s.hand_psnr for s in per_clip])).sum())
+    for count, metric in (("hand_frames", "hand_psnr"), ("hand_shift_frames", "hand_within_3px"),
+                          ("object_frames", "object_psnr"), ("object_frames_before", "object_psnr_before"),
+                          ("object_frames_after", "object_psnr_after")):
+        parts = [getattr(s, metric) for s in per_clip]
+        out[count] = 0 if any(p is None for p in parts) else int(np.isfinite(np.concatenate(parts)).sum())
     out["per_frame"], out["per_chunk"] = per_frame, per_chunk
     return out
 
@@ -381,13 +566,17 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
         progress: wraps the list of clip files iterated (e.g. ``tqdm``); None: no progress display.
 
     Returns:
-        What ``metrics.json`` holds: ``format``; ``{student,teacher,render,baseline}_{psnr,ssim,lpips,hand_psnr}``
-        (means over all held-out frames; None for a model not run or a metric not measured); ``held_out_frames``;
-        ``models`` (per model run: the means, ``hand_frames``, ``per_frame`` and ``per_chunk`` curves, see
-        :func:`summarise`); ``clips`` (file, episode, start, frames and per-frame scores of each model);
-        ``lpips`` and ``hand`` (what was measured, or why not); ``psnr_cap_db``; ``chunk_frames`` (frames per
-        chunk); ``inputs`` (every argument, the weights manifests, the intrinsics used and the dataset's
-        fields); ``files`` (the plots and the video written, and its codec).
+        What ``metrics.json`` holds: ``format``; ``<model>_<metric>`` for every model of :data:`MODELS` and
+        metric of :data:`METRICS` (``psnr``, ``ssim``, ``lpips``, ``hand_psnr``, ``hand_shift_px``,
+        ``hand_within_3px``, ``object_psnr``, ``object_ssim``, ``object_psnr_before``, ``object_psnr_after``,
+        ``object_ssim_before``, ``object_ssim_after``: means over the held-out frames with a value; None for a
+        model not run or a metric not measured); ``held_out_frames``; ``models`` (per model run: the means, the
+        frame counts, ``per_frame`` and ``per_chunk`` curves of every metric, see :func:`summarise`); ``clips``
+        (file, episode, start, frames, with objects the moved objects' names and first moves, and per-frame
+        scores of each model); ``lpips``, ``hand`` and ``objects`` (what was measured and how, or why not);
+        ``psnr_cap_db``; ``chunk_frames`` (frames per chunk); ``inputs`` (every argument, the weights manifests,
+        the intrinsics used and the dataset's fields); ``files`` (the plots and the video written, and its
+        codec).
 
     Raises:
         DatasetError: no dataset, no clips in ``split``, a dataset of another preset or frame size, clips that
@@ -423,6 +612,10 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
     camera_frame = str(info.condition.get("camera_frame", DEFAULT_CAMERA_FRAME))
     conditioner = Conditioner(robot, intrinsics, camera_frame=camera_frame)
     margin = max(HAND_MARGIN_MIN_PX, round(HAND_MARGIN_FRACTION * info.width))
+    patch_margin = max(HAND_MARGIN_MIN_PX, round(HAND_PATCH_MARGIN_FRACTION * info.width))
+    search_px = max(HAND_SEARCH_MIN_PX, round(HAND_SEARCH_FRACTION * info.width))
+    objects_doc = read_objects_doc(dataset.root)
+    with_objects = False  # any clip carries objects
 
     inputs = {
         "dataset": str(Path(dataset_dir).resolve()), "split": split, "preset": name,
@@ -462,6 +655,10 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
             actions = clip.actions[:, columns].astype(np.float64)
             truth = clip.frames[1:]
             masks = hand_masks(conditioner, actions[1:], margin)
+            hands = hand_regions(conditioner, actions[1:], patch_margin)
+            clip_objects = read_clip_objects(dataset.root / file)
+            held_objects = None if clip_objects is None else clip_objects.slice(1, clip.length)
+            with_objects |= clip_objects is not None
             predictions = {}
             for model in run:
                 if model == "baseline":
@@ -474,14 +671,20 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
                 predictions[model] = stream(generator, clip, actions)
             row: dict[str, Any] = {"file": file, "episode": clip.episode, "start": clip.start,
                                    "frames": clip.length, "scores": {}}
+            if clip_objects is not None:
+                row["moved_objects"] = {o.name: int(f) for o, f in zip(clip_objects.objects, clip_objects.first_move)
+                                        if f >= 0 and not o.fixed}
             for model in run:
-                s = score(predictions[model], truth, masks, lpips, device)
+                s = score(predictions[model], truth, masks, lpips, device, hands=hands, search_px=search_px,
+                          objects=held_objects)
                 scores[model].append(s)
                 row["scores"][model] = {m: _json_list(getattr(s, m)) for m in METRICS}
             clip_rows.append(row)
-            writer.write([clip.frames[0]] * (1 + len(run)))
-            for t in range(clip.length - 1):
-                writer.write([truth[t]] + [predictions[m][t] for m in run])
+            for t in range(clip.length):
+                panels = [clip.frames[0]] * (1 + len(run)) if t == 0 else \
+                    [truth[t - 1]] + [predictions[m][t - 1] for m in run]
+                writer.write(panels if clip_objects is None else [outline_objects(p, clip_objects, t)
+                                                                   for p in panels])
         codec = writer.codec
 
     models = {m: summarise(scores[m], block) for m in MODELS if scores[m]}
@@ -489,7 +692,7 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
     for m in MODELS:
         for metric in METRICS:
             result[f"{m}_{metric}"] = models[m][metric] if m in models else None
-    plots = [f"{metric}.png" for metric in METRICS if plot_curves(out / f"{metric}.png", metric, models, block)]
+    plots = [f"{metric}.png" for metric in PLOTTED if plot_curves(out / f"{metric}.png", metric, models, block)]
     result.update({
         "held_out_frames": int(sum(len(s.psnr) for s in scores["baseline"])),
         "clips": clip_rows,
@@ -498,8 +701,27 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
                   "definition": "Zhang et al. 2018, AlexNet trunk, linear layers v0.1 (torchmetrics' alex.pth)"},
         "hand": {"hand_psnr": "PSNR over the pixels within margin_px of the convex hull of each hand's 21 keypoints "
                               "projected from forward kinematics of the frame's action; null on frames without a "
-                              "hand in view", "margin_px": margin, "hand_distance_px": None,
-                 "hand_distance_reason": NO_HAND_DISTANCE_REASON},
+                              "hand in view", "margin_px": margin,
+                 "hand_shift_px": "per hand in view: the ground-truth frame's pixels within patch_margin_px of the "
+                                  "hull of its projected keypoints, located in the generated frame within "
+                                  "search_px either way by masked zero-mean normalised cross-correlation (sub-pixel "
+                                  "peak; found when the correlation is >= min_correlation and not at the search "
+                                  "edge); the distance [px] from where the keypoints project; per frame the mean "
+                                  "over the hands found",
+                 "hand_within_3px": "per frame, the share of the hands with texture in the ground truth that were "
+                                    "found within threshold_px (a hand not found counts as outside)",
+                 "patch_margin_px": patch_margin, "search_px": search_px, "min_correlation": PATCH_MIN_SCORE,
+                 "threshold_px": HAND_SHIFT_THRESHOLD_PX,
+                 "threshold_source": "RynnWorld-Latent appendix D: 3 px end-effector projection error (with 5 mm and "
+                                     "5 deg, which need the generated hand's 3-D pose: not measured)",
+                 "pixel_scale_to_paper": PAPER_WIDTH_PX / info.width},
+        "objects": {
+            "measured": with_objects, "reason": None if with_objects else NO_OBJECTS_REASON,
+            "definition": "per frame, the mean over the objects that move in their episode and are in view of PSNR "
+                          "[dB] / SSIM over each object's projected box in the ground-truth frame; *_before: "
+                          "frames before the object's first move, *_after: from it on",
+            "dataset": objects_doc,
+        },
         "psnr_cap_db": PSNR_CAP_DB,
         "chunk_frames": block,
         "inputs": inputs,
@@ -539,10 +761,17 @@ def format_table(result: dict[str, Any]) -> str:
     def cell(value: float | None, digits: int) -> str:
         return "n/a" if value is None else f"{value:.{digits}f}"
 
-    rows = [f"{'model':<10} {'PSNR [dB]':>10} {'SSIM':>7} {'LPIPS':>7} {'hand PSNR [dB]':>15}"]
+    rows = [f"{'model':<10} {'PSNR [dB]':>10} {'SSIM':>7} {'LPIPS':>7} {'hand PSNR [dB]':>15} {'hand shift [px]':>16} "
+            f"{'<= 3 px':>8}"]
     for name, m in result["models"].items():
         rows.append(f"{name:<10} {cell(m['psnr'], 2):>10} {cell(m['ssim'], 4):>7} {cell(m['lpips'], 4):>7} "
-                    f"{cell(m['hand_psnr'], 2):>15}")
+                    f"{cell(m['hand_psnr'], 2):>15} {cell(m['hand_shift_px'], 2):>16} "
+                    f"{cell(m['hand_within_3px'], 3):>8}")
+    if result["objects"]["measured"]:
+        rows.append(f"{'objects':<10} {'PSNR before':>12} {'PSNR after':>11} {'SSIM before':>12} {'SSIM after':>11}")
+        for name, m in result["models"].items():
+            rows.append(f"{name:<10} {cell(m['object_psnr_before'], 2):>12} {cell(m['object_psnr_after'], 2):>11} "
+                        f"{cell(m['object_ssim_before'], 4):>12} {cell(m['object_ssim_after'], 4):>11}")
     rows.append(f"held-out frames: {result['held_out_frames']} in {len(result['clips'])} clips "
                 f"(split {result['inputs']['split']})")
     if not result["lpips"]["measured"]:

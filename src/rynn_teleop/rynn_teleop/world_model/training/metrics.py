@@ -21,15 +21,35 @@ Images are RGB, (T, H, W, 3) (a batch of frames) or (H, W, 3) (one frame), uint8
   cannot be downloaded: :func:`load_lpips_backbone` reads them from a local file the user supplies (torchvision's
   ``alexnet-owt-7be5be79.pth``, or any state dict with torchvision's ``features.*`` keys). torchvision itself is
   never imported: :func:`alexnet_features` rebuilds its layer layout so that those keys load unchanged.
+
+Regions (numpy and OpenCV, one frame at a time): a *box* is a half-open pixel rectangle ``(u0, v0, u1, v1)``
+(columns u0..u1-1, rows v0..v1-1, clipped to the image), as :func:`~.objects.project_boxes` gives an object's.
+
+* :func:`box_psnr`: PSNR [dB] over the box's pixels (all channels), capped like :func:`psnr`; NaN for an empty
+  box.
+* :func:`box_ssim`: the mean over the box's pixels of :func:`ssim_map`, the per-pixel SSIM map of the
+  definition above (same window and constants, the channels' maps averaged), whose pixels within half a window
+  of the image's border are left out as they are from :func:`ssim`; so the box of the whole image gives
+  :func:`ssim`. NaN when no pixel of the box is outside that border.
+* :func:`locate_patch`: where a frame puts what another frame shows in a masked patch (how the evaluation
+  measures a hand's position error without a hand detector): the displacement (dx, dy) [px] of the best
+  match, within ``search_px`` either way, of the target's masked patch in the prediction by zero-mean
+  normalised cross-correlation over the mask's pixels (OpenCV ``matchTemplate``, ``TM_CCOEFF_NORMED`` with the
+  mask, on luma), refined to sub-pixel by a parabola through the peak and its neighbours along each axis. The
+  match is *found* when its correlation is at least ``min_score`` and it is not at the edge of the search
+  range (the true displacement could lie beyond); *measurable* only when the target's patch is not flat (its
+  masked luma's standard deviation at least :data:`PATCH_MIN_STD`): a flat patch matches anywhere.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import NamedTuple
 
+import cv2
 import numpy as np
 import torch
 from torch import nn
@@ -41,6 +61,9 @@ SSIM_KERNEL = 11  # [px] Gaussian window size of SSIM (Wang et al. 2004)
 SSIM_SIGMA = 1.5  # [px] its standard deviation
 SSIM_K1, SSIM_K2 = 0.01, 0.03  # SSIM's stabilising constants, as fractions of the data range
 BATCH_FRAMES = 8  # frames per torch call (bounds the memory of SSIM and LPIPS on large frames)
+PATCH_MIN_STD = 2.0  # [grey levels of 255] a target patch flatter than this cannot be located (locate_patch)
+PATCH_MIN_SCORE = 0.5  # [-] normalised cross-correlation below which a patch counts as not found
+LUMA = (0.299, 0.587, 0.114)  # ITU-R BT.601 weights of R, G, B (the grey image a patch is located in)
 
 #: torchvision's ``alexnet().features`` indices that end at each of the 5 ReLUs LPIPS compares (end exclusive)
 ALEXNET_SLICES = ((0, 2), (2, 5), (5, 8), (8, 10), (10, 12))
@@ -316,3 +339,175 @@ def masked_psnr(pred: np.ndarray, target: np.ndarray, mask: np.ndarray, data_ran
     if mse == 0.0:
         return PSNR_CAP_DB
     return min(PSNR_CAP_DB, 10.0 * np.log10(data_range**2 / mse))
+
+
+# ---- regions: boxes and patches ------------------------------------------------------------------------------
+
+
+def _frame_pair(pred: np.ndarray, target: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    a, b = np.asarray(pred, dtype=np.float64), np.asarray(target, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 3 or a.shape[-1] != 3:
+        raise ValueError(f"{name}: expected two RGB images (H, W, 3) of one shape; got {a.shape} and {b.shape}")
+    return a, b
+
+
+def _box_slices(box: np.ndarray | tuple[int, int, int, int], height: int, width: int
+                ) -> tuple[slice, slice] | None:
+    """(rows, columns) of ``box`` clipped to the image; None when it covers no pixel."""
+    u0, v0, u1, v1 = (int(v) for v in box)
+    u0, u1 = max(0, u0), min(width, u1)
+    v0, v1 = max(0, v0), min(height, v1)
+    if u1 <= u0 or v1 <= v0:
+        return None
+    return slice(v0, v1), slice(u0, u1)
+
+
+def box_psnr(pred: np.ndarray, target: np.ndarray, box: np.ndarray | tuple[int, int, int, int],
+             data_range: float = 255.0) -> float:
+    """PSNR [dB] of one frame over the pixels of ``box`` (see the module docstring), capped at
+    :data:`PSNR_CAP_DB`; NaN for a box without pixels in the image.
+
+    Raises:
+        ValueError: images that are not (H, W, 3) of one shape.
+    """
+    a, b = _frame_pair(pred, target, "box_psnr")
+    where = _box_slices(box, a.shape[0], a.shape[1])
+    if where is None:
+        return float("nan")
+    mse = float(np.mean((a[where] - b[where]) ** 2))
+    if mse == 0.0:
+        return PSNR_CAP_DB
+    return float(min(PSNR_CAP_DB, 10.0 * np.log10(data_range**2 / mse)))
+
+
+def ssim_map(pred: np.ndarray, target: np.ndarray, data_range: float = 255.0) -> np.ndarray:
+    """(H, W) float64 per-pixel SSIM of one frame (Wang et al. 2004 as :func:`ssim`: Gaussian window of
+    :data:`SSIM_KERNEL` taps, sigma :data:`SSIM_SIGMA`, K1, K2; the mean over the RGB channels' maps); NaN
+    within half a window of the border, where the window leaves the image.
+
+    Raises:
+        ValueError: images that are not (H, W, 3) of one shape, or smaller than the window.
+    """
+    a, b = _frame_pair(pred, target, "ssim_map")
+    h, w = a.shape[:2]
+    if min(h, w) < SSIM_KERNEL:
+        raise ValueError(f"SSIM needs images of at least {SSIM_KERNEL} px a side; got {(h, w)}")
+    taps = cv2.getGaussianKernel(SSIM_KERNEL, SSIM_SIGMA, cv2.CV_64F)
+
+    def blur(x: np.ndarray) -> np.ndarray:  # inside the valid area the border mode does not matter
+        return cv2.sepFilter2D(x, cv2.CV_64F, taps, taps, borderType=cv2.BORDER_REFLECT)
+
+    c1, c2 = (SSIM_K1 * data_range) ** 2, (SSIM_K2 * data_range) ** 2
+    out = np.zeros((h, w))
+    for c in range(3):
+        x, y = np.ascontiguousarray(a[..., c]), np.ascontiguousarray(b[..., c])
+        mx, my = blur(x), blur(y)
+        vx, vy, cxy = blur(x * x) - mx * mx, blur(y * y) - my * my, blur(x * y) - mx * my
+        out += (2 * mx * my + c1) * (2 * cxy + c2) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+    out /= 3
+    half = SSIM_KERNEL // 2
+    out[:half], out[-half:], out[:, :half], out[:, -half:] = np.nan, np.nan, np.nan, np.nan
+    return out
+
+
+def box_ssim(pred: np.ndarray | None, target: np.ndarray | None, box: np.ndarray | tuple[int, int, int, int],
+             data_range: float = 255.0, ssim_image: np.ndarray | None = None) -> float:
+    """SSIM of one frame over the pixels of ``box`` (see the module docstring); NaN when none of them is
+    outside the border band of :func:`ssim_map`.
+
+    Args:
+        pred, target: (H, W, 3) images (unused when ``ssim_image`` is given).
+        box: ``(u0, v0, u1, v1)`` [px], half-open.
+        ssim_image: their :func:`ssim_map`, when already computed (several boxes of one frame).
+
+    Raises:
+        ValueError: see :func:`ssim_map`.
+    """
+    m = ssim_map(pred, target, data_range) if ssim_image is None else np.asarray(ssim_image, dtype=np.float64)
+    where = _box_slices(box, m.shape[0], m.shape[1])
+    if where is None:
+        return float("nan")
+    values = m[where]
+    values = values[np.isfinite(values)]
+    return float(values.mean()) if values.size else float("nan")
+
+
+class PatchShift(NamedTuple):
+    """Where :func:`locate_patch` found a target's patch in a prediction."""
+
+    dx: float  # [px] the prediction shows the patch this far right of where the target does (NaN: not found)
+    dy: float  # [px] ... and this far down
+    score: float  # [-] normalised cross-correlation at the match, in [-1, 1] (NaN: no match)
+    found: bool  # score >= min_score and not at the edge of the search range
+    measurable: bool  # the target's patch has texture (otherwise nothing can be located)
+
+    @property
+    def distance(self) -> float:
+        """[px] length of (dx, dy); NaN when not found."""
+        return math.hypot(self.dx, self.dy) if self.found else float("nan")
+
+
+def _luma(image: np.ndarray) -> np.ndarray:
+    return np.asarray(image, dtype=np.float32) @ np.asarray(LUMA, dtype=np.float32)
+
+
+def _parabola_peak(left: float, centre: float, right: float) -> float:
+    """Sub-pixel offset in [-0.5, 0.5] of the vertex of the parabola through three equally spaced values."""
+    curvature = left - 2 * centre + right
+    if not (math.isfinite(left) and math.isfinite(right)) or curvature >= 0:
+        return 0.0
+    return float(np.clip(0.5 * (left - right) / curvature, -0.5, 0.5))
+
+
+def locate_patch(pred: np.ndarray, target: np.ndarray, mask: np.ndarray, search_px: int,
+                 min_score: float = PATCH_MIN_SCORE) -> PatchShift:
+    """Where ``pred`` shows the part of ``target`` under ``mask`` (see the module docstring).
+
+    Args:
+        pred, target: (H, W, 3) RGB frames of one shape.
+        mask: (H, W) bool: the target's pixels to locate (e.g. a hand's region).
+        search_px: [px] the largest displacement looked for along each axis (>= 1).
+        min_score: the least normalised cross-correlation of a found match.
+
+    Returns:
+        The displacement of the best match (NaN, ``found`` False when there is none: an empty mask, a flat
+        prediction, a match below ``min_score`` or at the edge of the search range).
+
+    Raises:
+        ValueError: images that are not (H, W, 3) of one shape, a mask of another size, ``search_px`` < 1.
+    """
+    a, b = _frame_pair(pred, target, "locate_patch")
+    m = np.asarray(mask, dtype=bool)
+    if m.shape != a.shape[:2]:
+        raise ValueError(f"locate_patch: mask {m.shape} does not fit images {a.shape[:2]}")
+    if int(search_px) < 1:
+        raise ValueError(f"locate_patch: search_px must be >= 1; got {search_px}")
+    r = int(search_px)
+    none = PatchShift(float("nan"), float("nan"), float("nan"), False, False)
+    rows, cols = np.nonzero(m)
+    if not len(rows):
+        return none
+    v0, v1, u0, u1 = int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1
+    gp, gt = _luma(a), _luma(b)
+    template, template_mask = gt[v0:v1, u0:u1], m[v0:v1, u0:u1]
+    if float(template[template_mask].std()) < PATCH_MIN_STD:
+        return none
+    h, w = m.shape
+    sv0, sv1, su0, su1 = max(0, v0 - r), min(h, v1 + r), max(0, u0 - r), min(w, u1 + r)
+    window = np.ascontiguousarray(gp[sv0:sv1, su0:su1])
+    scores = cv2.matchTemplate(window, np.ascontiguousarray(template), cv2.TM_CCOEFF_NORMED,
+                               mask=template_mask.astype(np.uint8))
+    scores = np.where(np.isfinite(scores), scores, -np.inf)  # flat parts of the prediction: no match there
+    i, j = np.unravel_index(int(np.argmax(scores)), scores.shape)
+    best = float(scores[i, j])
+    if not math.isfinite(best):
+        return PatchShift(float("nan"), float("nan"), float("nan"), False, True)
+    dy, dx = sv0 + int(i) - v0, su0 + int(j) - u0
+    at_edge = abs(dy) >= r or abs(dx) >= r
+    if best < min_score or at_edge:
+        return PatchShift(float("nan"), float("nan"), best, False, True)
+    if 0 < i < scores.shape[0] - 1:
+        dy += _parabola_peak(float(scores[i - 1, j]), best, float(scores[i + 1, j]))
+    if 0 < j < scores.shape[1] - 1:
+        dx += _parabola_peak(float(scores[i, j - 1]), best, float(scores[i, j + 1]))
+    return PatchShift(float(dx), float(dy), best, True, True)
