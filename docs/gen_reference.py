@@ -168,7 +168,7 @@ def _bringup_facts(name: str) -> list[tuple[str, str]]:
         spec = bringup.node(name)
     except KeyError:
         return [("Bringup", "not part of the bringup (`rynn-teleop run " + name + "` or `ros2 run`)")]
-    started = "always" if spec.switch is None else f"with `{spec.switch}:={spec.started_when}`"
+    started = "always" if spec.switch is None else f"with {spec.started_by}"
     restart = ("never restarted (hardware: a device error stays visible)" if spec.hardware
                else f"restarted {bringup.RESPAWN_DELAY_S:g} s after it exits (not after a refused start)")
     facts = [("Bringup", f"started {started}; {restart}; demo process `{spec.group}`")]
@@ -230,7 +230,7 @@ def nodes_index() -> str:
         try:
             spec = bringup.node(name)
             group, hardware = f"`{spec.group}`", "yes" if spec.hardware else ""
-            started = "always" if spec.switch is None else f"`{spec.switch}:={spec.started_when}`"
+            started = spec.started_by
         except KeyError:
             group, hardware, started = "", "", "not in the bringup"
         rows.append([f"[`{name}`]({name}.md)", inline(node_summary(name)), f"`config/{name}.yaml`",
@@ -522,10 +522,10 @@ def launch_page() -> str:
 
     launch_doc = module_docstring(ROOT / "launch" / "bringup.launch.py")
     args = [[f'<span id="arg-{a.name}"></span>`{a.name}`', code(a.default) or "(empty)",
-             ", ".join(code(c) if c else "(empty)" for c in a.choices), cell(a.description)]
+             ", ".join(code(c) if c else "(empty)" for c in a.choices) or "any", cell(a.description)]
             for a in bringup.ARGUMENTS]
     nodes = [[f"[`{s.name}`](nodes/{s.name}.md)", f"`{s.group}`", "yes" if s.hardware else "",
-              "always" if s.switch is None else f"`{s.switch}:={s.started_when}`",
+              s.started_by,
               ", ".join(f"`{k}` ({', '.join(v)})" for k, v in s.overrides.items())] for s in bringup.NODES]
     others = [[f"`{o.package}`", f"`{o.executable}`", f"`{o.switch}:=true`", code(" ".join(o.arguments))]
               for o in bringup.OTHER_NODES]

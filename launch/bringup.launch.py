@@ -2,14 +2,17 @@
 
     ros2 launch rynn_teleop bringup.launch.py [mode:=digital|real] [camera:=generated|physical]
         [record:=false] [console:=false] [foxglove:=false] [tracker_backend:=synthetic]
-        [hand_retarget_backend:=synthetic] [world_model_backend:=render] [lifecycle:=active|inactive|unconfigured]
-        [rviz:=false] [robot_state_publisher:=true]
+        [hand_retarget_backend:=synthetic] [world_model_backend:=render] [policy:=PATH] [policy_backend:=lerobot]
+        [lifecycle:=active|inactive|unconfigured] [rviz:=false] [robot_state_publisher:=true]
 
 ``ros2 launch rynn_teleop bringup.launch.py --show-args`` lists every argument with its choices (a backend
 argument's are the node's registered backends); a value outside them stops the launch before any node starts,
 and so does a former argument name (tracker_source, glove_source), naming the new one. The nodes, their
 optional arguments and per-mode backends are the same as ``rynn-teleop run --mode``. Every other parameter
 comes from config/<node>.yaml in the package share directory; each is read and checked before any node starts.
+``policy:=PATH`` runs the policy node (``policy_backend``'s policy at PATH, acting once started: ``rynn-teleop call
+policy start``) instead of the operator input (tracker, arm_ik, hand_retarget); a PATH that does not exist stops the
+launch before any node starts, as a bad choice does.
 A node that exits is started again after ``bringup.RESPAWN_DELAY_S`` unless it talks to hardware (arm_driver,
 hand_driver, head_camera: a device error stays visible) or it refused to start (exit code 2: a bad parameter
 comes back the same at every restart).
@@ -75,6 +78,7 @@ def _check_config_files(context):
     from rynn_teleop.nodes import node_class  # imports rclpy
 
     bringup.check_renamed(context.launch_configurations)
+    bringup.check_policy(context.launch_configurations)
     config = Path(FindPackageShare(PKG).perform(context)) / "config"
     for name in bringup.started_nodes(context.launch_configurations):
         node_class(name).SCHEMA.load_yaml(config / f"{name}.yaml")
@@ -104,17 +108,30 @@ def _in_modes(modes):
     return IfCondition(PythonExpression(["'", LaunchConfiguration("mode"), f"' in {tuple(modes)!r}"]))
 
 
+def _switch_test(spec):
+    """A Python expression (substitution parts) true when ``spec``'s switch starts it: the argument's value (a
+    path, quoted raw: bringup.check_policy refuses what this quoting cannot hold) equals ``started_when``, or for
+    ``started_when`` None is not empty."""
+    value = ["r'''", LaunchConfiguration(spec.switch), "'''"]
+    return [*value, " != ''" if spec.started_when is None else f" == {spec.started_when!r}"]
+
+
 def _our_node(spec, tables):
     """``spec``'s own process (None: it runs only inside a composed process)."""
     modes = bringup.separate_modes(spec.name)
     if not modes:
         return None
     overrides = {t.key: _lookup(t) for t in tables if t.node == spec.name}
-    condition = CONDITIONS[spec.started_when](LaunchConfiguration(spec.switch)) if spec.switch else None
+    overrides.update({key: LaunchConfiguration(argument) for key, argument in spec.passed.items()})
+    condition = None
+    if spec.switch and spec.started_when in CONDITIONS:  # an on/off argument
+        condition = CONDITIONS[spec.started_when](LaunchConfiguration(spec.switch))
+    elif spec.switch:
+        condition = IfCondition(PythonExpression(_switch_test(spec)))
     if modes != bringup.MODES:
         if spec.switch:  # both: one expression
-            condition = IfCondition(PythonExpression(["'", LaunchConfiguration("mode"), f"' in {tuple(modes)!r} and '",
-                                                      LaunchConfiguration(spec.switch), f"' == {spec.started_when!r}"]))
+            condition = IfCondition(PythonExpression(["'", LaunchConfiguration("mode"), f"' in {tuple(modes)!r} and ",
+                                                      *_switch_test(spec)]))
         else:
             condition = _in_modes(modes)
     return _node(spec, overrides, condition)
@@ -147,7 +164,8 @@ def generate_launch_description():
     }
     tables = bringup.lookup_tables()
     return LaunchDescription([
-        *(DeclareLaunchArgument(a.name, default_value=a.default, choices=list(a.choices), description=a.description)
+        *(DeclareLaunchArgument(a.name, default_value=a.default, description=a.description,
+                                **({"choices": list(a.choices)} if a.choices else {}))  # no choices: a path
           for a in bringup.ARGUMENTS),
         SetEnvironmentVariable(
             "FASTDDS_DEFAULT_PROFILES_FILE",

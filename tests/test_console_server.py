@@ -231,3 +231,25 @@ def test_a_frame_never_acknowledged_is_given_up_after_the_timeout(served, monkey
 
     assert _run(scenario())["seq"] == 2
     assert server.acks_missed["consumer"] >= 1
+
+
+def test_the_page_has_the_policy_panel_and_its_actions_reach_the_stack(served):
+    from rynn_teleop.nodes.operator import ACTIONS as OPERATOR_ACTIONS
+
+    server, _, fake = served()
+    base = f"http://127.0.0.1:{server.port}"
+    page = _run(_request("GET", base + "/"))[1]
+    script = _run(_request("GET", base + "/static/console.js"))[1]
+    assert 'id="policy-state"' in page and "showPolicy" in script
+    for action in ("policy start", "policy stop"):  # the buttons name operator actions: the console performs them
+        assert f'data-action="{action}"' in page and action in OPERATOR_ACTIONS
+    assert [s.service for s in OPERATOR_ACTIONS["policy start"].steps] == ["/policy/start"]
+    assert [s.service for s in OPERATOR_ACTIONS["policy stop"].steps] == ["/policy/stop"]
+    policy = ConsoleServer("127.0.0.1", 0, "", FrameHub(), dict, fake.perform, {"policy start": ()})
+    policy.start()
+    try:
+        status, _ = _run(_request("POST", f"http://127.0.0.1:{policy.port}/api/action",
+                                  json={"action": "policy start"}, headers=_session(policy)))
+    finally:
+        policy.stop()
+    assert status == 200 and fake.calls == [("policy start", {})]

@@ -23,9 +23,12 @@ LAUNCH_DIR = Path(__file__).resolve().parents[1] / "launch"
 FILES = sorted(LAUNCH_DIR.glob("*.launch.py"))
 BRINGUP = LAUNCH_DIR / "bringup.launch.py"
 DESCRIPTION = LAUNCH_DIR / "description.launch.py"
-#: the arguments that choose parameter values (the others are on/off switches)
-VALUE_ARGUMENTS = ("mode", "camera", "tracker_backend", "hand_retarget_backend", "world_model_backend")
+#: the arguments that choose parameter values (the others are on/off switches, and the policy's path)
+VALUE_ARGUMENTS = ("mode", "camera", "tracker_backend", "hand_retarget_backend", "world_model_backend",
+                   "policy_backend")
 SWITCHES = tuple(a.name for a in bringup.ARGUMENTS if a.choices == bringup.SWITCH)
+#: the arguments that take any text (a path): no choices
+FREE = tuple(a.name for a in bringup.ARGUMENTS if not a.choices)
 
 
 def _combinations(names):
@@ -54,20 +57,24 @@ def test_arguments_their_choices_and_defaults():
     names = [a.name for a in bringup.ARGUMENTS]
     assert len(set(names)) == len(names)
     assert set(names) == {*VALUE_ARGUMENTS, "record", "console", "foxglove", "lifecycle", "rviz",
-                          "robot_state_publisher"}
+                          "robot_state_publisher", "policy"}
+    assert FREE == ("policy",) and bringup.argument("policy").default == ""  # a path; empty: teleoperation
     for arg in bringup.ARGUMENTS:
+        if arg.name in FREE:
+            continue
         assert arg.description and arg.default in arg.choices and len(set(arg.choices)) == len(arg.choices), arg
     assert bringup.argument("mode").choices == bringup.MODES
     assert bringup.argument("camera").choices == ("", *bringup.CAMERAS)  # "": by mode
     # a backend argument is <node>_backend, its choices the node's registered backends
-    assert set(bringup.BACKEND_ARGUMENTS) == {"tracker_backend", "hand_retarget_backend", "world_model_backend"}
+    assert set(bringup.BACKEND_ARGUMENTS) == {"tracker_backend", "hand_retarget_backend", "world_model_backend",
+                                              "policy_backend"}
     for arg, node in bringup.BACKEND_ARGUMENTS.items():
         assert arg == f"{node}_backend"
         assert bringup.argument(arg).choices == node_class(node).SCHEMA.params["backend"].choices, arg
     # every switch of a node is an on/off argument, and every on/off argument starts something
     switched = {s.switch for s in bringup.NODES if s.switch} | {o.switch for o in bringup.OTHER_NODES}
-    assert switched == set(SWITCHES)
-    assert all(s.started_when in bringup.SWITCH for s in bringup.NODES)
+    assert switched == {*SWITCHES, "policy"}
+    assert all(s.started_when in bringup.SWITCH for s in bringup.NODES if s.switch in SWITCHES)
     # a plain launch needs no hardware
     defaults = {a.name: a.default for a in bringup.ARGUMENTS}
     assert defaults["mode"] == "digital" and defaults["tracker_backend"] == defaults["hand_retarget_backend"] == \
@@ -126,12 +133,13 @@ def test_each_modes_backends_are_values_their_nodes_accept():
 
 def test_declared_override_keys_are_the_ones_mode_overrides_sets():
     full = bringup.mode_overrides("real", camera="physical", tracker_backend="x", hand_retarget_backend="y",
-                                  world_model_backend="z")
-    declared = {s.name: set(s.overrides) for s in bringup.NODES if s.overrides}
+                                  world_model_backend="z", policy_backend="w", policy="/p")
+    declared = {s.name: set(s.overrides) | set(s.passed) for s in bringup.NODES if s.overrides or s.passed}
     assert {name: set(values) for name, values in full.items()} == declared
     for spec in bringup.NODES:
         for key, names in spec.overrides.items():
             assert set(names) <= set(VALUE_ARGUMENTS), (spec.name, key)
+        assert set(spec.passed.values()) <= set(FREE), spec.name
 
 
 def test_the_lookup_tables_give_what_mode_overrides_gives_for_every_launch():
@@ -160,14 +168,16 @@ def test_mode_overrides_refuses_an_unknown_mode_or_camera(mode, camera):
 def test_started_nodes_follow_the_switches():
     always = [s.name for s in bringup.NODES if s.switch is None]
     for values in _combinations(SWITCHES):
+        values = {**values, "policy": ""}
         started = bringup.started_nodes(values)
         assert list(started) == [s.name for s in bringup.NODES if s.name in started]  # table order
         assert set(always) <= set(started)
         assert ("recorder" in started) == (values["record"] == "true")
         assert ("robot_description" in started) == (values["robot_state_publisher"] == "false")
     assert bringup.mode_nodes() == tuple(n for n in (s.name for s in bringup.NODES) if n not in (
-        "recorder", "console", "foxglove"))
-    assert bringup.mode_nodes(record=True, console=True, foxglove=True) == tuple(s.name for s in bringup.NODES)
+        "recorder", "console", "foxglove", "policy"))
+    assert bringup.mode_nodes(record=True, console=True, foxglove=True) == tuple(
+        s.name for s in bringup.NODES if s.name != "policy")
     # the physical twin runs in the digital mode only, in the drivers' process
     assert "twin" in bringup.mode_nodes() and "twin" not in bringup.mode_nodes(mode="real")
     assert bringup.node("twin").group == bringup.node("arm_driver").group == bringup.node("hand_driver").group
@@ -248,8 +258,8 @@ def _is_started(condition, values):
 def test_bringup_launch_declares_the_tables_arguments(fake_launch):
     entities = fake_launch.generate_launch_description().args[0]
     declared = [e for e in entities if _kind(e) == "DeclareLaunchArgument"]
-    assert [(d.args[0], d.kwargs["default_value"], tuple(d.kwargs["choices"]), d.kwargs["description"])
-            for d in declared] == [tuple(a) for a in bringup.ARGUMENTS]
+    assert [(d.args[0], d.kwargs["default_value"], tuple(d.kwargs.get("choices", ())), d.kwargs["description"])
+            for d in declared] == [tuple(a) for a in bringup.ARGUMENTS]  # a path argument: no choices
     first_node = next(i for i, e in enumerate(entities) if _kind(e) == "Node")
     check = next(i for i, e in enumerate(entities) if _kind(e) == "OpaqueFunction")
     assert max(entities.index(d) for d in declared) < check < first_node  # arguments, then files, then nodes
@@ -288,24 +298,33 @@ def test_bringup_launch_starts_the_tables_nodes_with_their_overrides(fake_launch
     for node, spec in zip(ours, own):
         config, overrides = node.kwargs["parameters"]
         assert config.args[0][1:] == ["config", f"{spec.name}.yaml"]  # the share directory's config file
-        assert set(overrides) == set(spec.overrides), spec.name
+        assert set(overrides) == set(spec.overrides) | set(spec.passed), spec.name
+        for key, argument in spec.passed.items():  # a path: passed as given
+            assert _kind(overrides[key]) == "LaunchConfiguration" and overrides[key].args[0] == argument
         assert (node.kwargs["on_exit"] is not None) is spec.respawn, spec.name
         assert "respawn" not in node.kwargs  # restarts go through on_exit (exit code 2 is not restarted)
     for values in _combinations((*SWITCHES, "mode")):
-        started = {n.kwargs["executable"] for n in ours if _is_started(n.kwargs["condition"], values)}
-        for action, process in zip(composed, bringup.COMPOSED):
-            if _is_started(action.kwargs["condition"], values):
-                assert not started & set(process.nodes), values  # each node in one process
-                started |= set(process.nodes)
-        assert tuple(n for n in (s.name for s in bringup.NODES) if n in started) == bringup.started_nodes(values), \
-            values
+        for policy in ("", "/runs/act", "/runs/it's here"):  # a path (quotes and all): the policy node, no operator
+            _check_started(ours, composed, {**values, "policy": policy})
     for values in _combinations(VALUE_ARGUMENTS):
         resolved = {}
         for node in ours:
             for key, expression in node.kwargs["parameters"][1].items():
+                if key in bringup.node(node.kwargs["executable"]).passed:
+                    continue  # checked above
                 assert _kind(expression) == "PythonExpression"
                 resolved.setdefault(node.kwargs["executable"], {})[key] = eval(_text(expression.args[0], values))
         assert resolved == bringup.launch_overrides(values), values
+
+
+def _check_started(ours, composed, values):
+    """The launch file's conditions start what the table starts with these argument values."""
+    started = {n.kwargs["executable"] for n in ours if _is_started(n.kwargs["condition"], values)}
+    for action, process in zip(composed, bringup.COMPOSED):
+        if _is_started(action.kwargs["condition"], values):
+            assert not started & set(process.nodes), values  # each node in one process
+            started |= set(process.nodes)
+    assert tuple(n for n in (s.name for s in bringup.NODES) if n in started) == bringup.started_nodes(values), values
 
 
 def test_bringup_launch_restarts_a_node_unless_it_refused_or_the_launch_ends(fake_launch):
@@ -345,7 +364,7 @@ def test_launch_description_loads_and_every_argument_is_described_with_choices(p
 
     description = _load(path).generate_launch_description()
     args = [e for e in description.entities if isinstance(e, DeclareLaunchArgument)]
-    assert args and all(a.description and a.choices for a in args)
+    assert args and all(a.description and (a.choices or a.name in FREE) for a in args)
 
 
 @pytest.mark.parametrize(("name", "value"), [("record", "maybe"), ("rviz", "yes"), ("robot_state_publisher", "maybe"),
@@ -392,6 +411,7 @@ def test_bringup_resolves_per_mode(mode, camera, record):
     order = [s.name for s in bringup.NODES]
     assert tuple(sorted(started, key=order.index)) == bringup.started_nodes(given) == bringup.mode_nodes(
         record=record == "true", mode=mode)
+    assert overrides.pop("policy") == {"backend": "lerobot", "path": ""}  # not started (no policy given)
     assert overrides == bringup.mode_overrides(mode, camera=camera or None, tracker_backend="openvr",
                                                hand_retarget_backend="manus", world_model_backend="diffusion")
 
@@ -525,3 +545,39 @@ def test_foxglove_layout_is_installed_and_uses_only_topics_the_stack_publishes()
             raise AssertionError(f"unexpected panel {panel_id}")
     assert used <= published, used - published
     assert {"/head_camera/color/image_raw", "/head_camera/active_source", "/robot_markers"} <= used
+
+
+# --- a policy instead of the operator ----------------------------------------------------------------------
+
+
+def test_a_policy_replaces_the_operator_input_and_keeps_the_rest(tmp_path):
+    operator = ("tracker", "arm_ik", "hand_retarget")
+    for mode in bringup.MODES:
+        teleop = bringup.mode_nodes(record=True, mode=mode)
+        policy = bringup.mode_nodes(record=True, mode=mode, policy=True)
+        assert set(operator) <= set(teleop) and "policy" not in teleop
+        assert set(policy) == (set(teleop) - set(operator)) | {"policy"}  # twin, drivers, camera, recorder stay
+    assert "policy" in bringup.started_nodes({"policy": str(tmp_path)})
+    assert "tracker" not in bringup.started_nodes({"policy": str(tmp_path)})
+    assert ("policy",) in bringup.process_groups(bringup.mode_nodes(policy=True))  # a process of its own
+    overrides = bringup.mode_overrides("real", policy=str(tmp_path), policy_backend="replay")
+    assert overrides["policy"] == {"backend": "replay", "path": str(tmp_path)}
+    assert "policy" not in bringup.mode_overrides("digital")  # the YAML's, and not started anyway
+    assert bringup.launch_overrides({"policy": str(tmp_path)})["policy"] == {"backend": "lerobot",
+                                                                             "path": str(tmp_path)}
+    assert [bringup.node(n).started_by for n in ("tracker", "policy", "recorder", "twin")] == [
+        "`policy` empty", "`policy:=PATH` (given)", "`record:=true`", "always"]
+
+
+def test_a_policy_argument_that_names_nothing_stops_the_launch(tmp_path):
+    from rynn_teleop.errors import ConfigurationError
+
+    bringup.check_policy({})  # none given: teleoperation
+    bringup.check_policy({"policy": str(tmp_path)})
+    with pytest.raises(ConfigurationError, match="policy:='/no/such/run': no such file or folder"):
+        bringup.check_policy({"policy": "/no/such/run"})
+    bringup.check_policy({"policy": "-", "policy_backend": "constant"})  # loads nothing from a path
+    quoted = tmp_path / "a'''b"
+    quoted.mkdir()
+    with pytest.raises(ConfigurationError, match="three single quotes"):
+        bringup.check_policy({"policy": str(quoted)})

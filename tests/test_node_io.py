@@ -132,6 +132,7 @@ FULL = {  # every node, the digital mode's backends; small frames (only the grap
     "console": {"port": 0},
     "foxglove": {"port": 0},
     "world_model": {"profile": "160x120x10"},
+    "policy": {"backend": "constant"},  # the default backend (lerobot) needs a policy folder
 }
 VARIANT = {  # the other side of the declarations' conditions
     "tracker": {"backend": "xr"},

@@ -87,3 +87,24 @@ def test_each_command_reaches_its_node(stack, ros_env):
     assert call(ros_env, "episode", "discard").returncode == 0
     assert not (Path(out_dir) / "episode_0002").exists()
     assert not comp.errors
+
+
+def test_policy_start_and_stop_reach_the_policy_node(ros_domain_id, ros_env):
+    out = call(ros_env, "--timeout", "0.5", "policy", "start")  # no policy node
+    assert out.returncode == 3 and "/policy/start is not available" in out.stderr and "--policy PATH" in out.stderr
+    comp = Composition(["policy"], domain_id=ros_domain_id, overrides={"policy": {
+        "backend": "constant", "constant.image_height": 48, "constant.image_width": 64, "record_episodes": False}})
+    try:
+        policy = comp.node("policy")
+        refused = call(ros_env, "policy", "start")  # no camera, no drivers: nothing fresh to act on
+        assert refused.returncode == 1 and "no fresh observation: no physical camera frame yet" in refused.stderr
+        assert policy.ctl.state == "idle"
+        stopped = call(ros_env, "policy", "stop")
+        assert stopped.returncode == 0 and "not running" in stopped.stdout
+        status = call(ros_env, "--timeout", "1.5", "status")
+        assert status.returncode == 0 and "policy: idle" in status.stdout and "constant action" in status.stdout
+    finally:
+        comp.shutdown()
+    bad = subprocess.run([sys.executable, "-m", "rynn_teleop.cli", "call", "policy", "go"], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr

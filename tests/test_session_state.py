@@ -4,6 +4,7 @@ The diagnostics are written here as the nodes write them: with the typed statuse
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from rynn_teleop.core.session import SessionState
@@ -124,3 +125,29 @@ def test_a_status_the_reader_cannot_read_is_shown_as_an_error_not_read_as_a_defa
     assert "status unreadable: arm_driver" in st.summary(10.5)
     st.on_diagnostics("camera_switch", 0, "running", {"active_source": "physical"}, now=10.0)  # keys missing
     assert st.active_source(10.5) == ""  # unknown (no latched topic value either)
+
+
+def test_the_policy_its_state_rate_and_inference_time():
+    from rynn_teleop.core.status import PolicyStatus
+
+    st = _state()
+    assert st.policy(10.5) == {"running": False} and st.snapshot(10.5)["policy"] == {"running": False}
+    assert "policy:" not in st.summary(10.5)  # no policy node: nothing said
+    status = PolicyStatus(state="holding", reason="the physical camera frame is 0.62 s old", backend="lerobot",
+                          source="/runs/act/pretrained_model", fps=30.0, run=2, steps=412, overruns=3, last_error="",
+                          recording=True)
+    st.on_diagnostics("policy", 1, "holding", {**status.values({"holds": 1}), **encode_meters(
+        [Meter("act", 29.5, 30.0, 11.2, 38.7, 33.3)])}, now=10.0)
+    policy = st.policy(10.5)
+    assert policy["state"] == "holding" and policy["run"] == 2 and policy["steps"] == 412 and policy["recording"]
+    assert (policy["rate_hz"], policy["inference_p50_ms"], policy["inference_p99_ms"]) == (29.5, 11.2, 38.7)
+    doc = json.loads(json.dumps(st.snapshot(10.5)))
+    assert doc["policy"]["source"] == "/runs/act/pretrained_model" and doc["policy"]["overruns"] == 3
+    text = st.summary(10.5)
+    assert ("policy: holding (the physical camera frame is 0.62 s old); lerobot: /runs/act/pretrained_model; run 2, "
+            "412 steps, 29.5 / 30 Hz, act() p50 11.2 / p99 38.7 ms, 3 overruns, recorded") in text
+    # before its first act(): no inference time yet (None in the snapshot, not a default)
+    idle = dataclasses.replace(status, state="idle")
+    st.on_diagnostics("policy", 0, "idle", {**idle.values(), **encode_meters([Meter("act", 0.0, 30.0)])}, now=10.0)
+    assert json.loads(json.dumps(st.snapshot(10.5)))["policy"]["inference_p99_ms"] is None
+    assert st.policy(14.0) == {"running": False}  # silent: not running

@@ -72,7 +72,7 @@ ANY_STATUS = st.sampled_from(STATUSES).flatmap(statuses)
 
 def test_every_status_type_is_covered_and_every_reader_has_one():
     assert {c.__name__ for c in STATUSES} == {"ArmIKStatus", "DriverStatus", "FeedStatus", "RecorderStatus",
-                                              "ConsoleStatus", "TwinStatus"}
+                                              "ConsoleStatus", "TwinStatus", "PolicyStatus"}
     assert set(STATUS_OF_NODE.values()) == set(STATUSES)
     assert {"arm_ik", "camera_switch", "recorder", *DRIVERS} <= set(STATUS_OF_NODE)
     for cls in STATUSES:  # no two fields share a key: each key has one writer field

@@ -23,6 +23,7 @@ NODES = {
     "tracker": "rynn_teleop.nodes.tracker:main",
     "arm_ik": "rynn_teleop.nodes.arm_ik:main",
     "hand_retarget": "rynn_teleop.nodes.hand_retarget:main",
+    "policy": "rynn_teleop.nodes.policy:main",
     "arm_driver": "rynn_teleop.nodes.arm_driver:main",
     "hand_driver": "rynn_teleop.nodes.hand_driver:main",
     "twin": "rynn_teleop.nodes.twin:main",

@@ -18,6 +18,11 @@ operator input and the world model are chosen separately, each by the launch arg
 choices are the registered backends; ``synthetic`` needs nothing. The feeds are named as the camera switch
 names them: ``generated`` and ``physical``.
 
+In either mode the ``policy`` argument (a policy's path: ``policy:=PATH``, ``rynn-teleop run --policy PATH``)
+replaces the operator input (tracker, arm_ik, hand_retarget) by the ``policy`` node running that policy (backend:
+``policy_backend``); the drivers, twin, camera, world model and recorder stay. It acts when started
+(``rynn-teleop call policy start``, the console).
+
 The managed nodes (:attr:`NodeSpec.managed`: the arm and hand drivers, lifecycle nodes) start unconfigured; the
 launch file's ``lifecycle_manager`` (:data:`LIFECYCLE_MANAGER`) and ``rynn-teleop run`` bring them to the
 ``lifecycle`` argument's state (default active) in table order, every one configured before any is activated.
@@ -39,6 +44,8 @@ DEFAULT_CAMERA = {"digital": "generated", "real": "physical"}  # the feed shown 
 SWITCH = ("true", "false")  # the choices of an on/off launch argument
 RESPAWN_DELAY_S = 2.0  # [s] a launch file restarts a respawning node this long after it exited
 LIFECYCLE_MANAGER = "lifecycle_manager"  # the executable that brings the managed nodes up (nodes.lifecycle_manager)
+POLICY = "policy"  # the node, and the launch argument naming its policy (empty: the operator drives)
+UNQUOTABLE, BACKSLASH = "'" * 3, chr(92)  # what a policy path may not hold (the launch file quotes it: r'''...''')
 
 #: each mode's backends: node -> parameter -> value
 BACKENDS: dict[str, dict[str, dict[str, Any]]] = {
@@ -59,6 +66,7 @@ BACKEND_ARGUMENTS: dict[str, str] = {
     "tracker_backend": "tracker",
     "hand_retarget_backend": "hand_retarget",
     "world_model_backend": "world_model",
+    "policy_backend": "policy",
 }
 
 #: former launch arguments -> their names now (a launch given a former one stops, naming the new one)
@@ -73,18 +81,20 @@ class Argument(NamedTuple):
 
     name: str
     default: str
-    choices: tuple[str, ...]  # launch refuses any other value before a node starts
+    choices: tuple[str, ...]  # launch refuses any other value before a node starts; () any text (a path)
     description: str
 
 
 def arguments() -> tuple[Argument, ...]:
     """Every launch argument (also :data:`ARGUMENTS`); a backend argument's choices are the node's registered
     backends (their modules are imported on the first call, not at import of this module)."""
+    from .policies import POLICY_BACKENDS
     from .sources.hands import HAND_BACKENDS
     from .sources.trackers import TRACKER_BACKENDS
     from .world_model.generator import WORLD_MODEL_BACKENDS
 
-    return _arguments(TRACKER_BACKENDS.names(), HAND_BACKENDS.names(), WORLD_MODEL_BACKENDS.names())
+    return _arguments(TRACKER_BACKENDS.names(), HAND_BACKENDS.names(), WORLD_MODEL_BACKENDS.names(),
+                      POLICY_BACKENDS.names())
 
 
 def __getattr__(name: str) -> Any:
@@ -93,8 +103,8 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _arguments(trackers: tuple[str, ...], hands: tuple[str, ...],
-               world_models: tuple[str, ...]) -> tuple[Argument, ...]:
+def _arguments(trackers: tuple[str, ...], hands: tuple[str, ...], world_models: tuple[str, ...],
+               policies: tuple[str, ...]) -> tuple[Argument, ...]:
     return (
         Argument("mode", "digital", MODES, "digital: sim drivers, synthetic camera, world model feed; "
                  "real: Marvin arms, Wuji hands, RealSense camera"),
@@ -114,6 +124,13 @@ def _arguments(trackers: tuple[str, ...], hands: tuple[str, ...],
         Argument("world_model_backend", "render", world_models, "world model: render (robot drawn "
                  "over the reference frame), diffusion (needs diffusion.base_dir and diffusion.prompt_file in "
                  "config/world_model.yaml), or another registered backend"),
+        Argument(POLICY, "", (), "a policy to run instead of the operator input: its path (the policy backend's path "
+                 "setting: lerobot, a lerobot-train output folder; replay, an exported dataset); the policy node "
+                 "replaces tracker, arm_ik and hand_retarget and acts once started (rynn-teleop call policy start, "
+                 "the console); empty: the operator drives"),
+        Argument("policy_backend", "lerobot", policies, "the policy node's backend (with policy): lerobot (a "
+                 "lerobot-train policy, run in LeRobot's own Python), replay (one exported episode open-loop), "
+                 "constant (a fixed posture, for dry runs), or another registered backend"),
         Argument("lifecycle", "active", LIFECYCLE_GOALS, "the state the managed nodes (arm_driver, then hand_driver) "
                  "are brought to: active (following commands), inactive (connected, commanding nothing) or "
                  "unconfigured (nothing connected; ros2 lifecycle set or rynn-teleop lifecycle by hand)"),
@@ -131,9 +148,10 @@ class NodeSpec:
         name: its executable, ROS node name and parameter file ``config/<name>.yaml``.
         group: the process it shares when the bringup runs as several composed processes (the demo).
         hardware: it talks to a device; a launch file never restarts it (a device error stays visible).
-        switch: the on/off launch argument that starts it (None: always started).
-        started_when: the value of ``switch`` that starts it.
+        switch: the launch argument that starts it (None: always started).
+        started_when: the value of ``switch`` that starts it (None: any value but empty: a path is given).
         overrides: parameter -> the launch arguments its value depends on (values: :func:`mode_overrides`).
+        passed: parameter -> the launch argument whose value it takes as given (a path: no table of choices).
         managed: a lifecycle node (``nodes.lifecycle.ManagedNode``): started unconfigured, then brought to the
             ``lifecycle`` argument's state, in table order, by :data:`LIFECYCLE_MANAGER` (or ``rynn-teleop run``).
         modes: the modes that start it (the twin: digital only).
@@ -143,10 +161,31 @@ class NodeSpec:
     group: str
     hardware: bool = False
     switch: str | None = None
-    started_when: str = "true"
+    started_when: str | None = "true"
     overrides: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    passed: Mapping[str, str] = field(default_factory=dict)
     managed: bool = False
     modes: tuple[str, ...] = MODES
+
+    def starts(self, values: Mapping[str, str]) -> bool:
+        """Whether a launch with these argument values (every one given) starts it."""
+        if values["mode"] not in self.modes:
+            return False
+        if self.switch is None:
+            return True
+        value = values[self.switch]
+        return value != "" if self.started_when is None else value == self.started_when
+
+    @property
+    def started_by(self) -> str:
+        """When a launch starts it, in words (for the reference pages)."""
+        if self.switch is None:
+            return "always"
+        if self.started_when is None:
+            return f"`{self.switch}:=PATH` (given)"
+        if self.started_when == "":
+            return f"`{self.switch}` empty"
+        return f"`{self.switch}:={self.started_when}`"
 
     @property
     def respawn(self) -> bool:
@@ -166,10 +205,14 @@ class OtherNode(NamedTuple):
 #: this package's nodes in start order
 NODES: tuple[NodeSpec, ...] = (
     NodeSpec("robot_description", "drivers", switch="robot_state_publisher", started_when="false"),
-    NodeSpec("tracker", "tracker", overrides={"backend": ("tracker_backend",)}),
-    NodeSpec("arm_ik", "arm_ik", overrides={"auto_calibrate": ("tracker_backend",),
-                                            "auto_engage": ("tracker_backend",)}),
-    NodeSpec("hand_retarget", "hand_retarget", overrides={"backend": ("hand_retarget_backend",)}),
+    # the operator input: replaced by the policy node when a policy is given
+    NodeSpec("tracker", "tracker", switch=POLICY, started_when="", overrides={"backend": ("tracker_backend",)}),
+    NodeSpec("arm_ik", "arm_ik", switch=POLICY, started_when="",
+             overrides={"auto_calibrate": ("tracker_backend",), "auto_engage": ("tracker_backend",)}),
+    NodeSpec("hand_retarget", "hand_retarget", switch=POLICY, started_when="",
+             overrides={"backend": ("hand_retarget_backend",)}),
+    NodeSpec(POLICY, "policy", switch=POLICY, started_when=None, overrides={"backend": ("policy_backend",)},
+             passed={"path": POLICY}),
     NodeSpec("twin", "drivers", modes=("digital",)),
     NodeSpec("arm_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}, managed=True),
     NodeSpec("hand_driver", "drivers", hardware=True, overrides={"backend": ("mode",)}, managed=True),
@@ -242,6 +285,30 @@ def check_renamed(arguments: Mapping[str, Any]) -> None:
             raise ConfigurationError(f"launch argument {old!r} was renamed {new!r}: give {new}:={arguments[old]}")
 
 
+def check_policy(arguments: Mapping[str, Any]) -> None:
+    """Refuse a ``policy`` argument that names nothing: a path that does not exist (for a backend that loads its
+    policy from a path), or one the launch file cannot quote (three single quotes in it, a trailing backslash).
+
+    Raises:
+        ConfigurationError: naming the argument, its value and why.
+    """
+    from pathlib import Path
+
+    from .policies.controller import path_setting_of
+
+    values = _with_defaults({k: str(v) for k, v in arguments.items()})
+    path = values[POLICY]
+    if not path:
+        return
+    if UNQUOTABLE in path or path.endswith(BACKSLASH):
+        raise ConfigurationError(f"launch argument policy:={path!r}: a path holding three single quotes or ending "
+                                 "in a backslash cannot be passed; rename it")
+    backend = values["policy_backend"]
+    if path_setting_of(backend) is not None and not Path(path).expanduser().exists():
+        raise ConfigurationError(f"launch argument policy:={path!r}: no such file or folder (the {backend} "
+                                 "backend's policy)")
+
+
 def node(name: str) -> NodeSpec:
     """This package's bringup node called ``name`` (KeyError if there is none)."""
     for spec in NODES:
@@ -258,17 +325,17 @@ def _with_defaults(given: Mapping[str, str]) -> dict[str, str]:
 def started_nodes(arguments: Mapping[str, str]) -> tuple[str, ...]:
     """This package's nodes a launch with these argument values starts, in start order (defaults for the rest)."""
     values = _with_defaults(arguments)
-    return tuple(s.name for s in NODES if values["mode"] in s.modes
-                 and (s.switch is None or values[s.switch] == s.started_when))
+    return tuple(s.name for s in NODES if s.starts(values))
 
 
 def mode_nodes(record: bool = False, console: bool = False, foxglove: bool = False,
-               mode: str = "digital") -> tuple[str, ...]:
+               mode: str = "digital", policy: bool = False) -> tuple[str, ...]:
     """The nodes of a bringup without robot_state_publisher (``rynn-teleop run --mode``) in ``mode``: ``record``
-    adds the recorder, ``console`` the operator console, ``foxglove`` the Foxglove WebSocket server."""
+    adds the recorder, ``console`` the operator console, ``foxglove`` the Foxglove WebSocket server, ``policy``
+    the policy node in place of the operator input (tracker, arm_ik, hand_retarget)."""
     words = {True: "true", False: "false"}
     return started_nodes({"robot_state_publisher": "false", "record": words[record], "console": words[console],
-                          "foxglove": words[foxglove], "mode": mode})
+                          "foxglove": words[foxglove], "mode": mode, POLICY: "given" if policy else ""})
 
 
 def process_groups(nodes: tuple[str, ...] | list[str]) -> tuple[tuple[str, ...], ...]:
@@ -288,15 +355,18 @@ def mode_overrides(
     tracker_backend: str | None = None,
     hand_retarget_backend: str | None = None,
     world_model_backend: str | None = None,
+    policy_backend: str | None = None,
+    policy: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per-node parameter overrides of ``mode`` (on top of the YAML files).
 
     Args:
         mode: "digital" or "real".
         camera: the feed shown first ("generated" or "physical"; None or "": :data:`DEFAULT_CAMERA` of the mode).
-        tracker_backend, hand_retarget_backend, world_model_backend: the ``backend`` of that node (None keeps
-            the YAML's value; the node checks the name against its registry). A given tracker_backend also sets
-            arm_ik's auto_calibrate/auto_engage (on only for "synthetic").
+        tracker_backend, hand_retarget_backend, world_model_backend, policy_backend: the ``backend`` of that node
+            (None keeps the YAML's value; the node checks the name against its registry). A given tracker_backend
+            also sets arm_ik's auto_calibrate/auto_engage (on only for "synthetic").
+        policy: the policy node's ``path`` (None or "": the YAML's).
 
     Raises:
         ValueError: an unknown mode or camera.
@@ -313,17 +383,19 @@ def mode_overrides(
         synthetic = tracker_backend == "synthetic"
         out["arm_ik"] = {"auto_calibrate": synthetic, "auto_engage": synthetic}
     chosen = {"tracker_backend": tracker_backend, "hand_retarget_backend": hand_retarget_backend,
-              "world_model_backend": world_model_backend}
+              "world_model_backend": world_model_backend, "policy_backend": policy_backend}
     for name, node_name in BACKEND_ARGUMENTS.items():
         if chosen[name] is not None:
             out[node_name] = {"backend": chosen[name]}
+    if policy:
+        out.setdefault(POLICY, {})["path"] = policy
     return out
 
 
 def launch_overrides(arguments: Mapping[str, str]) -> dict[str, dict[str, Any]]:
     """:func:`mode_overrides` of a launch with these argument values (defaults for the rest)."""
     values = _with_defaults(arguments)
-    return mode_overrides(values["mode"], camera=values["camera"],
+    return mode_overrides(values["mode"], camera=values["camera"], policy=values[POLICY] or None,
                           **{name: values[name] for name in BACKEND_ARGUMENTS})
 
 

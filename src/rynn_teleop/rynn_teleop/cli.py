@@ -5,6 +5,8 @@
     rynn-teleop run NODE [NODE ...] [--duration S] [--config-dir DIR] [-p NODE.KEY=VALUE ...]
     rynn-teleop run --mode digital|real [--camera generated|physical] [--record] [--tracker-backend NAME] ...
                                       one process per process group, as the launch file (--one-process: one)
+    rynn-teleop run --mode digital|real --policy PATH [--policy-backend NAME] ...   a policy instead of the operator
+                                      (acts once started: rynn-teleop call policy start)
     rynn-teleop lifecycle active|inactive|unconfigured [NODE ...]   bring managed nodes (the drivers) there, in order
     rynn-teleop demo [--duration S] [--out DIR]
     rynn-teleop sim export-model [OUT] [--scene S] [--seed N]   the physics twin's MJCF (opens in MuJoCo's viewer)
@@ -147,14 +149,19 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
     nodes = list(args.nodes)
     if args.mode:
         try:
-            overrides = bringup.mode_overrides(args.mode, camera=args.camera,
+            overrides = bringup.mode_overrides(args.mode, camera=args.camera, policy=args.policy,
                                                **{name: getattr(args, name) for name in bringup.BACKEND_ARGUMENTS})
         except ValueError as exc:
             raise RynnTeleopError(str(exc)) from None
         nodes = nodes or list(bringup.mode_nodes(record=args.record, console=args.console, foxglove=args.foxglove,
-                                                 mode=args.mode))
+                                                 mode=args.mode, policy=bool(args.policy)))
     elif not nodes:
         raise RynnTeleopError("run: name the nodes to start, or give --mode digital|real")
+    elif args.policy:  # named nodes: the policy node's path
+        overrides[bringup.POLICY] = {"path": args.policy}
+    if args.policy and bringup.POLICY not in nodes:
+        raise RynnTeleopError(f"--policy {args.policy}: the policy node is not started (started: "
+                              f"{', '.join(nodes)}); leave out the node names, or name policy")
     overrides = {n: v for n, v in overrides.items() if n in nodes}  # a subset of a mode keeps its backends
     for node, values in _parse_overrides(args.param).items():
         overrides.setdefault(node, {}).update(values)
@@ -341,6 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
         arg = bringup.argument(name)
         p.add_argument("--" + name.replace("_", "-"), choices=arg.choices,
                        help=f"{arg.description} (default: the YAML's)")
+    p.add_argument("--policy", default=None, metavar="PATH", help="a policy to run instead of the operator input "
+                   "(with --mode: the policy node replaces tracker, arm_ik and hand_retarget): its path, the "
+                   "backend's path setting (lerobot: a lerobot-train output folder; replay: an exported dataset); it "
+                   "acts once started (rynn-teleop call policy start, the console)")
     p.add_argument("--one-process", action="store_true", help="with --mode: every node in this one process (one "
                    "interpreter for all: the 200 Hz loops then miss ticks while the camera and world model compute)")
     p.add_argument("--duration", type=_seconds, default=None, help="stop after S seconds (default: until Ctrl-C)")
@@ -369,7 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_episodes)
 
     p = sub.add_parser("call", add_help=False, help="operate a running stack: calibrate|engage|disengage|estop|"
-                       "reset|feed ...|episode ...|status (see `rynn-teleop call --help`)")
+                       "reset|feed ...|episode ...|twin reset|policy start|stop|status (see `rynn-teleop call "
+                       "--help`)")
     p.add_argument("args", nargs=argparse.REMAINDER)
     p.set_defaults(func=_cmd_call)
 

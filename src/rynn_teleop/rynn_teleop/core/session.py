@@ -5,9 +5,9 @@ key/value strings. :class:`SessionState` decodes each node's typed status from t
 same classes the nodes write them with, by node name :data:`~.status.STATUS_OF_NODE`) and folds them, with
 the latched active camera source, into what an operator needs: calibrated / engaged / following per arm,
 e-stop latched or not and each driver's state (its lifecycle state: unconfigured, inactive or active, and its
-safety mode), the active feed, the episode being recorded, and each node's health (rates against their
-nominal values, latency percentiles). The console node and ``rynn-teleop call status`` both read it; neither
-parses diagnostics itself.
+safety mode), the active feed, the episode being recorded, the policy acting (when a policy node runs: its state,
+rate and inference time), and each node's health (rates against their nominal values, latency percentiles). The
+console node and ``rynn-teleop call status`` both read it; neither parses diagnostics itself.
 
 A node whose diagnostics do not hold its status (another version's keys) is shown as such: its health is an
 error naming what is missing, and what it would tell reads unknown; nothing is read as a default.
@@ -28,6 +28,7 @@ from .status import (
     DriverStatus,
     FeedStatus,
     Meter,
+    PolicyStatus,
     RecorderStatus,
     Status,
     StatusError,
@@ -36,11 +37,14 @@ from .status import (
 )
 
 DRIVERS = ("arm_driver", "hand_driver")
+POLICY = "policy"  # the policy node's name
+POLICY_METER = "act"  # its meter: actions a second, act() time as latency
 LEVELS = ("ok", "warn", "error", "stale")  # diagnostic_msgs/DiagnosticStatus levels 0-3, by name
 #: a node whose diagnostics are older than this is shown as not running [s] (it publishes at 1 Hz)
 STALE_AFTER_S = 3.0
 MeterHealth = Meter  # one rate/latency meter of a node (core.status)
-__all__ = ["DRIVERS", "LEVELS", "SLOW_SHARE", "STALE_AFTER_S", "MeterHealth", "NodeHealth", "SessionState"]
+__all__ = ["DRIVERS", "LEVELS", "POLICY", "POLICY_METER", "SLOW_SHARE", "STALE_AFTER_S", "MeterHealth", "NodeHealth",
+           "SessionState"]
 S = TypeVar("S", bound=Status)
 
 
@@ -157,6 +161,22 @@ class SessionState:
         return {"running": True, "scene": twin.scene, "seed": twin.seed, "task": twin.task, "outcome": twin.outcome,
                 "reason": twin.reason, "sim_time_s": twin.sim_time_s}
 
+    def policy(self, now: float) -> dict[str, Any]:
+        """The policy node: ``running`` (the node runs); when it runs ``state`` (idle, running, holding, estopped,
+        error), ``reason``, ``backend``, ``source``, ``fps`` [Hz], ``run``, ``steps``, ``overruns``, ``last_error``,
+        ``recording``, and from its meter ``rate_hz`` (actions a second) and ``inference_p50_ms`` /
+        ``inference_p99_ms`` (one act() call; None before the first)."""
+        policy = self.status(POLICY, PolicyStatus, now)
+        if policy is None:
+            return {"running": False}
+        meter = next((m for m in self.nodes[POLICY].meters if m.name == POLICY_METER), None)
+        return {"running": True, "state": policy.state, "reason": policy.reason, "backend": policy.backend,
+                "source": policy.source, "fps": policy.fps, "run": policy.run, "steps": policy.steps,
+                "overruns": policy.overruns, "last_error": policy.last_error, "recording": policy.recording,
+                "rate_hz": meter.rate_hz if meter is not None else 0.0,
+                "inference_p50_ms": meter.latency_p50_ms if meter is not None else math.nan,
+                "inference_p99_ms": meter.latency_p99_ms if meter is not None else math.nan}
+
     def health(self, now: float) -> list[dict[str, Any]]:
         """Every node seen: level name (``stale`` when it stopped reporting), message, meters. A node whose
         status (or a meter) cannot be read is an error that says why."""
@@ -182,7 +202,7 @@ class SessionState:
                    for d, st in self.drivers(now).items()}
         return _jsonable({"arms": self.arms(now), "estop": self.estop(now), "estop_latched": self.estop_latched(now),
                           "drivers": drivers, "active_source": self.active_source(now), "episode": self.episode(now),
-                          "twin": self.twin(now), "nodes": self.health(now)})
+                          "twin": self.twin(now), "policy": self.policy(now), "nodes": self.health(now)})
 
     def summary(self, now: float) -> str:
         """A few lines for a terminal (``rynn-teleop call status``)."""
@@ -214,6 +234,15 @@ class SessionState:
         if twin["running"]:
             lines.append(f"twin: {twin['scene']} (seed {twin['seed']}), {twin['task']}: {twin['outcome']} "
                          f"({twin['reason']})")
+        policy = self.policy(now)
+        if policy["running"]:
+            timing = (f", act() p50 {policy['inference_p50_ms']:.1f} / p99 {policy['inference_p99_ms']:.1f} ms"
+                      if not math.isnan(policy["inference_p50_ms"]) else "")
+            lines.append(f"policy: {policy['state']}" + (f" ({policy['reason']})" if policy["reason"] else "")
+                         + f"; {policy['backend']}: {policy['source']}; run {policy['run']}, {policy['steps']} steps, "
+                         f"{policy['rate_hz']:.1f} / {policy['fps']:g} Hz{timing}, {policy['overruns']} overruns"
+                         + (", recorded" if policy["recording"] else "")
+                         + (f"; last error: {policy['last_error']}" if policy["last_error"] else ""))
         unreadable = [f"{n.name}: {n.status_error}" for n in self.nodes.values()
                       if n.status_error and self.alive(n.name, now)]
         lines += [f"status unreadable: {u}" for u in unreadable]

@@ -17,6 +17,7 @@ Each status, who writes it and who reads it:
 * :class:`RecorderStatus`: ``nodes.recorder``; the session (episode), the demo (topics flowing), tests.
 * :class:`ConsoleStatus`: ``nodes.console``; the demo (the page's address).
 * :class:`TwinStatus`: ``nodes.twin`` (the physical twin); the session (scene and task outcome), the console.
+* :class:`PolicyStatus`: ``nodes.policy`` (a learned policy acting); the session (its state), the console.
 * :class:`Meter`: ``nodes.base`` (every node's meters); the session (health), the demo (rates table).
 
 Encoding of a field by its type: ``bool`` as ``True`` / ``False``; ``int``, ``float`` (``fmt`` of the field,
@@ -386,10 +387,33 @@ class TwinStatus(Status):
     slipped_s: float = key("slipped_s", ".3f", doc="[s] simulated time skipped because the process stalled")
 
 
+@dataclass(frozen=True)
+class PolicyStatus(Status):
+    """A learned policy acting on the robot (``nodes.policy``; its states: ``policies.controller.STATES``).
+
+    Its rate and inference time are the node's ``act`` meter (actions a second; latency: one act() call)."""
+
+    PRODUCER: ClassVar[str] = "policy"
+
+    state: str = key("state", doc="idle, running (acting), holding (stale observation: the arms hold), estopped or "
+                     "error")
+    reason: str = key("reason", doc="why it is in that state (stale input, the e-stop's cause, how the last run "
+                      "ended); '' while running")
+    backend: str = key("backend", doc="the policy backend's registered name (lerobot, replay, constant, ...)")
+    source: str = key("source", doc="the policy: its folder, dataset or description")
+    fps: float = key("fps", "g", doc="[Hz] the policy's frame rate (its dataset's): act() is asked for this often")
+    run: int = key("run", doc="runs started since the node started (the current or last one)")
+    steps: int = key("steps", doc="actions taken in the current (or last) run")
+    overruns: int = key("overruns", doc="frames skipped because the previous act() was still running")
+    last_error: str = key("last_error", doc="the newest failure of the policy ('' none)")
+    recording: bool = key("recording", doc="the current run is being recorded as an episode (record_episodes)")
+
+
 #: the statuses of the bringup's nodes, by node name (what SessionState decodes)
 STATUS_OF_NODE: dict[str, type[Status]] = {
     "arm_ik": ArmIKStatus, "arm_driver": DriverStatus, "hand_driver": DriverStatus,
     "camera_switch": FeedStatus, "recorder": RecorderStatus, "console": ConsoleStatus, "twin": TwinStatus,
+    "policy": PolicyStatus,
 }
 
 

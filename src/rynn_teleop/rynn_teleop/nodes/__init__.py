@@ -18,6 +18,7 @@ REGISTRY: dict[str, str] = {
     "tracker": "rynn_teleop.nodes.tracker:TrackerNode",
     "arm_ik": "rynn_teleop.nodes.arm_ik:ArmIKNode",
     "hand_retarget": "rynn_teleop.nodes.hand_retarget:HandRetargetNode",
+    "policy": "rynn_teleop.nodes.policy:PolicyNode",
     "arm_driver": "rynn_teleop.nodes.arm_driver:ArmDriverNode",
     "hand_driver": "rynn_teleop.nodes.hand_driver:HandDriverNode",
     "twin": "rynn_teleop.nodes.twin:TwinNode",

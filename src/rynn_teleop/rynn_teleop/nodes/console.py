@@ -1,8 +1,10 @@
 """console node: the operator's web page for a whole session (``console.server`` serves it).
 
 Served at ``http://<host>:<port>/``: the consumer feed large, the physical and generated sources beside it,
-per-arm state, e-stop, active feed, the episode being recorded, every node's health, and a button (with a
-keyboard shortcut) for every operator action (``nodes.operator.ACTIONS``). E-stop: the button, Space or Esc.
+per-arm state, e-stop, active feed, the episode being recorded, the physical twin, the policy (when a policy node
+runs: its state, rate against its frame rate and act() time, with start and stop), every node's health, and a
+button (most with a keyboard shortcut) for every operator action (``nodes.operator.ACTIONS``). E-stop: the button,
+Space or Esc.
 Images are kept as received (newest per stream) and JPEG-encoded only while a browser shows them, so the
 page never slows the stack. A non-loopback address needs a token (``token``, or one generated and logged).
 

@@ -89,6 +89,11 @@ ACTIONS: dict[str, Action] = {
     "twin reset": Action((Step("/twin/reset", Trigger, node="twin"),),
                          "the physical twin (digital mode): the next layout of its scene, the robot back at home "
                          "(the synthetic operator with synthetic.task twin then does the task again)"),
+    "policy start": Action((Step("/policy/start", Trigger, node="policy"),),
+                           "the policy node (run --policy): start acting (refused while e-stopped or without a fresh "
+                           "observation); with a recorder, an episode starts"),
+    "policy stop": Action((Step("/policy/stop", Trigger, node="policy"),),
+                          "the policy node: stop acting (the arms brake to a stop, the hands hold); its episode ends"),
 }
 #: recorder parameters an action may set first (``episode start``: task, operator; ``episode stop``: outcome, notes)
 RECORDER_FIELDS = {"episode start": ("task", "operator"), "episode stop": ("outcome", "notes")}
@@ -248,8 +253,11 @@ class OperatorClient:
     def _call(self, step: Step, timeout: float) -> Result:
         client = self._clients[step.service]
         if not self._wait_for(client, timeout):
-            return Result(False, f"{step.service} is not available: start the {step.node} node (rynn-teleop run "
-                          f"--mode digital, or ros2 launch rynn_teleop bringup.launch.py)", unavailable=True)
+            how = ("rynn-teleop run --mode digital --policy PATH, or ros2 launch rynn_teleop bringup.launch.py "
+                   "policy:=PATH" if step.node == "policy" else
+                   "rynn-teleop run --mode digital, or ros2 launch rynn_teleop bringup.launch.py")
+            return Result(False, f"{step.service} is not available: start the {step.node} node ({how})",
+                          unavailable=True)
         request = step.srv_type.Request()
         if step.data is not None:
             request.data = step.data
@@ -308,7 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     ep_sub.add_parser("discard", help=ACTIONS["episode discard"].help)
     twin = sub.add_parser("twin", help="the physical twin (digital mode)")
     twin.add_subparsers(dest="twin_command", required=True).add_parser("reset", help=ACTIONS["twin reset"].help)
-    sub.add_parser("status", help="calibrated/engaged per arm, e-stop, active feed, episode")
+    policy = sub.add_parser("policy", help="the policy node (a learned policy acting instead of the operator)")
+    policy_sub = policy.add_subparsers(dest="policy_command", required=True)
+    for name in ("start", "stop"):
+        policy_sub.add_parser(name, help=ACTIONS[f"policy {name}"].help)
+    sub.add_parser("status", help="calibrated/engaged per arm, e-stop, active feed, episode, twin, policy")
     return p
 
 
@@ -317,6 +329,8 @@ def _action_of(args: argparse.Namespace) -> tuple[str, dict[str, str]]:
         return f"feed {args.source}", {}
     if args.command == "twin":
         return f"twin {args.twin_command}", {}
+    if args.command == "policy":
+        return f"policy {args.policy_command}", {}
     if args.command == "episode":
         name = f"episode {args.episode_command}"
         return name, {k: getattr(args, k) for k in RECORDER_FIELDS.get(name, ()) if getattr(args, k, None) is not None}
@@ -341,6 +355,9 @@ def call_main(argv: Sequence[str] | None = None) -> int:
             executor.spin()
         except ExternalShutdownException:  # the context shut down below: done
             pass
+        except Exception:  # a wait set made as the context shut down (rclpy's RCLError): done too
+            if context.ok():
+                raise
 
     spinner = threading.Thread(target=spin, daemon=True)
     spinner.start()

@@ -106,6 +106,7 @@ function showState(st) {
     $("episode").textContent = `episodes go to ${ep.output_dir}`;
   }
   showTwin(st.twin);
+  showPolicy(st.policy);
   let nodes = "<tr><th>node</th><th>state</th><th>meters (Hz / nominal, latency p50 / p99 ms)</th></tr>";
   for (const n of st.nodes) {
     const meters = n.meters.map((m) => {
@@ -146,6 +147,31 @@ function showTwin(twin) {
   badge.dataset.outcome = twin.outcome;
   $("twin").innerHTML = `<b>${escapeHtml(twin.scene)}</b> (seed ${twin.seed}): ${escapeHtml(twin.task)}; ` +
     `${escapeHtml(twin.reason)}`;
+}
+
+// the policy node (run --policy): its state, rate against its frame rate, inference time, start / stop
+const POLICY_BADGE = { idle: "ok", running: "latched", holding: "warn", estopped: "error", error: "error" };
+
+function showPolicy(policy) {
+  const badge = $("policy-state");
+  const running = Boolean(policy && policy.running);
+  document.querySelectorAll('[data-action^="policy "]').forEach((b) => { b.disabled = !running; });
+  if (!running) {
+    badge.textContent = "no policy"; badge.className = "badge stale"; badge.dataset.state = "";
+    $("policy").textContent = "";
+    return;
+  }
+  badge.textContent = policy.state; badge.className = "badge " + (POLICY_BADGE[policy.state] || "warn");
+  badge.dataset.state = policy.state;
+  const rate = policy.rate_hz === null ? "?" : policy.rate_hz.toFixed(1);
+  const timing = policy.inference_p50_ms === null ? "" :
+    `, act() ${policy.inference_p50_ms.toFixed(1)} / ${policy.inference_p99_ms.toFixed(1)} ms (p50 / p99)`;
+  let text = `<b>${escapeHtml(policy.backend)}</b>: ${escapeHtml(policy.source)}<br>` +
+    `run ${policy.run}, ${policy.steps} steps, ${rate} / ${policy.fps} Hz${timing}, ${policy.overruns} overruns` +
+    (policy.recording ? ", recorded" : "");
+  if (policy.reason) text += `<br>${escapeHtml(policy.reason)}`;
+  if (policy.last_error) text += `<br>last error: ${escapeHtml(policy.last_error)}`;
+  $("policy").innerHTML = text;
 }
 
 // each driver's lifecycle state (only an active driver commands its joints) and its safety mode
