@@ -60,3 +60,22 @@ def ros_env(ros_domain_id: int) -> dict[str, str]:
 def module_ros_env() -> dict[str, str]:
     """Like ``ros_env``, shared by a module's tests (one expensive run checked by several tests)."""
     return _env(_new_domain())
+
+
+@pytest.fixture(scope="session")
+def lerobot_python() -> str:
+    """The python of the LeRobot environment (scripts/lerobot_env.sh creates it on first use; $RYNN_LEROBOT_PYTHON
+    overrides it): skips when the package registry cannot be reached to create it, fails when creating it fails."""
+    import subprocess
+    from pathlib import Path
+
+    given = os.environ.get("RYNN_LEROBOT_PYTHON")
+    if given:
+        return given
+    script = Path(__file__).resolve().parents[1] / "scripts/lerobot_env.sh"
+    proc = subprocess.run([str(script)], capture_output=True, text=True, timeout=3600)
+    if proc.returncode == 3:
+        pytest.skip(f"LeRobot environment cannot be created here: {proc.stderr.strip().splitlines()[-1]}")
+    if proc.returncode != 0:
+        pytest.fail(f"scripts/lerobot_env.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return proc.stdout.strip().splitlines()[-1]

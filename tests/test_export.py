@@ -551,20 +551,6 @@ def test_the_cli_exports_lossless_at_an_image_size(episodes, tmp_path, capsys):
 # -- the real client: LeRobot's own reader -----------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def lerobot_python() -> str:
-    """The python of the LeRobot environment (scripts/lerobot_env.sh creates it on first use)."""
-    given = os.environ.get("RYNN_LEROBOT_PYTHON")
-    if given:
-        return given
-    proc = subprocess.run([str(ROOT / "scripts/lerobot_env.sh")], capture_output=True, text=True, timeout=3600)
-    if proc.returncode == 3:
-        pytest.skip(f"LeRobot environment cannot be created here: {proc.stderr.strip().splitlines()[-1]}")
-    if proc.returncode != 0:
-        pytest.fail(f"scripts/lerobot_env.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
 def test_lerobot_loads_the_export_with_the_bag_s_frames_and_actions(exported, episodes, lerobot_python, tmp_path):
     out, report = exported
     digital, physical = report.episodes

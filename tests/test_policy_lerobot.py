@@ -195,21 +195,6 @@ def test_registering_the_backend_imports_neither_torch_nor_lerobot():
 
 
 @pytest.fixture(scope="module")
-def lerobot_python() -> str:
-    """The python of the LeRobot environment (scripts/lerobot_env.sh creates it on first use), as
-    tests/test_export.py finds it."""
-    given = os.environ.get("RYNN_LEROBOT_PYTHON")
-    if given:
-        return given
-    proc = subprocess.run([str(ROOT / "scripts/lerobot_env.sh")], capture_output=True, text=True, timeout=3600)
-    if proc.returncode == 3:
-        pytest.skip(f"LeRobot environment cannot be created here: {proc.stderr.strip().splitlines()[-1]}")
-    if proc.returncode != 0:
-        pytest.fail(f"scripts/lerobot_env.sh failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
-    return proc.stdout.strip().splitlines()[-1]
-
-
-@pytest.fixture(scope="module")
 def dataset(tmp_path_factory) -> Path:
     """A LeRobot dataset exported from one recorded second (30 frames, consumer camera 48 x 64)."""
     from recording_episodes import FPS, build_episode

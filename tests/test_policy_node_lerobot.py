@@ -12,7 +12,6 @@ import numpy as np
 from recording_episodes import build_episode
 from ros_helpers import wait_for
 from std_msgs.msg import Bool
-from test_export import lerobot_python  # noqa: F401  (a fixture)
 from test_policy_node import ARMS, Probe
 
 from rynn_teleop.core.status import PolicyStatus
@@ -22,7 +21,7 @@ from rynn_teleop.runner import Composition
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_a_tiny_lerobot_policy_drives_the_twin_and_an_estop_stops_it(ros_domain_id, lerobot_python,  # noqa: F811
+def test_a_tiny_lerobot_policy_drives_the_twin_and_an_estop_stops_it(ros_domain_id, lerobot_python,
                                                                       tmp_path):
     episode = build_episode(tmp_path / "ep", digital=False, seconds=1.0, task="pick the cube")
     dataset = tmp_path / "ds"

@@ -18,7 +18,7 @@ import pytest
 import recording_episodes
 from recording_episodes import TS, build_episode
 from rosbags.rosbag2 import Reader
-from test_export import lerobot_python, textured_rgb  # noqa: F401  (lerobot_python is a fixture)
+from test_export import textured_rgb
 
 from rynn_teleop.core.image import decode_image
 from rynn_teleop.policies import STATE_KEY, image_key
@@ -50,7 +50,7 @@ def dataset(tmp_path_factory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def policy_folder(dataset, lerobot_python, tmp_path_factory) -> Path:  # noqa: F811
+def policy_folder(dataset, lerobot_python, tmp_path_factory) -> Path:
     """A tiny ACT folder trained on nothing, laid out by LeRobot's own save_pretrained, for the export."""
     out = tmp_path_factory.mktemp("parity_policy") / "policy"
     subprocess.run([lerobot_python, str(ROOT / "tests/lerobot_tiny_policy.py"), "write", str(dataset[1]), str(out),
@@ -58,7 +58,7 @@ def policy_folder(dataset, lerobot_python, tmp_path_factory) -> Path:  # noqa: F
     return out
 
 
-def _lerobot_frame(lerobot_python: str, folder: Path, root: Path, index: int, out: Path) -> dict:  # noqa: F811
+def _lerobot_frame(lerobot_python: str, folder: Path, root: Path, index: int, out: Path) -> dict:
     subprocess.run([lerobot_python, str(ROOT / "tests/lerobot_tiny_policy.py"), "frame",
                     str(resolve_policy_folder(folder)), str(root), str(index), str(out)],
                    check=True, capture_output=True, text=True, timeout=600)
@@ -84,7 +84,7 @@ def _built(episode: Path, spec, stamp_ns: int) -> dict:
     return built.values
 
 
-def test_the_node_s_observation_is_the_reader_s_frame(dataset, policy_folder, lerobot_python, tmp_path):  # noqa: F811
+def test_the_node_s_observation_is_the_reader_s_frame(dataset, policy_folder, lerobot_python, tmp_path):
     episode, root = dataset
     spec = read_policy_folder(policy_folder).spec
     assert dict(spec.images) == {"consumer": (SIZE[1], SIZE[0])}

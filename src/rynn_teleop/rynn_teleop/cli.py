@@ -36,7 +36,7 @@ from typing import Any
 import yaml
 
 from . import bringup
-from .errors import REFUSED_EXIT_CODE, RynnTeleopError
+from .errors import RynnTeleopError, run_command
 
 
 def _cmd_urdf(args: argparse.Namespace) -> int:
@@ -426,17 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         args = argparse.Namespace(command=argv[0], tool=argv[1], args=argv[2:], func=_cmd_training)
     else:
         args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except RynnTeleopError as exc:
-        print(f"rynn-teleop: error: {exc}", file=sys.stderr)
-        return int(getattr(exc, "exit_code", REFUSED_EXIT_CODE))  # 1 for data errors (recording.errors)
-    except OSError as exc:  # a file or folder the system refuses (missing, permissions, read-only, a folder)
-        where = f": {exc.filename}" if exc.filename else ""
-        print(f"rynn-teleop: error: {exc.strerror or exc}{where}", file=sys.stderr)
-        return REFUSED_EXIT_CODE
-    except KeyboardInterrupt:
-        return 130
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

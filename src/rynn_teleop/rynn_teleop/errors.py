@@ -7,7 +7,8 @@ class, print the message and exit non-zero instead of dumping a traceback.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 #: the exit code of a process that refuses to start (a bad parameter, missing hardware): launch files do not
 #: restart it, since a restart would only repeat the refusal
@@ -65,3 +66,23 @@ class JointNotFoundError(RynnTeleopError, KeyError):
 
 class HardwareUnavailableError(RynnTeleopError):
     """A real backend's device, runtime or vendor SDK is missing."""
+
+
+def run_command(func: Callable[[Any], int], args: Any) -> int:
+    """``func(args)``'s exit code, with the command line's error handling: a :class:`RynnTeleopError` is one line on
+    standard error and its ``exit_code`` (default :data:`REFUSED_EXIT_CODE`), a file or folder the system refuses
+    likewise with :data:`REFUSED_EXIT_CODE`, Ctrl-C 130; never a traceback."""
+    import sys
+
+    try:
+        return func(args)
+    except RynnTeleopError as exc:
+        print(f"rynn-teleop: error: {exc}", file=sys.stderr)
+        return int(getattr(exc, "exit_code", REFUSED_EXIT_CODE))  # 1 for data errors (recording.errors)
+    except OSError as exc:  # a file or folder the system refuses (missing, permissions, read-only, a folder)
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"rynn-teleop: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return REFUSED_EXIT_CODE
+    except KeyboardInterrupt:
+        return 130
+

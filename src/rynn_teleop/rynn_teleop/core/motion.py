@@ -20,8 +20,8 @@ from typing import NamedTuple
 import numpy as np
 from ruckig import ControlInterface, InputParameter, OutputParameter, Result, Ruckig, RuckigError, Synchronization
 
-from ..errors import ConfigurationError
-from .robot_model import JointLimits
+from ..errors import ConfigurationError, ParameterError
+from .robot_model import GROUPS, JointLimits
 
 _log = logging.getLogger(__name__)
 
@@ -212,3 +212,26 @@ class ExponentialSmoother:
         """Blend in ``x``; returns the new value (a new array)."""
         self.value = self.alpha * np.asarray(x, dtype=float) + (1.0 - self.alpha) * self.value
         return self.value
+
+
+def arm_motion_limits(robot_limits: JointLimits, settings: dict) -> JointLimits:
+    """The arm follower's limits (both arms, 14 joints, left then right): the robot's position limits and the
+    per-joint ``max_velocity``, ``max_acceleration`` and ``max_jerk`` of ``settings`` (7 values each, one arm's,
+    mirrored to the other), each at most the robot's.
+
+    Raises:
+        ParameterError: naming the setting, the joint and the allowed range, for a value above the robot's limit.
+    """
+    arms = robot_limits[np.r_[GROUPS.left_arm, GROUPS.right_arm]]
+    chosen = {}
+    for key, robot_values in (("max_velocity", arms.velocity), ("max_acceleration", arms.acceleration),
+                              ("max_jerk", arms.jerk)):
+        v = np.tile(np.asarray(settings[key], dtype=float), 2)
+        over = np.nonzero(v > robot_values + 1e-9)[0]
+        if over.size:
+            j = int(over[0]) % 7
+            raise ParameterError(key, f"{key}[{j}] = {v[j]} exceeds the robot's limit {robot_values[j]:.4f} for arm "
+                                      f"joint {j + 1}; allowed range (0, {robot_values[j]:.4f}]")
+        chosen[key] = v
+    return JointLimits(arms.lower, arms.upper, chosen["max_velocity"], chosen["max_acceleration"], chosen["max_jerk"])
+

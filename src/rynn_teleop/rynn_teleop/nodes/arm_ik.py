@@ -26,9 +26,9 @@ from ..core.arm_session import ArmSession, SessionSettings
 from ..core.arm_teleop import DEFAULT_HOME, ArmTeleop, ArmTeleopSettings
 from ..core.calibration import Calibration
 from ..core.layout import N_ARM
+from ..core.motion import arm_motion_limits
 from ..core.node_io import LATCHED, SENSOR_DATA, NodeIO, QoS, Service, Topic, when
 from ..core.params import FLOAT_LIST, Param, ParamSchema
-from ..core.robot_model import GROUPS, JointLimits
 from ..core.trackers import frame_matrices
 from ..errors import ParameterError, RynnTeleopError
 from ..recording.cdr import pose_array
@@ -149,7 +149,7 @@ class ArmIKNode(TeleopNode):
         super().__init__(**kwargs)
         p = self.params
         self.robot = robot_from_overlay(p["description_overlay"])
-        limits = self._motion_limits(p)
+        limits = arm_motion_limits(self.robot.limits, p)
         home = np.asarray(p["home_position"], dtype=float)
         outside = np.nonzero((home < limits.lower) | (home > limits.upper))[0]
         if outside.size:
@@ -212,34 +212,11 @@ class ArmIKNode(TeleopNode):
         self._loop = self.create_loop(p["rate_hz"], self._tick, "control")
 
     # ------------------------------------------------------------------ setup
-    def _motion_limits(self, p) -> JointLimits:
-        robot_lim = self.robot.limits[np.r_[GROUPS.left_arm, GROUPS.right_arm]]
-        chosen = {}
-        for key, robot_values in (("max_velocity", robot_lim.velocity), ("max_acceleration", robot_lim.acceleration),
-                                  ("max_jerk", robot_lim.jerk)):
-            v = np.tile(np.asarray(p[key], dtype=float), 2)
-            over = np.nonzero(v > robot_values + 1e-9)[0]
-            if over.size:
-                j = int(over[0]) % N_ARM
-                raise ParameterError(
-                    key, f"{key}[{j}] = {v[j]} exceeds the robot's limit {robot_values[j]:.4f} for arm joint {j + 1}; "
-                    f"allowed range (0, {robot_values[j]:.4f}]"
-                )
-            chosen[key] = v
-        return JointLimits(robot_lim.lower, robot_lim.upper, chosen["max_velocity"], chosen["max_acceleration"],
-                           chosen["max_jerk"])
-
     # ------------------------------------------------------------------ callbacks
     def _report(self) -> None:
         """Log the session's notices and publish ~/engaged when it changed."""
-        log = self.get_logger()
-        for notice in self.session.take_notices():  # one call site per severity (rclpy requires it)
-            if notice.level == "info":
-                log.info(notice.text)
-            elif notice.level == "warning":
-                log.warning(notice.text)
-            else:
-                log.error(notice.text)
+        for notice in self.session.take_notices():
+            self.log_at(notice.level, notice.text)
         if self.session.engaged != self._engaged:
             self._engaged = self.session.engaged
             self._engaged_pub.publish(Bool(data=self._engaged))

@@ -448,6 +448,17 @@ class TeleopNode(Node):
                 self.get_logger().warning(f"{topic}: a publisher's QoS cannot match this subscription ({why})")
         self.incompatible_qos = found
 
+    def log_at(self, level: str, text: str) -> None:
+        """Log ``text`` at ``level`` (``"info"``, ``"warning"``, anything else: error) of a core object's notice;
+        one call site per severity, as rclpy's logger requires."""
+        log = self.get_logger()
+        if level == "info":
+            log.info(text)
+        elif level == "warning":
+            log.warning(text)
+        else:
+            log.error(text)
+
     def now_s(self) -> float:
         """The node clock [s]."""
         return self.get_clock().now().nanoseconds * 1e-9

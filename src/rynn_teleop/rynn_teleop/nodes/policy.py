@@ -43,10 +43,10 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Bool
 from std_srvs.srv import Trigger
 
+from ..core.motion import arm_motion_limits
 from ..core.node_io import SENSOR_DATA, Each, NodeIO, QoS, Service, Topic, when
 from ..core.params import FLOAT_LIST, Param
 from ..core.plugins import BackendSchema
-from ..core.robot_model import GROUPS, JointLimits
 from ..core.session import DRIVERS, POLICY_METER
 from ..core.status import DriverStatus, PolicyStatus, StatusError
 from ..errors import ParameterError
@@ -202,7 +202,7 @@ class PolicyNode(TeleopNode):
             raise ParameterError("hand_rate_hz", f"hand_rate_hz = {p['hand_rate_hz']:g} Hz is above arm_rate_hz = "
                                  f"{p['arm_rate_hz']:g} Hz; allowed range [10, arm_rate_hz]")
         self.robot = robot_from_overlay(p["description_overlay"])
-        arm_motion = self._motion_limits(p)
+        arm_motion = arm_motion_limits(self.robot.limits, p)
         self.runner: PolicyRunner = self.SCHEMA.create(self._backend_values(p), PolicyContext(self.robot, 0.0))
         try:
             self.spec = self.runner.spec
@@ -273,23 +273,6 @@ class PolicyNode(TeleopNode):
                                          f"launch policy:=PATH) or {backend}.{key}")
         return values
 
-    def _motion_limits(self, p: dict[str, Any]) -> JointLimits:
-        """The arm follower's limits: the robot's position limits, the chosen velocity, acceleration and jerk
-        (each at most the robot's)."""
-        robot_lim = self.robot.limits[np.r_[GROUPS.left_arm, GROUPS.right_arm]]
-        chosen = {}
-        for key, robot_values in (("max_velocity", robot_lim.velocity), ("max_acceleration", robot_lim.acceleration),
-                                  ("max_jerk", robot_lim.jerk)):
-            v = np.tile(np.asarray(p[key], dtype=float), 2)
-            over = np.nonzero(v > robot_values + 1e-9)[0]
-            if over.size:
-                j = int(over[0]) % 7
-                raise ParameterError(key, f"{key}[{j}] = {v[j]} exceeds the robot's limit {robot_values[j]:.4f} for "
-                                          f"arm joint {j + 1}; allowed range (0, {robot_values[j]:.4f}]")
-            chosen[key] = v
-        return JointLimits(robot_lim.lower, robot_lim.upper, chosen["max_velocity"], chosen["max_acceleration"],
-                           chosen["max_jerk"])
-
     # ------------------------------------------------------------------ operator and safety
     def _srv_start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         response.success, response.message = self.ctl.start(self.now_s())
@@ -322,14 +305,8 @@ class PolicyNode(TeleopNode):
 
     def _report(self) -> None:
         """Log the controller's events; start and end the run's episode."""
-        log = self.get_logger()
-        for event in self.ctl.take_events():  # one call site per severity (rclpy requires it)
-            if event.level == "info":
-                log.info(event.text)
-            elif event.level == "warning":
-                log.warning(event.text)
-            else:
-                log.error(event.text)
+        for event in self.ctl.take_events():
+            self.log_at(event.level, event.text)
             if event.kind == "started" and self.params["record_episodes"]:
                 self._start_episode()
             elif event.kind == "ended":

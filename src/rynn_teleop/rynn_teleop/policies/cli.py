@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ..errors import REFUSED_EXIT_CODE, ParameterError, RynnTeleopError
+from ..errors import ParameterError, run_command
 from .evaluate import DEFAULT_MAX_SECONDS
 
 DEFAULT_BACKEND = "lerobot"
@@ -119,16 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rynn-teleop")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["policy", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except RynnTeleopError as exc:
-        print(f"rynn-teleop: error: {exc}", file=sys.stderr)
-        return REFUSED_EXIT_CODE
-    except OSError as exc:
-        print(f"rynn-teleop: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
-        return REFUSED_EXIT_CODE
-    except KeyboardInterrupt:
-        return 130
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":

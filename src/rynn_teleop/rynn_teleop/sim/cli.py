@@ -15,7 +15,7 @@ import json
 import sys
 import time
 
-from ..errors import REFUSED_EXIT_CODE, ConfigurationError, RynnTeleopError
+from ..errors import ConfigurationError, run_command
 
 
 def _scene_arg(value: str):
@@ -106,16 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rynn-teleop")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["sim", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return args.func(args)
-    except RynnTeleopError as exc:
-        print(f"rynn-teleop: error: {exc}", file=sys.stderr)
-        return REFUSED_EXIT_CODE
-    except OSError as exc:
-        print(f"rynn-teleop: error: {exc.strerror or exc}: {exc.filename or ''}", file=sys.stderr)
-        return REFUSED_EXIT_CODE
-    except KeyboardInterrupt:
-        return 130
+    return run_command(args.func, args)
 
 
 if __name__ == "__main__":
