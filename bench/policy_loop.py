@@ -11,7 +11,10 @@ folder an earlier run left):
    arm_ik, retargeting, the drivers' safety layer, the recorder), the camera switched to the physical feed (the
    head camera drawing the twin) so the recorded consumer feed is what a policy will see; one episode per layout
    seed 1000.. (never an evaluation seed). Only episodes the twin judged successful are kept as demonstrations.
-2. ``export``: ``rynn-teleop episodes export`` of those episodes at the training image size (``--image-size``).
+2. ``export``: ``rynn-teleop episodes export`` of those episodes at the training image size (``--image-size``),
+   each without its idle start (``--trim-idle-start``: the scripted operator waits about 2.5 s at home before it
+   reaches; kept, those frames teach ACT that the scene at rest means "stay at rest", and the trained arms never
+   moved).
 3. ``train``: ``lerobot-train`` in the LeRobot environment (``scripts/lerobot_env.sh``) with the committed
    configuration ``config/policy/act_cpu.yaml``: ACT from scratch (no pretrained backbone can be fetched here).
 4. ``evaluate``: ``rynn-teleop policy eval`` of the trained policy on the evaluation seeds (fresh twins, layouts
@@ -64,12 +67,13 @@ def step_record(out: Path, demos: int) -> dict:
 
 
 def step_export(out: Path) -> dict:
-    """``rynn-teleop episodes export`` of the kept demonstrations at IMAGE_SIZE (episodes whose only problems are
-    timing gaps of a loaded machine are kept: the twin judged them, ``--include-problems``)."""
+    """``rynn-teleop episodes export`` of the kept demonstrations at IMAGE_SIZE without their idle start
+    (``--trim-idle-start``; episodes whose only problems are timing gaps of a loaded machine are kept: the twin
+    judged them, ``--include-problems``)."""
     episodes = json.loads((out / "demos.json").read_text())["episodes"]
     dataset = out / "dataset"
     cmd = [RYNN, "episodes", "export", *episodes, "--out", str(dataset), "--repo-id", f"bench/{TASK}",
-           "--image-size", f"{IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}", "--include-problems", "--overwrite"]
+           "--image-size", f"{IMAGE_SIZE[0]}x{IMAGE_SIZE[1]}", "--trim-idle-start", "--include-problems", "--overwrite"]
     subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     info = json.loads((dataset / "meta/info.json").read_text())
     log(f"export: {info['total_episodes']} episodes, {info['total_frames']} frames at {IMAGE_SIZE}")

@@ -42,7 +42,9 @@ from rynn_teleop.recording.export import (
     DEPTH_TOPICS,
     FEED_TOPICS,
     ExportError,
+    IDLE_TOLERANCE_RAD,
     export_lerobot,
+    idle_start_rows,
     parse_image_size,
 )
 from rynn_teleop.recording.inspect import episodes_main
@@ -546,6 +548,66 @@ def test_the_cli_exports_lossless_at_an_image_size(episodes, tmp_path, capsys):
                           "--codec", "libx264", "--crf", "0", "--pix-fmt", "yuv444p", "--workers", "1"]) == 0
     info = json.loads((tmp_path / "z/meta/info.json").read_text())["features"]["observation.images.consumer"]
     assert info["info"]["video.pix_fmt"] == "yuv444p"
+
+
+REST_S = 0.5  # [s] the idle episode's arms hold still this long before they move
+
+
+def commanded_after_rest(t_ns: int) -> np.ndarray:
+    """The idle episode's commands [rad]: arms at rest (hands jittering by 0.2 rad, as a glove's do) for
+    REST_S, then every joint moving as :func:`recording_episodes.commanded` does from there."""
+    t = (t_ns - T0) * 1e-9
+    q = np.zeros(54)
+    q[14:] = 0.2 * np.sin(40.0 * t + np.arange(40))
+    if t > REST_S:
+        q += 0.4 * np.sin(1.3 * (t - REST_S) + np.arange(54) * 0.1) - 0.4 * np.sin(np.arange(54) * 0.1)
+    return q
+
+
+@pytest.fixture(scope="module")
+def idle_episode(tmp_path_factory) -> Path:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recording_episodes, "commanded", commanded_after_rest)
+        return build_episode(tmp_path_factory.mktemp("idle") / "i", digital=False, seconds=1.5, task="wait, then reach")
+
+
+def test_idle_start_rows_counts_the_rows_before_the_arms_move_and_keeps_the_last_at_rest():
+    action = np.zeros((10, 54))
+    action[:, 20] = np.linspace(0, 1.0, 10)  # a hand joint moving does not end the rest
+    action[:, 3] = [0, 0.01, -0.02, 0.0, 0.03, 0.2, 0.4, 0.6, 0.8, 1.0]  # an arm joint: 0.2 rad at row 5
+    assert idle_start_rows(action, 0.05) == 4  # rows 0-3 left out; row 4 (the last at rest) is kept
+    assert idle_start_rows(action, 0.5) == 6
+    assert idle_start_rows(np.zeros((5, 54)), 0.05) == 0  # arms never move: nothing left out
+    action[:, 3] = np.linspace(0.0, 1.0, 10)
+    assert idle_start_rows(action, 0.05) == 0  # moving from the first row
+
+
+def test_trim_idle_start_leaves_out_the_rows_before_the_arms_move(idle_episode, tmp_path, capsys):
+    full = export_lerobot([idle_episode], tmp_path / "full", "test/full", fps=FPS, workers=1,
+                          video=VideoOptions.lossless())
+    trimmed = export_lerobot([idle_episode], tmp_path / "trim", "test/trim", fps=FPS, workers=1,
+                             video=VideoOptions.lossless(), trim_idle_start=IDLE_TOLERANCE_RAD)
+    (f,), (e,) = full.episodes, trimmed.episodes
+    assert f.trimmed_idle_frames == 0
+    # the arms leave 0.05 rad of rest at about REST_S + 0.1 s: some 17 of the 45 frames are left out
+    assert REST_S * FPS - 1 <= e.trimmed_idle_frames <= (REST_S + 0.2) * FPS
+    assert e.frames == f.frames - e.trimmed_idle_frames
+    rows_f, rows_t = read_rows(tmp_path / "full"), read_rows(tmp_path / "trim")
+    k = e.trimmed_idle_frames
+    for col in ("observation.state", "action", "stamp_ns"):
+        assert np.array_equal(rows_t[col], rows_f[col][k:])  # the same rows from k on
+    assert np.allclose(rows_t["timestamp"], np.arange(e.frames) / FPS)  # re-based: the video's times
+    arms = rows_f["action"][:, :14]
+    assert np.abs(arms[k] - arms[0]).max() <= IDLE_TOLERANCE_RAD < np.abs(arms[k + 1] - arms[0]).max()
+    assert np.array_equal(decoded_frames(tmp_path / "trim"), decoded_frames(tmp_path / "full")[k:])
+    meta = pq.read_table(tmp_path / "trim/meta/episodes/chunk-000/file-000.parquet").to_pylist()[0]
+    assert meta["rynn_teleop/trimmed_idle_frames"] == k and meta["length"] == e.frames
+    assert trimmed.to_dict()["episodes"][0]["trimmed_idle_frames"] == k
+    code = episodes_main(["export", str(idle_episode), "--out", str(tmp_path / "cli"), "--repo-id", "t/cli",
+                          "--trim-idle-start", "--workers", "1"])
+    assert code == 0 and f"{k} idle frames before the arms moved left out" in capsys.readouterr().out
+    with pytest.raises(ExportError, match=r"trim_idle_start 2.0 is outside \(0, 1\] rad"):
+        export_lerobot([idle_episode], tmp_path / "bad", "t/bad", trim_idle_start=2.0)
 
 
 # -- the real client: LeRobot's own reader -----------------------------------------------------

@@ -105,6 +105,12 @@ ROBOT_TYPE = "rynn_m6_wuji"
 RATE_TOLERANCE = 0.10
 """A first camera key whose rate (from its median frame interval) differs from ``fps`` by more than this
 fraction stops the export."""
+IDLE_TOLERANCE_RAD = 0.05
+"""Default ``trim_idle_start`` [rad]: the arms have started once a joint's command is this far from the
+episode's first command (3 degrees: above a tracker's jitter at rest, below any reach)."""
+ARM_COLUMNS = np.array([i for i, n in enumerate(CANONICAL_JOINT_NAMES) if "_arm_" in n], np.intp)
+"""Columns of the 54-D action that are arm joints: the joints whose motion starts a demonstration (a glove's
+hand joints jitter by tenths of a radian at rest)."""
 EXTRA_PREFIX = "rynn_teleop/"
 """Prefix of this stack's columns in the episodes metadata file."""
 
@@ -134,6 +140,7 @@ class ExportedEpisode:
     dropped_leading_frames: int  # first-key frames before every joint and key had a value
     exact_action_frames: int  # rows whose stamp equals a command's stamp (every generated frame)
     problems: tuple[str, ...] = ()  # check problems (only with include_problems)
+    trimmed_idle_frames: int = 0  # rows left out before the arms first moved (``trim_idle_start``)
 
 
 @dataclass(frozen=True)
@@ -179,7 +186,8 @@ class ExportReport:
             "fps": self.fps,
             "episodes": [
                 {"source": str(e.source), "episode_index": e.episode_index, "frames": e.frames,
-                 "dropped_leading_frames": e.dropped_leading_frames, "exact_action_frames": e.exact_action_frames,
+                 "dropped_leading_frames": e.dropped_leading_frames, "trimmed_idle_frames": e.trimmed_idle_frames,
+                 "exact_action_frames": e.exact_action_frames,
                  "problems": list(e.problems)}
                 for e in self.episodes
             ],
@@ -209,6 +217,7 @@ class _Job:
     depth_video: VideoOptions | None = None
     skip_damaged: bool = False
     image_size: tuple[int, int] | None = None  # (width, height) [px] of every colour key, or None: as recorded
+    trim_idle_start: float | None = None  # [rad] see export_lerobot, or None: every row
 
 
 @dataclass
@@ -225,6 +234,7 @@ class _Converted:
     codec: str
     image_stats: dict[str, Stats]
     dropped: int
+    trimmed: int  # rows left out before the arms first moved
     exact_action: int
     source_changes: list[dict[str, Any]]
 
@@ -341,6 +351,9 @@ def _convert_episode(job: _Job) -> _Converted | _Skipped:
         if abs(rate - job.fps) > RATE_TOLERANCE * job.fps:
             raise ExportError(f"{path}: {primary} runs at {rate:.2f} Hz, not the dataset's {job.fps} Hz (--fps)",
                               episode=path, topic=primary)
+    dropped = int(len(rows_ns) - len(rows))
+    trimmed = 0 if job.trim_idle_start is None else idle_start_rows(action[rows], job.trim_idle_start)
+    rows = rows[trimmed:]
 
     videos: dict[str, Path] = {}
     sizes: dict[str, tuple[int, int]] = {}
@@ -377,10 +390,27 @@ def _convert_episode(job: _Job) -> _Converted | _Skipped:
         sizes=sizes,
         codec=codec,
         image_stats=image_stats,
-        dropped=int(len(rows_ns) - len(rows)),
+        dropped=dropped,
+        trimmed=trimmed,
         exact_action=int(sum(1 for t in rows_ns[rows] if int(t) in command_stamps)),
         source_changes=changes,
     )
+
+
+def idle_start_rows(action: np.ndarray, tolerance: float = IDLE_TOLERANCE_RAD) -> int:
+    """Rows of an episode's idle start: those before the last row at which every arm joint's command is still
+    within ``tolerance`` [rad] of the first row's.
+
+    ``action`` is (rows, 54) [rad] in :data:`CANONICAL_JOINT_NAMES` order. The row returned is kept: the
+    first exported observation is the robot at rest, with the motion beginning in its action and the actions
+    after it. 0 when the first row already moves, or when the arms never move (nothing is left out: an
+    episode that is all rest is the operator's to judge).
+    """
+    arms = np.asarray(action, np.float64)[:, ARM_COLUMNS]
+    moved = np.abs(arms - arms[0]).max(axis=1) > float(tolerance)
+    if not moved.any():
+        return 0
+    return max(int(np.argmax(moved)) - 1, 0)
 
 
 def _missing_command_topic(missing: Sequence[str]) -> str:
@@ -575,6 +605,7 @@ def export_lerobot(
     depth_max_m: float = DEPTH_MAX_M,
     skip_damaged: bool = False,
     image_size: tuple[int, int] | None = None,
+    trim_idle_start: float | None = None,
 ) -> ExportReport:
     """Export episode directories as one LeRobot (v3.0) dataset at ``out``.
 
@@ -607,6 +638,10 @@ def export_lerobot(
             (:func:`rynn_teleop.core.image.resize_rgb`, the resize the policy node applies to its
             observations) before it is encoded and sampled for the statistics, and ``info.json`` declares
             that shape; None (default): as recorded. Not with ``depth`` (depth is not resampled).
+        trim_idle_start: leave out each episode's rows before its arms first move: every row before the last
+            one whose arm commands are all within this many radians of the first row's
+            (:func:`idle_start_rows`; :data:`IDLE_TOLERANCE_RAD` is a good value). An operator's wait before
+            moving teaches a policy that the scene at rest means "stay at rest". None (default): every row.
 
     Returns:
         What was written and skipped, and how long it took.
@@ -643,6 +678,8 @@ def export_lerobot(
             raise ExportError("--image-size and --depth exclude each other: depth images are not resized "
                               "(averaging would mix missing readings into valid depth); export depth at its "
                               "recorded size without --image-size")
+    if trim_idle_start is not None and not 0.0 < float(trim_idle_start) <= 1.0:
+        raise ExportError(f"trim_idle_start {trim_idle_start} is outside (0, 1] rad")
     video_keys = images + ((depth_key(depth),) if depth else ())
     if not 1 <= fps <= 1000:
         raise ExportError(f"fps {fps} is outside 1..1000 Hz")
@@ -711,7 +748,7 @@ def export_lerobot(
         job_video = video if video.threads else replace(video, threads=max(1, _cpu_count() // n_workers))
         depth_video = depth_video_options(video.gop, job_video.threads)
         jobs = [_Job(p, i, work / f"{i:05d}", fps, images, job_video, include_problems, depth, depth_max_m, depth_video,
-                     skip_damaged, image_size) for i, p in enumerate(sources)]
+                     skip_damaged, image_size, trim_idle_start) for i, p in enumerate(sources)]
         results = _run(jobs, n_workers)
         converted = [r for r in results if isinstance(r, _Converted)]
         report.skipped = [SkippedEpisode(r.source, r.problems, r.damaged) for r in results if isinstance(r, _Skipped)]
@@ -796,6 +833,7 @@ def export_lerobot(
             new_rows.append(row)
             report.episodes.append(ExportedEpisode(
                 source=c.source, episode_index=ep, frames=n, dropped_leading_frames=c.dropped,
+                trimmed_idle_frames=c.trimmed,
                 exact_action_frames=c.exact_action, problems=c.problems if include_problems else (),
             ))
             next_episode += 1
@@ -838,6 +876,7 @@ def _extra_columns(c: _Converted) -> dict[str, Any]:
         EXTRA_PREFIX + "camera_source_changes": json.dumps(c.source_changes),
         EXTRA_PREFIX + "first_stamp_ns": int(c.stamp_ns[0]),
         EXTRA_PREFIX + "dropped_leading_frames": int(c.dropped),
+        EXTRA_PREFIX + "trimmed_idle_frames": int(c.trimmed),
         EXTRA_PREFIX + "problems": json.dumps(list(c.problems)),
     }
 
@@ -854,10 +893,12 @@ __all__ = [
     "DEPTH_MAX_M",
     "DEPTH_TOPICS",
     "ExportedEpisode",
+    "IDLE_TOLERANCE_RAD",
     "FEED_TOPICS",
     "SkippedEpisode",
     "VideoOptions",
     "depth_key",
     "export_lerobot",
+    "idle_start_rows",
     "parse_image_size",
 ]

@@ -632,7 +632,7 @@ def _cmd_recover(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .export import export_lerobot, parse_image_size  # PyAV and pyarrow only load for an export
+    from .export import IDLE_TOLERANCE_RAD, export_lerobot, parse_image_size  # PyAV, pyarrow: only for an export
     from .lerobot import VideoOptions
 
     paths = [p for path in args.paths for p in episodes_at(path)]
@@ -653,6 +653,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
         paths, args.out, args.repo_id, fps=args.fps, images=args.image or ["consumer"], video=video,
         include_problems=args.include_problems, append=args.append, overwrite=args.overwrite, workers=args.workers,
         depth=args.depth, depth_max_m=args.depth_max_m, skip_damaged=args.skip_damaged, image_size=image_size,
+        trim_idle_start=IDLE_TOLERANCE_RAD if args.trim_idle_start == -1.0 else args.trim_idle_start,
     )
     for s in report.skipped:
         if s.damaged:
@@ -662,8 +663,9 @@ def _cmd_export(args: argparse.Namespace) -> int:
               + "\n".join(f"  - {p}" for p in s.problems))
     for e in report.episodes:
         leading = e.dropped_leading_frames
-        print(f"{e.source}: episode {e.episode_index}, {e.frames} frames"
-              + (f" ({leading} leading frames before every joint had a value)" if leading else ""))
+        notes = ([f"{leading} leading frames before every joint had a value"] if leading else []) + \
+            ([f"{e.trimmed_idle_frames} idle frames before the arms moved left out"] if e.trimmed_idle_frames else [])
+        print(f"{e.source}: episode {e.episode_index}, {e.frames} frames" + (f" ({'; '.join(notes)})" if notes else ""))
     print(f"wrote {args.out}: {len(report.episodes)} episode(s), {report.total_frames} frames, "
           f"{report.recorded_seconds:.1f} s of recording in {report.seconds:.1f} s ({report.speed:.1f}x real time)")
     return 0 if report.episodes else 1
@@ -719,6 +721,10 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
                         "it, 2.0/4080 m in the stream)")
     p.add_argument("--image-size", metavar="WxH", help="resize every colour camera key to W x H pixels before "
                    "encoding (e.g. 96x72; the policy node resizes its observations the same way); not with --depth")
+    p.add_argument("--trim-idle-start", type=float, nargs="?", const=-1.0, metavar="RAD",
+                   help="leave out each episode's frames before its arms first move more than RAD from where they "
+                        "started (RAD defaults to IDLE_TOLERANCE_RAD, 0.05 rad; the last frame at rest is kept): an operator's wait teaches a "
+                        "policy to stay at rest")
     p.add_argument("--codec", help="video encoder (default libx264; libsvtav1 as LeRobot's default)")
     p.add_argument("--crf", type=int, help="constant rate factor, lower is better quality (default 23)")
     p.add_argument("--pix-fmt", help="pixel format of the colour streams (default yuv420p)")
