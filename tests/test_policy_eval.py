@@ -10,6 +10,7 @@ gives the same rollout, and the frames a policy gets are the head camera's.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +22,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rynn_teleop.core import safety as safety_module
 from rynn_teleop.core.image import resize_rgb
 from rynn_teleop.core.params import Param
 from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, GROUPS
@@ -31,6 +33,7 @@ from rynn_teleop.policies.evaluate import (
     OUTCOME,
     PREVIEW,
     REPORT,
+    SAFETY_LOGGER,
     SUMMARY,
     EvalSettings,
     Rig,
@@ -248,7 +251,7 @@ def test_an_evaluation_over_seeds_writes_a_complete_report(dataset, tmp_path):
     steps = round(0.5 * FPS)  # act() at 0 .. 14/30 s; the tick at 0.5 s is judged, not acted on
     for entry in doc["rollouts"]:
         assert set(entry) == {"index", "seed", "outcome", "reason", "time_to_success_s", "sim_time_s", "steps",
-                              "wall_s", "error", "folder"}
+                              "wall_s", "error", "folder", "clipped_cycles"}
         assert entry["outcome"] == "failure" and "red_cube is outside goal" in entry["reason"]  # it never grasps
         assert entry["steps"] == steps and entry["sim_time_s"] == pytest.approx(0.5, abs=0.002)
         assert entry["time_to_success_s"] is None and entry["error"] is None
@@ -300,6 +303,29 @@ def test_a_bad_action_is_an_error_naming_it(tmp_path):
     report = evaluate(Short(), EvalSettings("pick_place", 1, 0, 0.1, video=False), tmp_path / "r")
     assert report.rollouts[0].outcome == "error"
     assert "not 54 finite joint positions" in report.rollouts[0].error
+
+
+def test_clipping_by_the_safety_layers_is_counted_per_rollout_not_logged(tmp_path, caplog):
+    class Beyond(Hold):
+        name = "test_beyond"
+
+        def act(self, observation):
+            q = self.q.copy()
+            q[CANONICAL_JOINT_NAMES.index("right_finger2_joint3")] = 3.0  # [rad] beyond the finger's limit
+            return q
+
+    with caplog.at_level(logging.WARNING):
+        report = evaluate(Beyond(), EvalSettings("pick_place", 2, 0, 3.0, video=False), tmp_path / "r")
+    assert [dict(r.clipped).get("hand/position", 0) > 0 for r in report.rollouts] == [True, True]
+    assert "arm/position" not in dict(report.rollouts[0].clipped)
+    assert not [r for r in caplog.records if "clipped" in r.getMessage()]  # 3 s at once a second would log 3
+    assert logging.getLogger(SAFETY_LOGGER).level == logging.NOTSET  # as it was
+    assert SAFETY_LOGGER == safety_module._log.name
+    doc = json.loads((tmp_path / "r" / REPORT).read_text())
+    assert doc["rollouts"][0]["clipped_cycles"]["hand/position"] == dict(report.rollouts[0].clipped)["hand/position"]
+    assert any(line.startswith("safety layers clipped the commands in 2 of 2 rollouts") for line in report.lines())
+    assert not any("clipped" in line for line in evaluate(Hold(), EvalSettings("pick_place", 1, 0, 0.2, video=False),
+                                                          tmp_path / "h").lines())
 
 
 def test_an_evaluation_refuses_what_it_cannot_do(tmp_path):

@@ -46,6 +46,7 @@ the policy backend registry imports every module of this package.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -54,7 +55,7 @@ import statistics
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -91,6 +92,7 @@ OUTCOME = "outcome.yaml"
 REPORT = "report.json"
 SUMMARY = "summary.txt"
 _EPS = 1e-9  # [s] time comparisons on the tick grids
+SAFETY_LOGGER = "rynn_teleop.core.safety"  # the safety layer's logger (core.safety's module logger)
 
 
 class EvaluationError(ConfigurationError):
@@ -250,6 +252,7 @@ class RolloutResult:
     error: str | None = None  # "Type: message" of an error
     traceback: str | None = None  # of an error
     folder: str = ""  # the rollout's folder, relative to the report folder
+    clipped: tuple[tuple[str, int], ...] = ()  # (driver/reason, driver cycles) of the safety layers' clipping
 
     @property
     def success(self) -> bool:
@@ -259,7 +262,8 @@ class RolloutResult:
         """The ``report.json`` entry (no joints, no traceback)."""
         return {"index": self.index, "seed": self.seed, "outcome": self.outcome, "reason": self.reason,
                 "time_to_success_s": _round(self.time_to_success), "sim_time_s": _round(self.sim_time),
-                "steps": self.steps, "wall_s": _round(self.wall_s, 3), "error": self.error, "folder": self.folder}
+                "steps": self.steps, "wall_s": _round(self.wall_s, 3), "error": self.error, "folder": self.folder,
+                "clipped_cycles": dict(self.clipped)}
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -344,6 +348,13 @@ class EvalReport:
             out.append("time to success: - (no success)")
         for kind, count in s.failure_reasons.items():
             out.append(f"failed {count} x: {kind}")
+        clipping = Counter()
+        for r in self.rollouts:
+            clipping.update(dict(r.clipped))
+        if clipping:
+            n = sum(1 for r in self.rollouts if r.clipped)
+            out.append(f"safety layers clipped the commands in {n} of {len(self.rollouts)} rollouts (driver cycles: "
+                       + ", ".join(f"{k} {v}" for k, v in sorted(clipping.items())) + ")")
         for r in self.rollouts:
             if r.outcome == "error":
                 out.append(f"error in seed {r.seed}: {r.error}")
@@ -507,6 +518,12 @@ class Twin:
         if out.target is not None:
             self.world.set_targets(out.target, names)
 
+    def clipped(self) -> tuple[tuple[str, int], ...]:
+        """Driver cycles in which each safety layer clipped, by reason (position limit, max step), non-zero only:
+        (("arm/position", n), ...)."""
+        counts = (("arm", self.arm_safety.clamp_counts), ("hand", self.hand_safety.clamp_counts))
+        return tuple((f"{driver}/{why}", int(n)) for driver, c in counts for why, n in c.items() if n)
+
     def advance(self, t: float) -> None:
         """Step the physics to ``t`` [s]. Raises RolloutError when MuJoCo reset its state (a diverging
         simulation: its time jumps back)."""
@@ -651,6 +668,20 @@ class _Evaluation:
                           time.perf_counter() - self.started, complete)
 
 
+@contextlib.contextmanager
+def _clipping_counted() -> Iterator[None]:
+    """While a rollout runs, the safety layers' once-a-second "clipped" warnings are not logged: a rollout runs
+    faster than real time, so they would come many times a second; the clipping is counted in the result's
+    ``clipped`` (``report.json``'s ``clipped_cycles``) instead."""
+    log = logging.getLogger(SAFETY_LOGGER)
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 def _rollout(ev: _Evaluation, index: int, seed: int) -> tuple[RolloutResult, list[np.ndarray]]:
     """One rollout, built, run and judged; an exception becomes an ``error`` result."""
     start = time.perf_counter()
@@ -660,10 +691,11 @@ def _rollout(ev: _Evaluation, index: int, seed: int) -> tuple[RolloutResult, lis
         twin = build_twin(ev.scene, seed, ev.runner.spec, ev.rig, ev.camera, ev.robot)
         ev.camera = twin.camera
         twin.keep_frames = ev.settings.video
-        run = run_rollout(twin, ev.runner, ev.settings.max_seconds)
+        with _clipping_counted():
+            run = run_rollout(twin, ev.runner, ev.settings.max_seconds)
         result = RolloutResult(index, seed, "success" if run.success else "failure", run.reason, run.time_to_success,
                                run.sim_time, run.steps, time.perf_counter() - start,
-                               tuple(float(v) for v in twin.measured()), folder=folder)
+                               tuple(float(v) for v in twin.measured()), folder=folder, clipped=twin.clipped())
     except Exception as exc:  # noqa: BLE001 - a crashing rollout is a result; the evaluation goes on
         message = f"{type(exc).__name__}: {exc}"
         _LOG.warning("policy eval: seed %d: %s", seed, message)
