@@ -208,6 +208,21 @@ def test_unwritable_output_directory_fails_the_episode_and_the_node_keeps_runnin
         comp.shutdown()
 
 
+def test_excluded_topics_are_not_recorded_nor_reported_missing(ros_domain_id, tmp_path):
+    comp = recorder(ros_domain_id, tmp_path, exclude_topics=["/test/never"])
+    try:
+        assert "/test/never" not in comp.node("recorder").topics and "/test/joints" in comp.node("recorder").topics
+        probe = Node("probe", context=comp.context)
+        comp.add_node(probe)
+        announced = EpisodeTopic(probe)
+        episode = Path(announced.call("/recorder/start_episode")[1])
+        response, _ = announced.call("/recorder/stop_episode")
+        assert response.success and "/test/never" not in response.message and "/test/joints" in response.message
+        assert "/test/never" not in (episode / "metadata.yaml").read_text()
+    finally:
+        comp.shutdown()
+
+
 def test_discard_removes_the_episode_and_the_next_one_is_numbered_again(ros_domain_id, tmp_path):
     comp = recorder(ros_domain_id, tmp_path)
     try:

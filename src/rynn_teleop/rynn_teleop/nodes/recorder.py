@@ -45,6 +45,7 @@ from ..core.params import FLOAT_LIST, STR_LIST, Param, ParamSchema
 from ..core.status import Count, RecorderStatus
 from ..errors import ParameterError
 from ..recording import (
+    OPERATOR_INPUT_TOPICS,
     OUTCOMES,
     EpisodeMetadata,
     EpisodeRecorder,
@@ -60,9 +61,8 @@ from .base import TeleopNode, run_single
 from .graph import message_class, subscription_qos
 
 DEFAULT_TOPICS = {  # topic -> expected rate [Hz] (0: no rate expectation)
-    "/operator/trackers": 120.0,  # one PoseArray per tracker frame (all five trackers)
-    "/operator/hand/left/skeleton": 90.0,
-    "/operator/hand/right/skeleton": 90.0,
+    # the operator input: one PoseArray per tracker frame (all five trackers) at 120 Hz, a skeleton per glove frame
+    **dict(zip(OPERATOR_INPUT_TOPICS, (120.0, 90.0, 90.0))),
     "/arms/command": 200.0,
     "/hands/command": 180.0,
     "/joint_states": 300.0,
@@ -102,6 +102,10 @@ class RecorderNode(TeleopNode):
                   "TOPIC=HZ entries: the rate of a topic's fastest publisher where several publishers share it "
                   "(/joint_states: arm driver 200 Hz + hand driver 100 Hz); its gaps are measured in periods of "
                   "that rate instead of the expected rate (entries for topics not recorded are ignored)"),
+            Param("exclude_topics", STR_LIST, [],
+                  "topics of 'topics' this bringup does not record (never reported missing): with a policy driving, "
+                  "the launch sets the operator input's (" + ", ".join(OPERATOR_INPUT_TOPICS) + "), which no node "
+                  "publishes then"),
             Param("optional_topics", STR_LIST, list(DEFAULT_OPTIONAL_TOPICS),
                   "topics recorded when they have a publisher, with no rate expectation and never reported missing "
                   "(the physical twin's: its objects, scene and outcome, which fills an unlabelled episode's outcome)"),
@@ -152,7 +156,8 @@ class RecorderNode(TeleopNode):
         if len(p["expected_rates_hz"]) != len(p["topics"]):
             raise ParameterError("expected_rates_hz", f"expected_rates_hz has {len(p['expected_rates_hz'])} values "
                                  f"for {len(p['topics'])} topics: give one per topic (0 = no expectation)")
-        self.topics = {t: (r or None) for t, r in zip(p["topics"], p["expected_rates_hz"])}
+        self.topics = {t: (r or None) for t, r in zip(p["topics"], p["expected_rates_hz"])
+                       if t not in p["exclude_topics"]}
         self.optional_topics = tuple(t for t in dict.fromkeys(p["optional_topics"]) if t not in self.topics)
         gap_rates = {t: r for t, r in _gap_rates(p["gap_rates"]).items() if self.topics.get(t)}
         self.output_dir = Path(p["output_dir"]).expanduser()

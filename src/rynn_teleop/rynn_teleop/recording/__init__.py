@@ -17,6 +17,7 @@ codes) and ``inspect`` (list, info, check, joint plot, camera preview, and the
 """
 
 from .episodes import (
+    OPERATOR_INPUT_TOPICS,
     OUTCOMES,
     EpisodeMetadata,
     EpisodeProgress,
@@ -34,6 +35,7 @@ from .stats import GAP_FACTOR, EpisodeStats, Gap, TopicStats, episode_stats, top
 from .writer import EpisodeWriter, TopicQos
 
 __all__ = [
+    "OPERATOR_INPUT_TOPICS",
     "GAP_FACTOR",
     "DamagedEpisodeError",
     "EpisodeDataError",

@@ -95,6 +95,10 @@ def split_at_window(items: Sequence[tuple], since_ns: int | None = None,
     return inside, outside
 
 
+#: the operator input's topics (the tracker's poses, the hand tracking's skeletons): absent from a bringup in which
+#: a policy drives instead of the operator (the recorder leaves them out there: its ``exclude_topics``)
+OPERATOR_INPUT_TOPICS = ("/operator/trackers", "/operator/hand/left/skeleton", "/operator/hand/right/skeleton")
+
 class EpisodeProgress(NamedTuple):
     """The episode being recorded, as far as it got (cheap: for a 1 Hz status)."""
 
