@@ -17,7 +17,9 @@
     rynn-teleop policy eval PATH --task T [--episodes N] [--seed S]   a trained policy's rollouts on fresh twins:
                                       success rate with its 95 % interval, time to success, a report folder
     rynn-teleop world-model encode-prompt BASE_DIR "PROMPT" OUT   the world model's fixed prompt, encoded once
-    rynn-teleop world-model dataset|tiny-base|train|distill|eval ...   make and judge world-model weights
+    rynn-teleop world-model dataset|tiny-base|train|distill|eval|judge ...   make and judge world-model weights
+    rynn-teleop world-model judge EPISODE... --out DIR   digital episodes' commands on the twin beside what the
+                                      generated video shows at the end
 
 Exit codes: 0 done; 1 the data is at fault (a damaged or unreadable episode, a failed check); 2 the request
 (bad arguments, a path that does not exist or is of the wrong kind, an output that cannot be written); 130
@@ -263,6 +265,8 @@ TRAINING_TOOLS = {
                 "pairs)"),
     "eval": ("evaluate", "PSNR/SSIM/LPIPS of weights on held-out clips against the render backend and the "
              "repeat-the-first-frame baseline; plots and a side-by-side video"),
+    "judge": ("judge", "replay digital episodes' commands on the twin and set its outcome beside what the generated "
+              "video shows at the end (object in the target or not): judge.json and a strip per episode"),
 }
 
 

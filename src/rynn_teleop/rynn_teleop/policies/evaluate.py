@@ -415,6 +415,30 @@ def prepare_folder(out: str | Path) -> Path:
 
 # --------------------------------------------------------------------------------------------- the twin
 
+def driver_joints() -> tuple[np.ndarray, np.ndarray]:
+    """Canonical indices of the arm driver's joints (both arms) and of the hand driver's (both hands)."""
+    every = np.arange(len(CANONICAL_JOINT_NAMES))
+    return (np.concatenate([every[GROUPS.arm(s)] for s in SIDES]),
+            np.concatenate([every[GROUPS.hand(s)] for s in SIDES]))
+
+
+def driver_cycle(world: PhysicsWorld, safety: SafetyController, names: Sequence[str], t: float) -> None:
+    """A driver's cycle at ``t`` [s] on the twin ``world``: its safety layer's target for the measured joints
+    ``names``, written as the twin's position targets (nothing when the layer holds no target)."""
+    out = safety.step(t, world.joint_state(names).position)
+    if out.target is not None:
+        world.set_targets(out.target, names)
+
+
+def advance_checked(world: PhysicsWorld, t: float) -> None:
+    """Step the physics of ``world`` to ``t`` [s]. Raises RolloutError when MuJoCo reset its state (a diverging
+    simulation: its time jumps back)."""
+    world.advance_to(t)
+    if abs(world.time - t) > 2 * world.timestep:
+        raise RolloutError(f"the physics diverged: its time is {world.time:.3f} s where {t:.3f} s was "
+                           "expected (MuJoCo reset an unstable state)")
+
+
 class Twin:
     """One rollout's twin and the stack's pieces around it (see the module doc, step 1): built by
     :func:`build_twin`, driven by :func:`run_rollout`."""
@@ -430,9 +454,7 @@ class Twin:
         self.rig = rig
         self.monitor: TaskMonitor = TaskMonitor(world)
         self.builder = ObservationBuilder(spec)
-        every = np.arange(len(CANONICAL_JOINT_NAMES))
-        self.arms = np.concatenate([every[GROUPS.arm(s)] for s in SIDES])  # the arm driver's joints (canonical indices)
-        self.hands = np.concatenate([every[GROUPS.hand(s)] for s in SIDES])  # the hand driver's
+        self.arms, self.hands = driver_joints()
         self.arm_names = [CANONICAL_JOINT_NAMES[i] for i in self.arms]
         self.hand_names = [CANONICAL_JOINT_NAMES[i] for i in self.hands]
         self.arm_safety = rig.arm.controller(robot, self.arms)
@@ -513,10 +535,8 @@ class Twin:
         self._write(self.hand_safety, self.hand_names, t)
 
     def _write(self, safety: SafetyController, names: Sequence[str], t: float) -> None:
-        """A driver's cycle at ``t`` [s]: its safety layer's target for the measured joints ``names``, written."""
-        out = safety.step(t, self.world.joint_state(names).position)
-        if out.target is not None:
-            self.world.set_targets(out.target, names)
+        """A driver's cycle at ``t`` [s] (:func:`driver_cycle`)."""
+        driver_cycle(self.world, safety, names, t)
 
     def clipped(self) -> tuple[tuple[str, int], ...]:
         """Driver cycles in which each safety layer clipped, by reason (position limit, max step), non-zero only:
@@ -527,10 +547,7 @@ class Twin:
     def advance(self, t: float) -> None:
         """Step the physics to ``t`` [s]. Raises RolloutError when MuJoCo reset its state (a diverging
         simulation: its time jumps back)."""
-        self.world.advance_to(t)
-        if abs(self.world.time - t) > 2 * self.world.timestep:
-            raise RolloutError(f"the physics diverged: its time is {self.world.time:.3f} s where {t:.3f} s was "
-                               "expected (MuJoCo reset an unstable state)")
+        advance_checked(self.world, t)
 
 
 def build_twin(scene: Scene, seed: int, spec: PolicySpec, rig: Rig, camera: SyntheticScene | None = None,
@@ -669,7 +686,7 @@ class _Evaluation:
 
 
 @contextlib.contextmanager
-def _clipping_counted() -> Iterator[None]:
+def clipping_counted() -> Iterator[None]:
     """While a rollout runs, the safety layers' once-a-second "clipped" warnings are not logged: a rollout runs
     faster than real time, so they would come many times a second; the clipping is counted in the result's
     ``clipped`` (``report.json``'s ``clipped_cycles``) instead."""
@@ -691,7 +708,7 @@ def _rollout(ev: _Evaluation, index: int, seed: int) -> tuple[RolloutResult, lis
         twin = build_twin(ev.scene, seed, ev.runner.spec, ev.rig, ev.camera, ev.robot)
         ev.camera = twin.camera
         twin.keep_frames = ev.settings.video
-        with _clipping_counted():
+        with clipping_counted():
             run = run_rollout(twin, ev.runner, ev.settings.max_seconds)
         result = RolloutResult(index, seed, "success" if run.success else "failure", run.reason, run.time_to_success,
                                run.sim_time, run.steps, time.perf_counter() - start,

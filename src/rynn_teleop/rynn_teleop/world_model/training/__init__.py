@@ -10,7 +10,10 @@ Modules:
 * ``common``: clips to latents, base and weights folders, sample videos; ``loop``: the accelerate loop;
 * ``train``: the stage-1 teacher (``rynn-teleop world-model train``);
 * ``distill``: the causal 4-step student the node runs (``rynn-teleop world-model distill``);
-* ``metrics`` and ``evaluate``: image metrics on held-out episodes (``rynn-teleop world-model eval``).
+* ``metrics`` and ``evaluate``: image metrics on held-out episodes (``rynn-teleop world-model eval``);
+* ``objects``: the twin's object poses, boxes and first moves in recorded episodes;
+* ``judge``: digital episodes' commands replayed on the twin beside what the generated video shows at the end
+  (``rynn-teleop world-model judge``).
 
 This package is a layer above ``world_model`` and ``recording`` (it reads both); neither imports it.
 """

@@ -73,9 +73,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from rynn_teleop.core.layout import SIDES
-from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, GROUPS, RobotModel
+from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, RobotModel
 from rynn_teleop.errors import ConfigurationError
+from rynn_teleop.policies.evaluate import advance_checked, clipping_counted, driver_cycle, driver_joints
 from rynn_teleop.recording.cdr import header_stamp_ns
 from rynn_teleop.recording.errors import EpisodeDataError, RecordingError
 from rynn_teleop.recording.frames import FEED_TOPICS, IMAGE, Bag, read_images
@@ -184,14 +184,17 @@ def _scene_layout(path: Path, bag: Bag, recorded: Mapping[str, Any] | None) -> t
     (scene, seed), = layouts.values()
     warnings: list[str] = []
     recorded = recorded or {}
+    try:
+        recorded_seed = None if recorded.get("seed") is None else int(recorded["seed"])
+    except (TypeError, ValueError):
+        recorded_seed = None
     if seed is None:
-        if recorded.get("seed") is None:
+        if recorded_seed is None:
             raise NotTwinEpisodeError(f"{path}: {SCENE_TOPIC} names no layout seed, nor does episode.yaml's "
                                       "extra.twin", episode=path, topic=SCENE_TOPIC)
-        seed = int(recorded["seed"])
+        seed = recorded_seed
         warnings.append(f"{SCENE_TOPIC} names no seed: episode.yaml's extra.twin seed {seed} used")
-    if recorded and (recorded.get("scene") != scene or (recorded.get("seed") is not None
-                                                         and int(recorded["seed"]) != seed)):
+    if recorded and (recorded.get("scene") != scene or recorded_seed != seed):
         warnings.append(f"episode.yaml's extra.twin ({recorded.get('scene')}, seed {recorded.get('seed')}) differs "
                         f"from {SCENE_TOPIC} ({scene}, seed {seed}): the twin's own {SCENE_TOPIC} is used")
     return scene, int(seed), warnings
@@ -299,6 +302,7 @@ class TwinReplay(NamedTuple):
     reason: str  # the predicate's reason, in words
     arrived: bool  # the joints reached the first command after the approach (else the replay started anyway)
     commands_sent: int  # [-] recorded commands sent (the approach and the hold not counted)
+    clipped: tuple[tuple[str, int], ...]  # (driver/reason, driver cycles) the safety layers clipped, non-zero only
     sim_time_s: float  # [s] simulated, approach and settle included
     final_joints: np.ndarray  # (54,) [rad] measured at the end, canonical order
     object_names: tuple[str, ...]  # the scene's objects in its file order (/twin/objects' order)
@@ -313,7 +317,8 @@ class TwinReplay(NamedTuple):
 class _Driver:
     """One driver's safety layer on the twin: the joints it has, the commands it takes, its cycle."""
 
-    def __init__(self, safety: DriverSafety, robot: RobotModel, joints: np.ndarray, order: int) -> None:
+    def __init__(self, name: str, safety: DriverSafety, robot: RobotModel, joints: np.ndarray, order: int) -> None:
+        self.name = name  # "arm" or "hand"
         self.rate_hz = float(safety.rate_hz)
         self.joints = joints  # canonical indices
         self.names = [CANONICAL_JOINT_NAMES[i] for i in joints]
@@ -342,11 +347,8 @@ class _Driver:
         return True
 
     def cycle(self, world: PhysicsWorld) -> None:
-        """The cycle due now: the safety layer's target for the measured joints, written to the twin."""
-        t = self.next_time
-        out = self.controller.step(t, world.joint_state(self.names).position)
-        if out.target is not None:
-            world.set_targets(out.target, self.names)
+        """The cycle due now (:func:`~rynn_teleop.policies.evaluate.driver_cycle`)."""
+        driver_cycle(world, self.controller, self.names, self.next_time)
         self.ticks += 1
 
 
@@ -358,11 +360,11 @@ class LockstepDrivers:
     """
 
     def __init__(self, world: PhysicsWorld, robot: RobotModel, arm: DriverSafety, hand: DriverSafety) -> None:
-        every = np.arange(len(CANONICAL_JOINT_NAMES))
+        arms, hands = driver_joints()
         self.world = world
         self.drivers = {
-            ARM_COMMAND_TOPIC: _Driver(arm, robot, np.concatenate([every[GROUPS.arm(s)] for s in SIDES]), 0),
-            HAND_COMMAND_TOPIC: _Driver(hand, robot, np.concatenate([every[GROUPS.hand(s)] for s in SIDES]), 1),
+            ARM_COMMAND_TOPIC: _Driver("arm", arm, robot, arms, 0),
+            HAND_COMMAND_TOPIC: _Driver("hand", hand, robot, hands, 1),
         }
 
     def send(self, topic: str, names: Sequence[str], positions: np.ndarray, t: float) -> bool:
@@ -388,12 +390,13 @@ class LockstepDrivers:
         self._step_to(t)
 
     def _step_to(self, t: float) -> None:
-        from rynn_teleop.policies.evaluate import RolloutError
+        advance_checked(self.world, t)
 
-        self.world.advance_to(t)
-        if abs(self.world.time - t) > 2 * self.world.timestep:
-            raise RolloutError(f"the physics diverged: its time is {self.world.time:.3f} s where {t:.3f} s was "
-                               "expected (MuJoCo reset an unstable state)")
+    def clipped(self) -> tuple[tuple[str, int], ...]:
+        """Driver cycles in which each safety layer clipped, by reason (position limit, max step), non-zero only:
+        (("arm/position", n), ...), as the policy evaluation reports them."""
+        return tuple((f"{d.name}/{why}", int(n)) for d in sorted(self.drivers.values(), key=lambda d: d.order)
+                     for why, n in d.controller.clamp_counts.items() if n)
 
     def measured(self, names: Sequence[str]) -> np.ndarray:
         """[rad] the measured positions of ``names`` now."""
@@ -448,7 +451,7 @@ def run_replay(drivers: LockstepDrivers, track: CommandTrack, options: ReplayOpt
     return ReplayRun(arrived, len(track.commands))
 
 
-def build_twin(scene: Scene, seed: int, robot: RobotModel | None = None) -> tuple[PhysicsWorld, LockstepDrivers]:
+def build_replay_twin(scene: Scene, seed: int, robot: RobotModel | None = None) -> tuple[PhysicsWorld, LockstepDrivers]:
     """A fresh twin of ``scene`` at ``seed`` with the robot at home (as the twin node starts it) and its drivers'
     safety layers as configured (``config/arm_driver.yaml``, ``config/hand_driver.yaml``)."""
     from rynn_teleop.policies.evaluate import DriverSafety
@@ -480,12 +483,14 @@ def replay_on_twin(scene: str | Scene, seed: int, track: CommandTrack, options: 
 
     options = (options or ReplayOptions()).check()
     scene = load_scene(scene) if isinstance(scene, str) else scene
-    world, drivers = build_twin(scene, seed, robot)
+    world, drivers = build_replay_twin(scene, seed, robot)
     start = _pose_rows(object_poses(world))
-    run = run_replay(drivers, track, options)
+    with clipping_counted():  # counted in the result instead
+        run = run_replay(drivers, track, options)
     live = TaskMonitor(world).update()
     region = world.layout.targets[scene.task.target]
-    return TwinReplay(live.success is True, live.label, live.reason, run.arrived, run.commands_sent, world.time,
+    return TwinReplay(live.success is True, live.label, live.reason, run.arrived, run.commands_sent,
+                      drivers.clipped(), world.time,
                       world.joint_state().position.copy(), tuple(o.name for o in scene.objects), start,
                       _pose_rows(object_poses(world)), np.asarray(region.center, dtype=float).copy(),
                       np.asarray(region.half_size, dtype=float).copy(), float(region.yaw),
@@ -639,6 +644,7 @@ class JudgeResult:
     generated_frames: int = 0  # [-]
     arrived: bool = True  # the replay's approach reached the first command
     commands_sent: int = 0  # [-]
+    clipped: tuple[tuple[str, int], ...] = ()  # (driver/reason, driver cycles) the safety layers clipped
     sim_time_s: float = 0.0  # [s] the replay, approach and settle included
     final_joints: tuple[float, ...] = ()  # (54,) [rad]
     final_object_poses: dict[str, list[float]] = field(default_factory=dict)  # name -> x, y, z, qx, qy, qz, qw
@@ -667,7 +673,7 @@ class JudgeResult:
                 "target_box": list(self.target_box), "frame_size": list(self.frame_size),
                 "last_frame_stamp_ns": self.last_frame_stamp_ns, "generated_frames": self.generated_frames,
                 "replay": {"arrived": self.arrived, "commands_sent": self.commands_sent,
-                           "sim_time_s": round(self.sim_time_s, 4)},
+                           "clipped_cycles": dict(self.clipped), "sim_time_s": round(self.sim_time_s, 4)},
                 "final_joints": dict(zip(CANONICAL_JOINT_NAMES, (round(v, 6) for v in self.final_joints))),
                 "final_object_poses": self.final_object_poses, "event": self.event, "strip": self.strip,
                 "warnings": list(self.warnings), "wall_s": round(self.wall_s, 2)}
@@ -849,12 +855,17 @@ def judge_episode(inputs: EpisodeInputs, folder: Path, index: int, options: Repl
     write_strip(folder / strip, strip_image(inputs, replay, hypotheses, decision, robot))
     h, w = inputs.last_frame.shape[:2]
     return JudgeResult(
-        str(inputs.path), inputs.scene, inputs.seed, replay.success, replay.reason, decision.shows_in_target,
-        decision.psnr_in_db, decision.psnr_out_db, replay.outcome, inputs.task_object, inputs.target,
-        tuple(int(v) for v in hypotheses.box), (int(w), int(h)), inputs.last_stamp_ns, inputs.generated_frames,
-        replay.arrived, replay.commands_sent, float(replay.sim_time_s), tuple(float(v) for v in replay.final_joints),
-        {name: [round(float(v), 6) for v in pose] for name, pose in zip(replay.object_names, replay.final_poses)},
-        inputs.event, strip, inputs.warnings, time.perf_counter() - start)
+        episode=str(inputs.path), scene=inputs.scene, seed=inputs.seed, twin_success=replay.success,
+        twin_reason=replay.reason, generated_shows_in_target=decision.shows_in_target,
+        psnr_in_db=decision.psnr_in_db, psnr_out_db=decision.psnr_out_db, twin_outcome=replay.outcome,
+        task_object=inputs.task_object, target=inputs.target, target_box=tuple(int(v) for v in hypotheses.box),
+        frame_size=(int(w), int(h)), last_frame_stamp_ns=inputs.last_stamp_ns,
+        generated_frames=inputs.generated_frames, arrived=replay.arrived, commands_sent=replay.commands_sent,
+        clipped=replay.clipped, sim_time_s=float(replay.sim_time_s),
+        final_joints=tuple(float(v) for v in replay.final_joints),
+        final_object_poses={name: [round(float(v), 6) for v in pose]
+                            for name, pose in zip(replay.object_names, replay.final_poses)},
+        event=inputs.event, strip=strip, warnings=inputs.warnings, wall_s=time.perf_counter() - start)
 
 
 def judge(episodes: Sequence[str | os.PathLike], out: str | os.PathLike, *, options: ReplayOptions | None = None,
@@ -942,7 +953,7 @@ __all__ = [
     "LockstepDrivers",
     "TwinReplay",
     "add_arguments",
-    "build_twin",
+    "build_replay_twin",
     "decide",
     "first_interaction",
     "judge",
