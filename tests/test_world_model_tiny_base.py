@@ -8,13 +8,13 @@ import torch
 
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.diffusion.model import load_model
-from rynn_teleop.world_model.diffusion.presets import TINY
+from rynn_teleop.world_model.diffusion.presets import SMALL, TINY, get_preset
 from rynn_teleop.world_model.training.clips import Clip, DatasetInfo, write_clip
 from rynn_teleop.world_model.training.tiny_base import fit_tiny_base
 
 
-def square_clip(seed: int, frames: int = 9) -> Clip:
-    h, w = TINY.height, TINY.width
+def square_clip(seed: int, frames: int = 9, size: tuple[int, int] = (TINY.width, TINY.height)) -> Clip:
+    w, h = size
     video = np.full((frames, h, w, 3), 40, np.uint8)
     for t in range(frames):
         x = (seed * 7 + 5 * t) % (w - 16)
@@ -24,11 +24,12 @@ def square_clip(seed: int, frames: int = 9) -> Clip:
 
 
 def make_dataset(root, preset: str = "tiny"):
-    info = DatasetInfo(preset=preset, width=TINY.width, height=TINY.height, fps=30.0, clip_frames=9,
+    size = (TINY.width, TINY.height) if preset == "paper" else (get_preset(preset).width, get_preset(preset).height)
+    info = DatasetInfo(preset=preset, width=size[0], height=size[1], fps=30.0, clip_frames=9,
                        joint_names=[f"j{i}" for i in range(54)])
     for i in range(2):
         name = f"clips/train/{i:06d}.safetensors"
-        write_clip(root / name, square_clip(i))
+        write_clip(root / name, square_clip(i, size=size))
         info.episodes.append({"path": f"ep{i}", "name": f"ep{i}", "split": "train", "frames": 9, "clips": [name]})
     info.write(root)
     return root
@@ -42,6 +43,17 @@ def test_the_fitted_base_loads_as_a_release_and_reconstructs_better_than_at_star
     assert fitted["steps"] == 25 and fitted["train_psnr"] > fitted["first_psnr"]
     model = load_model(TINY, tmp_path / "b2", None, tmp_path / "p2.safetensors")
     assert model.prompt_embeds.shape == TINY.prompt_shape
+
+
+def test_the_small_preset_gets_a_base_of_its_own_size(tmp_path):
+    torch.set_num_threads(2)
+    data = make_dataset(tmp_path / "data", preset="small")
+    fitted = fit_tiny_base(data, tmp_path / "b", tmp_path / "p.safetensors", seconds=1e9, max_steps=2, batch=1,
+                           log=None)
+    assert fitted["steps"] == 2
+    model = load_model(SMALL, tmp_path / "b", None, tmp_path / "p.safetensors")  # the preset's checks pass
+    assert model.prompt_embeds.shape == SMALL.prompt_shape
+    assert (SMALL.width, SMALL.height) == (160, 96) and SMALL.token_grid == (3, 5)  # rows, columns
 
 
 def test_a_used_folder_or_a_dataset_of_another_preset_is_refused(tmp_path):

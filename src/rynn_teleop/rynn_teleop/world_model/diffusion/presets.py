@@ -5,7 +5,7 @@ A :class:`WanPreset` holds the constructor arguments of diffusers' ``Autoencoder
 streaming dimensions (block, sink and window of the key/value cache, chunk between re-anchorings), the
 sampler's steps and the prompt embedding's shape. ``paper`` is Wan2.2 TI2V-5B as released in
 ``Wan2.2-TI2V-5B-Diffusers`` at 832x480; ``tiny`` has the same structure at a size that runs the tests on
-a CPU in seconds.
+a CPU in seconds; ``small`` is ``tiny``'s networks at 160x96, where the twin's objects are 10 px across.
 
 Token arithmetic of ``paper``: 480x832 px / 16 = 30x52 latents per latent frame, the (1, 2, 2) patch makes
 that 15x26 = 390 tokens; 81 frames = 1 + 4*20 frames = 21 latent frames.
@@ -337,6 +337,25 @@ TINY = WanPreset(
     text_dim=16,
 )
 
+#: ``tiny``'s networks at 160x96 (5x3 tokens per latent frame instead of 3x2): the twin's task objects are 10 px
+#: across or more where ``tiny`` draws the red cube 7 px (pick_place, layouts 0-7: the cube's box is 7.1 px at
+#: 96x64, 11.8 px here; the ball 11 -> 18 px; bimanual_lift's bar 11 -> 18 px), at about 2.5 x tiny's compute,
+#: so that training and distilling it on a 2-core CPU fits in the interaction bench's budget
+SMALL = WanPreset(
+    name="small",
+    width=160,
+    height=96,
+    latent_channels=48,
+    vae_config=TINY_VAE_CONFIG,
+    transformer_config=TINY_TRANSFORMER_CONFIG,
+    block_frames=1,
+    sink_frames=1,
+    window_frames=2,
+    shift=5.0,
+    prompt_len=16,
+    text_dim=16,
+)
+
 PAPER = WanPreset(
     name="paper",
     width=832,
@@ -352,7 +371,10 @@ PAPER = WanPreset(
     text_dim=4096,  # UMT5-XXL d_model
 )
 
-PRESETS: dict[str, WanPreset] = {p.name: p for p in (TINY, PAPER)}
+PRESETS: dict[str, WanPreset] = {p.name: p for p in (TINY, SMALL, PAPER)}
+#: presets with no published release: their base (VAE fitted to a dataset, a seeded DiT, a random prompt) is made
+#: here by ``rynn-teleop world-model tiny-base`` (:mod:`rynn_teleop.world_model.training.tiny_base`)
+STAND_IN_PRESETS: tuple[str, ...] = (TINY.name, SMALL.name)
 
 
 def get_preset(name: str) -> WanPreset:

@@ -6,7 +6,7 @@ size exists, and a random one cannot reconstruct a frame, so a tiny run first fi
 passes :func:`~rynn_teleop.world_model.diffusion.weights.load_base`'s checks) as a deterministic
 autoencoder on the dataset's training frames, and writes a folder in the release's layout (``vae/``,
 ``transformer/`` with a seeded random DiT, as a stand-in for the pretrained one) plus a seeded random
-prompt embedding. Only the ``tiny`` preset: the ``paper`` preset uses the published release.
+prompt embedding. Only the stand-in presets (``tiny``, ``small``): the ``paper`` preset uses the published release.
 
 Loss per step: L1 + MSE between a random 5-frame window (1 + 4: one latent frame of motion) of a training
 clip and its reconstruction through the posterior mean, plus ``stats_weight`` times how far the normalised
@@ -30,7 +30,7 @@ from diffusers import AutoencoderKLWan, WanTransformer3DModel
 
 from rynn_teleop.errors import ConfigurationError
 
-from ..diffusion.presets import TINY
+from ..diffusion.presets import STAND_IN_PRESETS, get_preset
 from ..diffusion.vae import rgb_to_pixels
 from ..diffusion.weights import save_prompt
 from .clips import ClipDataset
@@ -60,7 +60,8 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
     """Fit the tiny VAE to ``dataset_dir``'s training frames and write a tiny base release.
 
     Args:
-        dataset_dir: a ``tiny`` dataset (``rynn-teleop world-model dataset --preset tiny``).
+        dataset_dir: a dataset of a stand-in preset (``tiny``, ``small``: :data:`STAND_IN_PRESETS`;
+            ``rynn-teleop world-model dataset --preset tiny``); the base is that preset's.
         base_dir: output folder (``vae/``, ``transformer/``); must not exist or be empty.
         prompt_file: output prompt embedding (.safetensors).
         seconds: training time budget [s] (wall clock); ``max_steps`` stops earlier if given.
@@ -82,17 +83,19 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
             ``base_dir``.
     """
     dataset = ClipDataset(dataset_dir, "train")
-    if dataset.info.preset != TINY.name:
+    if dataset.info.preset not in STAND_IN_PRESETS:
         raise ConfigurationError(f"{dataset_dir}: a {dataset.info.preset!r} dataset; a tiny base is fitted to a "
-                                 f"{TINY.name!r} dataset (the paper preset uses the published Wan2.2 release)")
+                                 f"dataset of {' or '.join(repr(p) for p in STAND_IN_PRESETS)} (the paper preset "
+                                 "uses the published Wan2.2 release)")
+    preset = get_preset(dataset.info.preset)
     base = Path(base_dir)
     if base.exists() and any(base.iterdir()):
         raise ConfigurationError(f"{base}: not empty; the tiny base is written into a new folder")
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    vae = AutoencoderKLWan(**TINY.vae_kwargs).train()
-    mean = torch.tensor(TINY.vae_kwargs["latents_mean"]).view(1, -1, 1, 1, 1)
-    std = torch.tensor(TINY.vae_kwargs["latents_std"]).view(1, -1, 1, 1, 1)
+    vae = AutoencoderKLWan(**preset.vae_kwargs).train()
+    mean = torch.tensor(preset.vae_kwargs["latents_mean"]).view(1, -1, 1, 1, 1)
+    std = torch.tensor(preset.vae_kwargs["latents_std"]).view(1, -1, 1, 1, 1)
     optimiser = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
     start = time.monotonic()
     step, recent, first = 0, [], []
@@ -117,11 +120,11 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
                 f"{np.mean([r[0] for r in recent]):.1f} dB, latents mean {recent[-1][1]:+.2f} std {recent[-1][2]:.2f}")
     vae.eval().requires_grad_(False)
     vae.save_pretrained(base / "vae")
-    transformer = WanTransformer3DModel(**TINY.transformer_kwargs)
+    transformer = WanTransformer3DModel(**preset.transformer_kwargs)
     transformer.save_pretrained(base / "transformer")
     generator = torch.Generator().manual_seed(seed)
-    save_prompt(torch.randn(TINY.prompt_shape, generator=generator), prompt_file, prompt="(tiny: random)",
-                tokens=TINY.prompt_len)
+    save_prompt(torch.randn(preset.prompt_shape, generator=generator), prompt_file,
+                prompt=f"({preset.name}: random)", tokens=preset.prompt_len)
     result = {"steps": step, "seconds": round(time.monotonic() - start, 1),
               "first_psnr": float(np.mean(first)) if first else None,
               "train_psnr": float(np.mean([r[0] for r in recent])) if recent else None,
@@ -133,7 +136,7 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``rynn-teleop world-model tiny-base DATASET --out BASE_DIR --prompt-file FILE [--seconds S]``."""
-    parser.add_argument("dataset", help="a tiny dataset folder (rynn-teleop world-model dataset --preset tiny)")
+    parser.add_argument("dataset", help="a dataset folder of a stand-in preset (rynn-teleop world-model dataset --preset tiny or small)")
     parser.add_argument("--out", required=True, help="the base folder to write (vae/, transformer/)")
     parser.add_argument("--prompt-file", required=True, help="the prompt embedding to write (.safetensors)")
     parser.add_argument("--seconds", type=float, default=120.0, help="VAE training time [s]")
