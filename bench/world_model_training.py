@@ -23,6 +23,18 @@ The last line is one JSON object: ``student_psnr``, ``teacher_psnr``, ``baseline
 LPIPS (LPIPS null: its AlexNet backbone weights cannot be obtained here; ``--lpips-backbone`` gives them),
 ``held_out_frames``, ``train_seconds`` (teacher + student optimisation), the goal (student PSNR at least
 2 dB over the baseline) and whether it was met, and each step's time.
+
+With ``--twin`` (interaction; about 45 minutes here at ``--preset small``) step 1 records twin episodes instead: per
+task of :data:`TWIN_TASKS`, ``--layouts`` randomised layouts (seeds 2000..) done by the scripted operator through the
+whole stack (``bench/sim_tasks.py``'s stack, the physical feed on the head camera drawing the twin, so every frame is
+the twin's ground truth); the dataset carries the objects (``--objects``) and holds out whole layouts
+(``--split-by layout``); the evaluation adds object-region PSNR/SSIM before and after each object's first move; the
+goals are then those of the interaction issue: the student beats repeat-the-first-frame AND the render backend (which
+cannot move objects) by at least ``TWIN_GOAL_DB`` on object-region PSNR after the first move, and both on
+whole-frame PSNR and SSIM. ``grasp_strip.png`` (in the eval folder) shows the held-out frames around an object's first
+move, truth and every model. With ``--judge-layouts N`` a last step records N pick-and-place episodes in the digital
+mode with the trained student generating the camera (``world_model_backend: diffusion``) and judges them on the twin
+(``rynn-teleop world-model judge``).
 """
 
 from __future__ import annotations
@@ -36,14 +48,97 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_DB = 2.0  # issue 17: the student beats repeat-the-first-frame by at least 2 dB PSNR
+TWIN_GOAL_DB = 1.0  # the interaction issue: object-region PSNR after the first move, over both baselines [dB]
+TWIN_TASKS = ("pick_place", "bimanual_lift")
+TWIN_SEED0, JUDGE_SEED0 = 2000, 3000  # layouts of the recorded twin episodes, of the judged digital ones
+STRIP_OFFSETS = (-8, -4, 0, 4, 8, 12, 16)  # [frames] around an object's first move in grasp_strip.png
 
 
 def _stamp(label: str, t0: float) -> float:
     now = time.monotonic()
     print(f"[{now - t0:7.1f} s] {label}", flush=True)
     return now
+
+
+def record_twin(work: Path, layouts: int) -> list[Path]:
+    """Step 1 with ``--twin``: ``layouts`` layouts per task of TWIN_TASKS through the stack, the physical feed on."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sim_tasks import run_stack
+
+    episodes: list[Path] = []
+    (work / "stack").mkdir(parents=True, exist_ok=True)
+    for k, task in enumerate(TWIN_TASKS):
+        seeds = list(range(TWIN_SEED0, TWIN_SEED0 + layouts))
+        result = run_stack(task, seeds, work / "stack", 150 + (os.getpid() + k) % 50, print, {},
+                           ("--camera", "physical"))
+        episodes += [Path(e["episode"]) for e in result["episodes"] if e.get("episode")]
+        print(f"{task}: {sum(e['success'] for e in result['episodes'])}/{len(seeds)} layouts done on the twin",
+              flush=True)
+    return episodes
+
+
+def grasp_strip(eval_dir: Path, out: Path) -> dict | None:
+    """``out``: the side-by-side frames (truth | student | teacher | render | repeat first) at STRIP_OFFSETS around
+    the first move of an object in a held-out clip (the clip whose move is nearest its middle), stacked top to
+    bottom; what it shows, or None when no held-out clip holds a first move."""
+    import av
+    import cv2
+
+    metrics = json.loads((eval_dir / "metrics.json").read_text())
+    offset, best = 0, None
+    for row in metrics["clips"]:
+        for name, first in (row.get("moved_objects") or {}).items():
+            at = first - row["start"]
+            if 0 < at < row["frames"]:
+                fit = abs(at - row["frames"] / 2)
+                if best is None or fit < best[0]:
+                    best = (fit, offset + at, row["file"], name, at)
+        offset += row["frames"]
+    if best is None:
+        return None
+    _, frame_at, file, name, at = best
+    wanted = {frame_at + d for d in STRIP_OFFSETS}
+    frames = {}
+    with av.open(str(eval_dir / metrics["files"]["video"])) as container:
+        for i, frame in enumerate(container.decode(video=0)):
+            if i in wanted:
+                frames[i] = frame.to_ndarray(format="rgb24")
+            if i > max(wanted):
+                break
+    rows = [frames[i] for i in sorted(frames)]
+    image = np.concatenate(rows, axis=0)
+    image = cv2.resize(image, (image.shape[1] * 2, image.shape[0] * 2), interpolation=cv2.INTER_NEAREST)
+    cv2.imwrite(str(out), cv2.cvtColor(image, cv2.COLOR_RGB2BGR))
+    return {"file": str(out), "clip": file, "object": name, "first_move_frame_in_clip": at,
+            "offsets_frames": [i - frame_at for i in sorted(frames)]}
+
+
+def judge_digital(work: Path, layouts: int, preset: str, student: Path) -> dict:
+    """The last step with ``--judge-layouts``: pick-and-place episodes in the digital mode with the student generating
+    the camera, their commands replayed on the twin and set beside the generated end frame."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from sim_tasks import run_stack
+
+    from rynn_teleop.recording.export import FEED_TOPICS
+    from rynn_teleop.world_model.training.judge import judge
+
+    diffusion = {"diffusion.preset": preset, "diffusion.base_dir": work / "base", "diffusion.weights_dir": student,
+                 "diffusion.prompt_file": work / "prompt.safetensors",
+                 # the stream starts from the twin camera's first frame of the layout, and is never re-anchored
+                 # on the twin's frames: what the video shows at the end is the model's alone
+                 "reference.source": "topic", "reanchor_topic": "''"}
+    args = ("--world-model-backend", "diffusion", *[a for k, v in diffusion.items()
+                                                     for a in ("-p", f"world_model.{k}={v}")])
+    (work / "digital").mkdir(parents=True, exist_ok=True)
+    result = run_stack("pick_place", list(range(JUDGE_SEED0, JUDGE_SEED0 + layouts)), work / "digital",
+                       150 + (os.getpid() + 7) % 50, print, {}, args)
+    episodes = [e["episode"] for e in result["episodes"] if e.get("episode")]
+    report = judge(episodes, work / "judge", topic=FEED_TOPICS["consumer"])  # the consumer feed: generated
+    return report.summary.to_dict()
 
 
 def main() -> int:
@@ -62,7 +157,15 @@ def main() -> int:
     parser.add_argument("--lpips-backbone", default=None, help="torchvision AlexNet weights file for LPIPS")
     parser.add_argument("--episodes-from", default=None, help="reuse recorded episodes from this folder "
                         "(skips step 1)")
+    parser.add_argument("--twin", action="store_true", help="interaction: twin episodes of both tasks, objects in "
+                        "the dataset, layouts held out, object-region goals (see the module doc)")
+    parser.add_argument("--layouts", type=int, default=6, help="with --twin: layouts recorded per task")
+    parser.add_argument("--preset", choices=("tiny", "small"), default=None,
+                        help="model size (default: tiny; small with --twin, where the objects are >= 10 px)")
+    parser.add_argument("--judge-layouts", type=int, default=0, help="with --twin: digital pick-and-place episodes "
+                        "generated by the student, judged on the twin (0: none)")
     args = parser.parse_args()
+    preset = args.preset or ("small" if args.twin else "tiny")
 
     import torch
 
@@ -83,6 +186,8 @@ def main() -> int:
             from rynn_teleop.recording.episodes import episode_dirs
 
             episodes = episode_dirs(args.episodes_from)
+        elif args.twin:
+            episodes = record_twin(work, args.layouts)
         else:
             os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
             from rynn_teleop.demo import record_episodes
@@ -90,8 +195,9 @@ def main() -> int:
             episodes = record_episodes(args.episodes, args.episode_s, work / "episodes")
         last, times["record_s"] = _stamp(f"recorded {len(episodes)} episodes", t0), time.monotonic() - last
 
-        info = build_dataset(episodes, work / "dataset", preset="tiny", clip_frames=args.clip_frames,
-                             val_fraction=args.val_fraction, seed=0, include_problems=True)
+        twin = {"objects": True, "split_by": "layout"} if args.twin else {}
+        info = build_dataset(episodes, work / "dataset", preset=preset, clip_frames=args.clip_frames,
+                             val_fraction=args.val_fraction, seed=0, include_problems=True, **twin)
         clips = {s: len(info.clip_files(s)) for s in ("train", "val")}
         times["dataset_s"] = time.monotonic() - last
         last = _stamp(f"dataset: {clips}", t0)
@@ -101,7 +207,7 @@ def main() -> int:
         times["tiny_base_s"] = time.monotonic() - last
         last = _stamp(f"tiny base: VAE {base['steps']} steps, reconstruction {base['train_psnr']:.1f} dB", t0)
 
-        common = [f"dataset={work / 'dataset'}", f"base_dir={work / 'base'}",
+        common = [f"preset={preset}", f"dataset={work / 'dataset'}", f"base_dir={work / 'base'}",
                   f"prompt_file={work / 'prompt.safetensors'}", "sample_every=0", "log_every=50"]
         teacher_cfg = TrainConfig.from_file(ROOT / "config" / "world_model_train.yaml", [
             *common, f"output={work / 'teacher'}", f"steps={args.train_steps}"])
@@ -130,13 +236,20 @@ def main() -> int:
                            prompt_file=work / "prompt.safetensors", teacher_weights_dir=work / "teacher",
                            lpips_backbone=args.lpips_backbone)
         times["eval_s"] = time.monotonic() - last
-        _stamp(f"evaluated: {metrics['held_out_frames']} held-out frames; files in {work / 'eval'}", t0)
+        last = _stamp(f"evaluated: {metrics['held_out_frames']} held-out frames; files in {work / 'eval'}", t0)
+        strip = grasp_strip(work / "eval", work / "eval" / "grasp_strip.png") if args.twin else None
+        judged = None
+        if args.twin and args.judge_layouts:
+            judged = judge_digital(work, args.judge_layouts, preset, student_dir)
+            times["judge_s"] = time.monotonic() - last
+            _stamp(f"judged {judged['episodes']} digital episodes: {judged['agreements']} agree with the twin", t0)
     finally:
         if not args.out:
             shutil.rmtree(work, ignore_errors=True)
 
-    keys = [f"{model}_{metric}" for metric in ("psnr", "ssim", "lpips")
-            for model in ("student", "teacher", "baseline", "render")]
+    metric_names = ("psnr", "ssim", "lpips") + (("object_psnr_after", "object_psnr_before", "object_ssim_after",
+                                                 "hand_shift_px", "hand_within_3px") if args.twin else ())
+    keys = [f"{model}_{metric}" for metric in metric_names for model in ("student", "teacher", "baseline", "render")]
     margin = metrics["student_psnr"] - metrics["baseline_psnr"]
     print(f"PSNR [dB]: student {metrics['student_psnr']:.2f}, teacher {metrics['teacher_psnr']:.2f}, "
           f"render {metrics['render_psnr']:.2f}, repeat-first-frame {metrics['baseline_psnr']:.2f}; student - "
@@ -151,9 +264,32 @@ def main() -> int:
         "vae_reconstruction_psnr": round(base["train_psnr"], 2),
         "lpips": "measured" if args.lpips_backbone else "null: no AlexNet backbone weights on this machine",
         "seconds": {k: round(v, 1) for k, v in times.items()}, "threads": torch.get_num_threads(),
+        "preset": preset,
     })
+    if args.twin:
+        out.update(twin_goals(metrics))
+        out.update({"tasks": list(TWIN_TASKS), "layouts_per_task": args.layouts, "split_by": "layout",
+                    "object_frames_after": metrics["models"]["student"].get("object_frames_after"),
+                    "grasp_strip": strip, "judged_digital_episodes": judged})
+        print(f"object-region PSNR after the first move [dB]: student {metrics['student_object_psnr_after']}, "
+              f"render {metrics['render_object_psnr_after']}, repeat-first-frame "
+              f"{metrics['baseline_object_psnr_after']}; goals {'met' if out['twin_goals_met'] else 'NOT met'}")
     print(json.dumps(out))
     return 0
+
+
+def twin_goals(metrics: dict) -> dict:
+    """The interaction goals (see the module doc) from ``metrics.json``'s means: each margin and whether all hold."""
+    def margin(metric: str, other: str) -> float | None:
+        a, b = metrics.get(f"student_{metric}"), metrics.get(f"{other}_{metric}")
+        return None if a is None or b is None else round(a - b, 4)
+
+    margins = {f"student_minus_{other}_{metric}": margin(metric, other)
+               for other in ("baseline", "render") for metric in ("object_psnr_after", "psnr", "ssim")}
+    met = all(v is not None for v in margins.values()) and all(
+        margins[f"student_minus_{o}_object_psnr_after"] >= TWIN_GOAL_DB for o in ("baseline", "render")) and all(
+        margins[f"student_minus_{o}_{m}"] > 0 for o in ("baseline", "render") for m in ("psnr", "ssim"))
+    return {**margins, "twin_goal_db": TWIN_GOAL_DB, "twin_goals_met": met}
 
 
 if __name__ == "__main__":
