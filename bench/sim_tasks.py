@@ -186,14 +186,17 @@ def stack_groups() -> tuple[tuple[str, ...], ...]:
 
 
 def start_stack(task: str, out: Path, env: dict, arm_ik: dict,
-                extra_args: tuple[str, ...] = ()) -> list[subprocess.Popen]:
+                extra_args: tuple[str, ...] = (), node_params: dict | None = None) -> list[subprocess.Popen]:
     """One ``rynn-teleop run --mode digital`` process per group (logs ``out/<task>.<group>.log``); ``arm_ik``:
-    parameter overrides of that node; ``extra_args``: further ``run`` arguments (``--camera physical``)."""
+    parameter overrides of that node; ``extra_args``: further ``run`` arguments for every group (``--camera
+    physical``); ``node_params``: node -> {key: value} overrides, given to the group that runs the node."""
     operator = {node: {"synthetic.task": "twin", "synthetic.task_delay_s": DELAY_S}
                 for node in ("tracker", "hand_retarget")}
     arm_ik = {"calibration_file": str(out / f"{task}.calibration.yaml"), **arm_ik}  # not the user's file
     params = {"twin": {"scene": task, "seed": DUMMY_SEED}, "arm_ik": arm_ik,
               "recorder": {"output_dir": str(out / task), "task": task}, **operator}
+    for node, values in (node_params or {}).items():
+        params[node] = {**params.get(node, {}), **values}
     procs = []
     for group in stack_groups():
         cmd = [str(Path(sys.executable).parent / "rynn-teleop"), "run", "--mode", "digital",  # auto-calibration
@@ -221,11 +224,12 @@ def stop_stack(procs: list[subprocess.Popen]) -> None:
 
 
 def run_stack(task: str, seeds: list[int], out: Path, domain_id: int, log, arm_ik: dict,
-              extra_args: tuple[str, ...] = ()) -> dict:
-    """One stack for ``task``: every seed recorded and judged by the twin (``extra_args``: see start_stack)."""
+              extra_args: tuple[str, ...] = (), node_params: dict | None = None) -> dict:
+    """One stack for ``task``: every seed recorded and judged by the twin (``extra_args``, ``node_params``: see
+    start_stack)."""
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain_id), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     t_start = time.monotonic()
-    procs = start_stack(task, out, env, arm_ik, extra_args)
+    procs = start_stack(task, out, env, arm_ik, extra_args, node_params)
     obs = Observer(domain_id)
     results = []
     try:

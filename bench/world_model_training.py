@@ -131,11 +131,10 @@ def judge_digital(work: Path, layouts: int, preset: str, student: Path) -> dict:
                  # the stream starts from the twin camera's first frame of the layout, and is never re-anchored
                  # on the twin's frames: what the video shows at the end is the model's alone
                  "reference.source": "topic", "reanchor_topic": "''"}
-    args = ("--world-model-backend", "diffusion", *[a for k, v in diffusion.items()
-                                                     for a in ("-p", f"world_model.{k}={v}")])
+    args = ("--world-model-backend", "diffusion")
     (work / "digital").mkdir(parents=True, exist_ok=True)
     result = run_stack("pick_place", list(range(JUDGE_SEED0, JUDGE_SEED0 + layouts)), work / "digital",
-                       150 + (os.getpid() + 7) % 50, print, {}, args)
+                       150 + (os.getpid() + 7) % 50, print, {}, args, {"world_model": diffusion})
     episodes = [e["episode"] for e in result["episodes"] if e.get("episode")]
     report = judge(episodes, work / "judge", topic=FEED_TOPICS["consumer"])  # the consumer feed: generated
     return report.summary.to_dict()
