@@ -41,8 +41,8 @@ from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
 from rynn_teleop.recording.export import (
     DEPTH_TOPICS,
     FEED_TOPICS,
-    ExportError,
     IDLE_TOLERANCE_RAD,
+    ExportError,
     export_lerobot,
     idle_start_rows,
     parse_image_size,

@@ -723,8 +723,8 @@ def build_parser(prog: str = "rynn-teleop episodes") -> argparse.ArgumentParser:
                    "encoding (e.g. 96x72; the policy node resizes its observations the same way); not with --depth")
     p.add_argument("--trim-idle-start", type=float, nargs="?", const=-1.0, metavar="RAD",
                    help="leave out each episode's frames before its arms first move more than RAD from where they "
-                        "started (RAD defaults to IDLE_TOLERANCE_RAD, 0.05 rad; the last frame at rest is kept): an operator's wait teaches a "
-                        "policy to stay at rest")
+                        "started (RAD defaults to IDLE_TOLERANCE_RAD, 0.05 rad; the last frame at rest is kept): "
+                        "an operator's wait teaches a policy to stay at rest")
     p.add_argument("--codec", help="video encoder (default libx264; libsvtav1 as LeRobot's default)")
     p.add_argument("--crf", type=int, help="constant rate factor, lower is better quality (default 23)")
     p.add_argument("--pix-fmt", help="pixel format of the colour streams (default yuv420p)")

@@ -136,7 +136,8 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``rynn-teleop world-model tiny-base DATASET --out BASE_DIR --prompt-file FILE [--seconds S]``."""
-    parser.add_argument("dataset", help="a dataset folder of a stand-in preset (rynn-teleop world-model dataset --preset tiny or small)")
+    parser.add_argument("dataset", help="a dataset folder of a stand-in preset (rynn-teleop world-model dataset "
+                        "--preset tiny or small)")
     parser.add_argument("--out", required=True, help="the base folder to write (vae/, transformer/)")
     parser.add_argument("--prompt-file", required=True, help="the prompt embedding to write (.safetensors)")
     parser.add_argument("--seconds", type=float, default=120.0, help="VAE training time [s]")
