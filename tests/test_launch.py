@@ -562,11 +562,7 @@ def test_a_policy_replaces_the_operator_input_and_keeps_the_rest(tmp_path):
     assert ("policy",) in bringup.process_groups(bringup.mode_nodes(policy=True))  # a process of its own
     overrides = bringup.mode_overrides("real", policy=str(tmp_path), policy_backend="replay")
     assert overrides["policy"] == {"backend": "replay", "path": str(tmp_path)}
-    from rynn_teleop.recording import OPERATOR_INPUT_TOPICS
-
-    assert overrides["recorder"] == {"exclude_topics": list(OPERATOR_INPUT_TOPICS)}  # nobody publishes them then
     assert "policy" not in bringup.mode_overrides("digital")  # the YAML's, and not started anyway
-    assert "recorder" not in bringup.mode_overrides("digital")
     assert bringup.launch_overrides({"policy": str(tmp_path)})["policy"] == {"backend": "lerobot",
                                                                              "path": str(tmp_path)}
     assert [bringup.node(n).started_by for n in ("tracker", "policy", "recorder", "twin")] == [

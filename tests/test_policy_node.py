@@ -172,11 +172,15 @@ def test_run_with_a_policy_replaces_the_operator_input(tmp_path):
     assert "policy" in nodes and not {"tracker", "arm_ik", "hand_retarget"} & set(nodes)
     assert {"twin", "arm_driver", "hand_driver", "head_camera", "recorder"} <= set(nodes)
     assert overrides["policy"] == {"path": str(tmp_path)}
+    from rynn_teleop.recording import OPERATOR_INPUT_TOPICS
+
+    assert overrides["recorder"] == {"exclude_topics": list(OPERATOR_INPUT_TOPICS)}  # nobody publishes them then
     nodes, overrides = _plan("--mode", "real", "--policy", str(tmp_path), "--policy-backend", "replay")
     assert overrides["policy"] == {"backend": "replay", "path": str(tmp_path)} and "twin" not in nodes
+    assert "recorder" not in overrides  # not recording
     nodes, overrides = _plan("policy", "arm_driver", "--policy", str(tmp_path))  # named nodes
     assert nodes == ["policy", "arm_driver"] and overrides == {"policy": {"path": str(tmp_path)}}
     with pytest.raises(RynnTeleopError, match="the policy node is not started"):
         _plan("arm_driver", "--policy", str(tmp_path))
-    nodes, _ = _plan("--mode", "digital")
-    assert "policy" not in nodes and "tracker" in nodes
+    nodes, overrides = _plan("--mode", "digital", "--record")
+    assert "policy" not in nodes and "tracker" in nodes and "recorder" not in overrides

@@ -366,8 +366,7 @@ def mode_overrides(
         tracker_backend, hand_retarget_backend, world_model_backend, policy_backend: the ``backend`` of that node
             (None keeps the YAML's value; the node checks the name against its registry). A given tracker_backend
             also sets arm_ik's auto_calibrate/auto_engage (on only for "synthetic").
-        policy: the policy node's ``path`` (None or "": the YAML's); given, the recorder also leaves out the
-            operator input's topics (``exclude_topics``), which no node publishes then.
+        policy: the policy node's ``path`` (None or "": the YAML's).
 
     Raises:
         ValueError: an unknown mode or camera.
@@ -389,10 +388,7 @@ def mode_overrides(
         if chosen[name] is not None:
             out[node_name] = {"backend": chosen[name]}
     if policy:
-        from .recording import OPERATOR_INPUT_TOPICS
-
         out.setdefault(POLICY, {})["path"] = policy
-        out.setdefault("recorder", {})["exclude_topics"] = list(OPERATOR_INPUT_TOPICS)  # no operator input runs
     return out
 
 

@@ -165,6 +165,10 @@ def _run_plan(args: argparse.Namespace) -> tuple[list[str], dict[str, dict[str, 
         raise RynnTeleopError(f"--policy {args.policy}: the policy node is not started (started: "
                               f"{', '.join(nodes)}); leave out the node names, or name policy")
     overrides = {n: v for n, v in overrides.items() if n in nodes}  # a subset of a mode keeps its backends
+    if args.policy and bringup.RECORDER in nodes:  # no operator input runs: its topics are not expected
+        from .recording import OPERATOR_INPUT_TOPICS
+
+        overrides.setdefault(bringup.RECORDER, {})["exclude_topics"] = list(OPERATOR_INPUT_TOPICS)
     for node, values in _parse_overrides(args.param).items():
         overrides.setdefault(node, {}).update(values)
     if args.config_dir is not None and not os.path.isdir(args.config_dir):
