@@ -5,7 +5,7 @@ from __future__ import annotations
 import cv2
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from rynn_teleop.core.arm_teleop import DEFAULT_HOME
@@ -137,6 +137,8 @@ def _entry(normals, offsets, R, centre, v, u) -> np.ndarray:
     ax=st.floats(-1, 1), ay=st.floats(-1, 1), az=st.floats(-1, 1), angle=st.floats(0.0, 3.1),
     sx=st.floats(0.03, 0.3), sz=st.floats(0.03, 0.3),
 )
+@example(kind="box", x=0.021, y=0.015625, zc=1.046875, ax=-0.26212257507872516, ay=0.0, az=0.4917,
+         angle=0.91796875, sx=0.158675499190462, sz=0.22604215136334976)  # a pixel on a diagonal seam
 def test_the_depth_is_where_each_pixel_ray_enters_the_primitive(kind, x, y, zc, ax, ay, az, angle, sx, sz):
     """A covered pixel whose ray meets the primitive gets the depth where the ray enters it, exactly (also at
     the seams of faces); a covered pixel whose ray just misses it (its rasterised outline) lies next to one that

@@ -404,10 +404,10 @@ class PrimitiveRenderer:
         flat = labels.ravel()
         at = v * width + u
         label = flat[at]
-        # seams: pixels whose label differs from a 4-neighbour's, or on the image border (the rest lie inside
-        # their face)
+        # seams: pixels whose label differs from one of their 8 neighbours', or on the image border (the rest
+        # lie inside their face; a pixel whose 4 neighbours share its label can still sit on a diagonal seam)
         seam = (u == 0) | (u == width - 1) | (v == 0) | (v == height - 1)
-        for step in (1, width):
+        for step in (1, width, width + 1, width - 1):
             seam |= flat[np.minimum(at + step, flat.size - 1)] != label
             seam |= flat[np.maximum(at - step, 0)] != label
         z = np.empty(len(label))
