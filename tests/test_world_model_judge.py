@@ -14,11 +14,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from recording_episodes import MS, T0, _image, _joint_state, _string, build_episode
-from twin_episodes import ARM, JS, TwinRun, _pose_array, scripted_twin_run
+from recording_episodes import MS, T0, _image, _string, build_episode
+from twin_episodes import TwinRun, _pose_array, command_messages, scripted_twin_run
 
-from rynn_teleop.core.layout import SIDES
-from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, GROUPS, RobotModel
+from rynn_teleop.core.robot_model import CANONICAL_JOINT_NAMES, RobotModel
 from rynn_teleop.errors import run_command
 from rynn_teleop.recording import EpisodeMetadata, EpisodeRecorder
 from rynn_teleop.recording.errors import DATA_EXIT_CODE, EpisodeDataError
@@ -60,13 +59,7 @@ def digital_episode(output_dir: Path, run: TwinRun, frames: list[tuple[float, np
     msgs: list[tuple[int, str, str, bytes]] = []
     if scene:
         msgs.append((T0 + 1 * MS, "/twin/scene", "std_msgs/msg/String", _string(run.scene_json)))
-    for t, q in run.targets:
-        s = T0 + int(round(t * 1e9))
-        msgs.append((s + 1 * MS, "/arms/command", JS, _joint_state(s, ARM, q[:14])))
-        for k, side in enumerate(SIDES):
-            group = GROUPS.hand(side)
-            msgs.append((s + (2 + k) * MS, "/hands/command", JS,
-                         _joint_state(s + k * MS, list(CANONICAL_JOINT_NAMES[group]), q[group])))
+    msgs += command_messages(run.targets)
     if objects:
         for t, poses in run.objects[::2]:
             s = T0 + int(round(t * 1e9))

@@ -23,6 +23,20 @@ ARM = list(CANONICAL_JOINT_NAMES[:14])
 JS = "sensor_msgs/msg/JointState"
 
 
+def command_messages(targets) -> list[tuple[int, str, str, bytes]]:
+    """(receive time [ns], topic, type, CDR) of a rollout's (t [s], q (54,) [rad]) targets as the stack sends them:
+    one arm command, then one command per hand, each a few ms after its stamp."""
+    msgs = []
+    for t, q in targets:
+        s = T0 + int(round(t * 1e9))
+        msgs.append((s + 1 * MS, "/arms/command", JS, _joint_state(s, ARM, q[:14])))
+        for k, side in enumerate(SIDES):
+            group = GROUPS.hand(side)
+            msgs.append((s + (2 + k) * MS, "/hands/command", JS,
+                         _joint_state(s + k * MS, list(CANONICAL_JOINT_NAMES[group]), q[group])))
+    return msgs
+
+
 @functools.cache
 def scripted_targets(scene: str, seed: int) -> tuple[tuple[tuple[float, np.ndarray], ...], str]:
     """The scripted plan of ``scene`` at ``seed`` run in pure physics (once per test process): its 54 joint
@@ -112,13 +126,7 @@ def scripted_twin_episode(output_dir: Path, scene: str = "pick_place", seed: int
     path = rec.start(meta, now_ns=T0)
     msgs: list[tuple[int, str, str, bytes]] = [(T0 + 1 * MS, "/twin/scene", "std_msgs/msg/String",
                                                 _string(run.scene_json))]
-    for t, q in run.targets:
-        s = T0 + int(round(t * 1e9))
-        msgs.append((s + 1 * MS, "/arms/command", JS, _joint_state(s, ARM, q[:14])))
-        for k, side in enumerate(SIDES):
-            group = GROUPS.hand(side)
-            msgs.append((s + (2 + k) * MS, "/hands/command", JS,
-                         _joint_state(s + k * MS, list(CANONICAL_JOINT_NAMES[group]), q[group])))
+    msgs += command_messages(run.targets)
     for k, (t, poses) in enumerate(run.objects):
         if k % objects_every == 0:
             s = T0 + int(round(t * 1e9))

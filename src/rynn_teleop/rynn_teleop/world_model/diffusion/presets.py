@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -341,20 +341,7 @@ TINY = WanPreset(
 #: across or more where ``tiny`` draws the red cube 7 px (pick_place, layouts 0-7: the cube's box is 7.1 px at
 #: 96x64, 11.8 px here; the ball 11 -> 18 px; bimanual_lift's bar 11 -> 18 px), at about 2.5 x tiny's compute,
 #: so that training and distilling it on a 2-core CPU fits in the interaction bench's budget
-SMALL = WanPreset(
-    name="small",
-    width=160,
-    height=96,
-    latent_channels=48,
-    vae_config=TINY_VAE_CONFIG,
-    transformer_config=TINY_TRANSFORMER_CONFIG,
-    block_frames=1,
-    sink_frames=1,
-    window_frames=2,
-    shift=5.0,
-    prompt_len=16,
-    text_dim=16,
-)
+SMALL = replace(TINY, name="small", width=160, height=96)
 
 PAPER = WanPreset(
     name="paper",
