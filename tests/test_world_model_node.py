@@ -195,6 +195,43 @@ def test_reference_from_a_topic_waits_for_its_first_frame(ros_domain_id):
         comp.shutdown()
 
 
+def test_reference_from_the_twin_is_its_layout_drawn_without_the_robot(ros_domain_id):
+    """reference.source twin: no frame before the twin's scene; then the stream starts from the layout's
+    robot-free view (reference_frame of that scene), not the procedural tabletop."""
+    import json
+
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_msgs.msg import String
+
+    from rynn_teleop.sim.monitor import scene_description
+    from rynn_teleop.sim.physics import PhysicsWorld
+    from rynn_teleop.sources.camera.synthetic import reference_frame
+
+    comp = Composition(["world_model"], overrides={"world_model": {**SMALL, "reference.source": "twin"}},
+                       domain_id=ros_domain_id)
+    try:
+        op = Operator(comp)
+        wm = comp.node("world_model")
+        op.stream(0.4)
+        assert not op.images
+        level, text = wm.diagnostic_level()
+        assert level == DiagnosticStatus.WARN and "/twin/scene" in text
+        scene = json.dumps(scene_description(PhysicsWorld("pick_place", 3)))
+        latched = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        pub = op.node.create_publisher(String, "/twin/scene", latched)
+        pub.publish(String(data=scene))  # latched: delivered whenever the subscription matches
+        assert wait_for(lambda: wm._reference is not None, 10.0)
+        expected = reference_frame(160, 120, wm.robot, twin_scene=scene)
+        np.testing.assert_array_equal(wm._reference, expected)
+        assert not np.array_equal(expected, reference_frame(160, 120, wm.robot))  # the layout is drawn
+        op.stream(1.0)
+        assert wait_for(lambda: len(op.images) > 3, 3.0)
+        np.testing.assert_array_equal(image_array(op.images[-1])[0, 0], expected[0, 0])  # no robot in the corner
+    finally:
+        comp.shutdown()
+
+
 def test_bad_reference_and_style_refuse_to_start(ros_domain_id, tmp_path):
     with pytest.raises(ParameterError, match="reference.path"):
         Composition(["world_model"], overrides={"world_model": {"reference.source": "file",

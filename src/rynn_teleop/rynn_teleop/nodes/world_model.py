@@ -17,6 +17,11 @@ repeating the last action so its frame is still shown. No frame is generated
 before every one of the 54 joints has been commanded once (diagnostics name
 the missing groups). Real frames on ``reanchor_topic`` are subscribed only
 for a backend that re-anchors on them (diffusion).
+
+Reference frame (the stream's first frame, ``reference.source``): the synthetic tabletop, an image file, the
+first frame on a camera topic, or ``twin``: the physical twin's layout (table, targets, objects where an episode
+starts) drawn without the robot from the first ``/twin/scene`` message, so that a generated episode on a twin
+layout starts from the scene the twin simulates.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.serialization import deserialize_message
 from rclpy.time import Time
 from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
 
 from ..core.camera import default_intrinsics, parse_profile
 from ..core.layout import SIDES
-from ..core.node_io import SENSOR_DATA, NodeIO, QoS, Topic, unless, when
+from ..core.node_io import LATCHED, SENSOR_DATA, NodeIO, QoS, Topic, unless, when
 from ..core.params import Param
 from ..core.plugins import BackendSchema
 from ..core.robot_model import arm_joint_names, hand_joint_names
@@ -72,11 +78,15 @@ class WorldModelNode(TeleopNode):
             Param("hands_topic", str, "/hands/command", "hand commands (20 joints per message)"),
             Param("joint_states_topic", str, "/joint_states", "measured joint states (action_source joint_states)"),
             Param("reference.source", str, "synthetic", "first frame of the stream: the synthetic tabletop, an image "
-                  "file, or the first frame on a camera topic", choices=("synthetic", "file", "topic")),
+                  "file, the first frame on a camera topic, or the physical twin's layout (its objects where an "
+                  "episode starts, drawn from the first reference.twin_scene_topic message)",
+                  choices=("synthetic", "file", "topic", "twin")),
             Param("reference.path", str, "", "reference.source file: an image file (PNG, JPEG)"),
             Param("reference.topic", str, "/head_camera/physical/color/image_raw",
                   "reference.source topic: camera topic whose first frame is the reference"),
             Param("reference.seed", int, 0, "reference.source synthetic: scene seed", min=0, max=2**31 - 1),
+            Param("reference.twin_scene_topic", str, "/twin/scene",
+                  "reference.source twin: the twin's latched scene (JSON) whose first message is drawn"),
             Param("reanchor_topic", str, "/head_camera/physical/color/image_raw",
                   "real frames offered to the model for re-anchoring (empty = none)"),
             Param("publish_condition", bool, False, "also publish the condition (skeleton) image on "
@@ -114,6 +124,9 @@ class WorldModelNode(TeleopNode):
                   "the drivers' measured joints that drive the model", when=(when("action_source", "joint_states"),)),
             Topic("{reference.topic}", "sensor_msgs/msg/Image", SENSOR_DATA,
                   "its first frame is the reference frame of the stream", when=(when("reference.source", "topic"),)),
+            Topic("{reference.twin_scene_topic}", "std_msgs/msg/String", LATCHED,
+                  "the twin's scene; its first message, drawn without the robot, is the reference frame",
+                  when=(when("reference.source", "twin"),)),
             Topic("{reanchor_topic}", "sensor_msgs/msg/Image", SENSOR_DATA,
                   "real frames offered to the model for re-anchoring",
                   when=(unless("reanchor_topic", ""), when("uses_real_frames", True))),
@@ -133,7 +146,8 @@ class WorldModelNode(TeleopNode):
         self.robot = robot_from_overlay(p["description_overlay"])
         self.conditioner = _conditioner(self.robot, self.intrinsics, p)
         self.generator = self.SCHEMA.create(p, WorldModelContext(self.robot, self.intrinsics))
-        reference = _load_reference(p, self.width, self.height, self.robot)  # None: the first frame on reference.topic
+        # None: the first frame on reference.topic, or the first scene on reference.twin_scene_topic
+        reference = _load_reference(p, self.width, self.height, self.robot)
 
         self.actions = ActionStream(self.robot.joint_names, GROUPS, self.robot.neutral())
         self.frame_queue = FrameQueue(self.generator)
@@ -155,8 +169,10 @@ class WorldModelNode(TeleopNode):
                   else ["{joint_states_topic}"])
         # drained by the generation thread at each tick: no executor wake-up per command
         self._action_subs = [self.io_polled_subscription(topic, raw=True) for topic in topics]
-        if reference is None:
+        if p["reference.source"] == "topic":
             self.io_subscription("{reference.topic}", self._on_reference)
+        elif p["reference.source"] == "twin":
+            self.io_subscription("{reference.twin_scene_topic}", self._on_twin_scene)
         self.io_facts["uses_real_frames"] = self.generator.uses_real_frames
         self.reanchoring = bool(p["reanchor_topic"].strip()) and self.generator.uses_real_frames
         # the skeleton image is drawn per action only where it is used: by the backend or for publishing
@@ -196,6 +212,24 @@ class WorldModelNode(TeleopNode):
         except (ValueError, TypeError) as exc:  # e.g. a mono8 or yuv stream: not a reference, keep waiting
             self.bad_images += 1
             self.get_logger().error(f"reference frame rejected: {exc}", throttle_duration_sec=5.0)
+            return
+        with self._lock:
+            if self._reference is None:
+                self._reference = frame
+
+    def _on_twin_scene(self, msg: String) -> None:
+        """The first usable scene becomes the reference: the twin's table, targets and objects at their layout
+        poses, without the robot (:func:`~rynn_teleop.sources.camera.synthetic.reference_frame`)."""
+        if self._reference is not None:
+            return
+        from ..sources.camera.synthetic import reference_frame
+
+        try:
+            frame = reference_frame(self.width, self.height, self.robot, seed=self.params["reference.seed"],
+                                    twin_scene=msg.data)
+        except ValueError as exc:  # not a scene this camera can draw: keep waiting, say why
+            self.bad_images += 1
+            self.get_logger().error(f"twin scene rejected as reference: {exc}", throttle_duration_sec=5.0)
             return
         with self._lock:
             if self._reference is None:
@@ -283,7 +317,9 @@ class WorldModelNode(TeleopNode):
         if not self._thread.is_alive():
             return DiagnosticStatus.ERROR, "generation thread stopped"
         if self._reference is None:
-            return DiagnosticStatus.WARN, f"waiting for a reference frame on {self.params['reference.topic']}"
+            topic = self.params["reference.twin_scene_topic" if self.params["reference.source"] == "twin"
+                                else "reference.topic"]
+            return DiagnosticStatus.WARN, f"waiting for a reference frame on {topic}"
         missing = self.actions.missing_groups()
         if missing:
             return DiagnosticStatus.WARN, f"waiting for commands of {', '.join(missing)}"
@@ -355,16 +391,12 @@ def _load_reference(p, width: int, height: int, robot) -> np.ndarray | None:
             raise ParameterError("reference.path", f"reference.path: {path!r} is not a readable image file "
                                  "(reference.source file needs one)")
         return as_rgb(image[:, :, ::-1], width, height)
-    from ..sources.camera import SyntheticScene
+    if source == "twin":
+        return None
+    from ..sources.camera.synthetic import reference_frame
 
     # the tabletop without the robot (the backends draw it), seen from the description's head camera
-    scene = SyntheticScene(width=width, height=height, fps=30.0, seed=p["reference.seed"],
-                               depth=False, robot_model=robot)
-    scene.start(0.0)
-    try:
-        return scene.read(0.0)[0].color
-    finally:
-        scene.close()
+    return reference_frame(width, height, robot, seed=p["reference.seed"])
 
 
 def main(args=None) -> int:
