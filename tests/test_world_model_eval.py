@@ -283,22 +283,23 @@ def result(tmp_path_factory, dataset, model_dirs, backbone):
 def test_evaluate_writes_metrics_plots_and_video(result):
     out, res = result
     assert json.loads((out / ev.METRICS_FILE).read_text()) == res
-    for model in ("student", "teacher", "baseline", "render"):
+    for model in ("student", "teacher", "reconstruction", "baseline", "render"):
         for metric in ("psnr", "ssim", "lpips", "hand_psnr", *ev.OBJECT_METRICS):
             assert isinstance(res[f"{model}_{metric}"], float), f"{model}_{metric}"
         assert f"{model}_hand_shift_px" in res and f"{model}_hand_within_3px" in res
         frames = res["models"][model]
         assert frames["object_frames_before"] == 2 * (MOVE_FRAME - 1)  # frames 1..3 of both clips
         assert frames["object_frames_after"] == 2 * (CLIP_FRAMES - MOVE_FRAME)
+        assert frames["object_frames_moving"] == frames["object_frames_after"]  # the square rests at frame 0
     promised = [res["files"]["metrics"], res["files"]["video"], *res["files"]["plots"]]
     assert {"psnr.png", "ssim.png", "lpips.png", "hand_psnr.png", "hand_shift_px.png", "object_psnr.png",
-            "object_ssim.png"} <= set(res["files"]["plots"])
+            "object_ssim.png", "object_psnr_moving.png"} <= set(res["files"]["plots"])
     for name in promised:
         assert (out / name).is_file() and (out / name).stat().st_size > 0, name
     assert res["objects"]["measured"] and res["objects"]["reason"] is None
     assert [c["moved_objects"] for c in res["clips"]] == [{"square": MOVE_FRAME}] * 2  # not the still or fixed one
     assert res["hand"]["threshold_px"] == 3.0 and res["hand"]["search_px"] >= 4
-    assert "PSNR before" in ev.format_table(res)
+    assert "PSNR before" in ev.format_table(res) and "PSNR moving" in ev.format_table(res)
     assert res["held_out_frames"] == 2 * (CLIP_FRAMES - 1)
     assert [c["file"] for c in res["clips"]] == ["clips/val/000001.safetensors", "clips/val/000002.safetensors"]
     student = res["models"]["student"]
@@ -314,7 +315,46 @@ def test_evaluate_writes_metrics_plots_and_video(result):
     with av.open(str(out / ev.VIDEO_FILE)) as container:
         frames = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
     assert len(frames) == 2 * CLIP_FRAMES
-    assert frames[0].shape[1] == 5 * W  # ground truth | model | teacher | render | repeat first
+    assert frames[0].shape[1] == 6 * W  # ground truth | model | teacher | VAE round trip | render | repeat first
+
+
+def test_the_reconstruction_is_diffusers_own_vae_round_trip_of_the_true_frames(result, dataset, model_dirs):
+    """The ceiling row: each clip encoded (posterior mean) and decoded by the base's AutoencoderKLWan, called
+    through diffusers' own forward (not the streaming wrapper eval uses), scored against the truth."""
+    from diffusers import AutoencoderKLWan
+
+    from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
+
+    _, res = result
+    vae = AutoencoderKLWan.from_pretrained(str(model_dirs["base_dir"]), subfolder="vae").eval()
+    for row in res["clips"]:
+        clip = read_clip(dataset / row["file"])
+        with torch.no_grad():
+            video = vae(rgb_to_pixels(clip.frames), sample_posterior=False).sample
+        frames = pixels_to_rgb(video)[1:]
+        want = [10 * math.log10(255**2 / max(np.mean((f.astype(float) - t.astype(float)) ** 2), 1e-12))
+                for f, t in zip(frames, clip.frames[1:])]
+        np.testing.assert_allclose(row["scores"]["reconstruction"]["psnr"], want, atol=0.05)
+
+
+def test_moving_scores_keep_only_objects_that_rest_at_the_anchor():
+    """Two objects shifted by k px after frame 1 of 3: *_after scores both; *_moving only the one that had not
+    moved at the clip's anchor frame (the other's first move came before the clip)."""
+    truth = np.zeros((3, 40, 60, 3), np.uint8)
+    truth[:, 5:15, 5:15] = 200
+    truth[:, 20:30, 30:40] = 120
+    pred = truth.copy()
+    pred[1:, 20:30, 30:40] = 0  # wrong only in the second object's box, only after the move
+    boxes = np.tile(np.array([[5, 5, 15, 15], [30, 20, 40, 30]], np.int32), (3, 1, 1))
+    moved = np.array([[False, False], [True, True], [True, True]])
+    both = ev.object_scores(pred, truth, boxes, moved, np.array([True, True]), np.array([True, True]))
+    only_first = ev.object_scores(pred, truth, boxes, moved, np.array([True, True]), np.array([True, False]))
+    np.testing.assert_array_equal(both.psnr_after, both.psnr_moving)
+    np.testing.assert_array_equal(both.psnr_after, only_first.psnr_after)
+    assert np.isnan(only_first.psnr_moving[0])  # before the move: no moving frame
+    assert (only_first.psnr_moving[1:] == metrics.PSNR_CAP_DB).all()  # the first object is right
+    wrong = 10 * math.log10(255**2 / 120**2)  # the second box: 120 where 0 is drawn
+    np.testing.assert_allclose(both.psnr_moving[1:], (metrics.PSNR_CAP_DB + wrong) / 2)  # the mean over both
 
 
 def test_repeat_first_frame_baseline_is_the_psnr_by_hand(result, dataset):
@@ -395,14 +435,14 @@ def test_cli_without_lpips_backbone_or_objects_reports_null(tmp_path, robot, mod
     out = tmp_path / "eval"
     args = parser.parse_args([str(dataset), "--base-dir", str(model_dirs["base_dir"]), "--weights-dir",
                               str(model_dirs["weights_dir"]), "--prompt-file", str(model_dirs["prompt_file"]),
-                              "--out", str(out), "--max-clips", "1", "--no-render"])
+                              "--out", str(out), "--max-clips", "1", "--no-render", "--no-reconstruction"])
     assert ev.run_cli(args) == 0
     printed = capsys.readouterr().out
     assert "student" in printed and str(out / ev.METRICS_FILE) in printed
     res = json.loads((out / ev.METRICS_FILE).read_text())
     assert res["student_lpips"] is None and res["baseline_lpips"] is None
     assert not res["lpips"]["measured"] and "lpips-backbone" in res["lpips"]["reason"]
-    assert res["teacher_psnr"] is None and res["render_psnr"] is None
+    assert res["teacher_psnr"] is None and res["render_psnr"] is None and res["reconstruction_psnr"] is None
     assert res["held_out_frames"] == CLIP_FRAMES - 1
     assert not (out / "lpips.png").exists() and (out / "psnr.png").exists()
     assert not res["objects"]["measured"] and "--objects" in res["objects"]["reason"]
