@@ -126,6 +126,19 @@ class Observer:
     def _on_episode(self, msg) -> None:
         self.episode = msg.data
 
+    def wait_for_feed(self, topic: str, timeout: float) -> bool:
+        """Whether a frame arrived on ``topic`` (the camera feed the recorder records) within ``timeout`` [s]; the
+        subscription is dropped after the first frame (the frames are large and not needed here)."""
+        from rclpy.qos import qos_profile_sensor_data
+        from sensor_msgs.msg import Image
+
+        got = threading.Event()
+        sub = self.node.create_subscription(Image, topic, lambda msg: got.set(), qos_profile_sensor_data)
+        try:
+            return got.wait(timeout)
+        finally:
+            self.node.destroy_subscription(sub)
+
     def wait(self, condition, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -243,6 +256,11 @@ def run_stack(task: str, seeds: list[int], out: Path, domain_id: int, log, arm_i
         obs.engage()
         if not obs.wait(lambda: obs.engaged, 10.0):
             raise RuntimeError("arm_ik did not engage after the calibration")
+        # the recorded feed must flow before the first episode: a world model backend may still be loading
+        from rynn_teleop.recording.frames import FEED_TOPICS
+
+        if not obs.wait_for_feed(FEED_TOPICS["consumer"], START_TIMEOUT_S):
+            raise RuntimeError(f"no frame on {FEED_TOPICS['consumer']} within {START_TIMEOUT_S:.0f} s (logs: {out})")
         for seed in seeds:
             t_seed = time.monotonic()
             before = obs.scene_time
