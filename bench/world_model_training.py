@@ -33,10 +33,10 @@ goals are then those of the interaction issue: the student beats repeat-the-firs
 cannot move objects) by at least ``TWIN_GOAL_DB`` on object-region PSNR after the first move (``object_psnr_after``,
 and ``object_psnr_moving``: only clips whose anchor frame shows the object at rest), and both on whole-frame PSNR and
 SSIM. The line also holds the same margins of the base VAE's round trip of the true frames (``ceiling_*``): a goal the
-ceiling misses is out of reach of any model on that VAE. ``grasp_strip.png`` (in the eval folder) shows the held-out frames around an object's first
-move, truth and every model. With ``--judge-layouts N`` a last step records N pick-and-place episodes in the digital
-mode with the trained student generating the camera (``world_model_backend: diffusion``) and judges them on the twin
-(``rynn-teleop world-model judge``).
+ceiling misses is out of reach of any model on that VAE. ``grasp_strip.png`` (in the eval folder) shows the
+held-out frames around an object's first move, truth and every model. With ``--judge-layouts N`` a last step
+records N pick-and-place episodes in the digital mode with the trained student generating the camera
+(``world_model_backend: diffusion``) and judges them on the twin (``rynn-teleop world-model judge``).
 
 ``--from STEP`` (with ``--out DIR``) starts at STEP and reuses the earlier steps' outputs in DIR, as recorded in
 its ``bench_state.json`` (e.g. ``--from eval`` re-scores trained models; ``--from base`` refits the VAE on the same
