@@ -252,31 +252,23 @@ def main() -> int:
         common = [f"preset={preset}", f"dataset={work / 'dataset'}", f"base_dir={work / 'base'}",
                   f"prompt_file={work / 'prompt.safetensors'}", "sample_every=0", "log_every=50"]
         if not reused("train"):
-            trained = {}
-            teacher_cfg = TrainConfig.from_file(ROOT / "config" / "world_model_train.yaml", [
-                *common, f"output={work / 'teacher'}", f"steps={args.train_steps}"])
-            teacher = train(teacher_cfg)
-            times["teacher_s"] = time.monotonic() - last
-            trained["teacher"] = _run_summary(teacher)
-            last = _stamp(f"teacher: {teacher.step} steps, loss {trained['teacher']['loss_first']:.3f} -> "
-                          f"{trained['teacher']['loss_last20']:.3f}", t0)
-
-            student_cfg = DistillConfig.from_file(ROOT / "config" / "world_model_distill.yaml", [
-                *common, f"teacher={work / 'teacher'}", f"output={work / 'student'}", f"steps={args.distill_steps}"])
-            student = distill(student_cfg)
-            times["student_s"] = time.monotonic() - last
-            trained["student"] = _run_summary(student)
-            last = _stamp(f"student: {student.step} steps, loss {trained['student']['loss_first']:.3f} -> "
-                          f"{trained['student']['loss_last20']:.3f}", t0)
-            trained["student_dir"], trained["dmd"] = str(work / "student"), None
+            distill_file = ROOT / "config" / "world_model_distill.yaml"
+            stages = [  # (name, run, config): the teacher, the stage-A student, with --dmd-steps stage B
+                ("teacher", train, TrainConfig.from_file(ROOT / "config" / "world_model_train.yaml", [
+                    *common, f"output={work / 'teacher'}", f"steps={args.train_steps}"])),
+                ("student", distill, DistillConfig.from_file(distill_file, [
+                    *common, f"teacher={work / 'teacher'}", f"output={work / 'student'}",
+                    f"steps={args.distill_steps}"]))]
             if args.dmd_steps:
-                dmd_cfg = DistillConfig.from_file(ROOT / "config" / "world_model_distill.yaml", [
+                stages.append(("dmd", distill, DistillConfig.from_file(distill_file, [
                     *common, f"teacher={work / 'teacher'}", f"output={work / 'student_dmd'}", "stage=dmd",
-                    f"init={work / 'student'}", f"steps={args.dmd_steps}", "learning_rate=0.0001"])
-                dmd = distill(dmd_cfg)
-                trained["student_dir"], trained["dmd"] = str(work / "student_dmd"), _run_summary(dmd)
-                times["dmd_s"] = time.monotonic() - last
-                last = _stamp(f"student (DMD): {dmd.step} steps", t0)
+                    f"init={work / 'student'}", f"steps={args.dmd_steps}", "learning_rate=0.0001"])))
+            trained = {"dmd": None, "student_dir": str(work / ("student_dmd" if args.dmd_steps else "student"))}
+            for name, run, config in stages:
+                trained[name] = _run_summary(run(config))
+                times[f"{name}_s"] = time.monotonic() - last
+                last = _stamp(f"{name}: {trained[name]['steps']} steps, loss {trained[name]['loss_first']:.3f} -> "
+                              f"{trained[name]['loss_last20']:.3f}", t0)
             save("train", trained)
         trained = state["train"]
         student_dir = Path(trained["student_dir"])

@@ -5,11 +5,11 @@ world model generating in its latents), against repeating the clip's first frame
 
 DATASET: a dataset of the ``small`` (or ``tiny``) preset built from twin episodes with ``--objects --split-by
 layout`` (``bench/world_model_training.py --twin --out DIR`` leaves one in ``DIR/dataset``). The VAE is the preset's
-``AutoencoderKLWan`` with the widths given (``--spatial 8``: one level fewer, ``dim_mult`` [1, 2, 2]), fitted as
-:func:`~rynn_teleop.world_model.training.tiny_base.fit_tiny_base` fits it (same loss, windows, seed, learning
-rate), then every held-out clip (up to its first 41 frames) is encoded and decoded whole. Scores, over frames 1..:
-whole-frame PSNR, and PSNR inside the projected box of each object in view (moving or not). The baseline is frame 0
-repeated. One JSON line: both, their differences, the settings and the seconds.
+``AutoencoderKLWan`` with the widths given (``--spatial 8``: one level fewer, ``dim_mult`` [1, 2, 2]), fitted by
+:func:`~rynn_teleop.world_model.training.tiny_base.fit_tiny_base` (its ``vae_overrides``), then every held-out clip
+(up to its first 41 frames) is encoded and decoded whole. Scores, over frames 1..: whole-frame PSNR, and PSNR inside
+the projected box of each object in view (moving or not). The baseline is frame 0 repeated. One JSON line: both,
+their differences, the settings and the seconds.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 import numpy as np
 import torch
@@ -49,40 +48,26 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
+    import tempfile
+    from pathlib import Path
+
     from diffusers import AutoencoderKLWan
 
-    from rynn_teleop.world_model.diffusion.presets import get_preset
     from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
     from rynn_teleop.world_model.training.clips import ClipDataset
     from rynn_teleop.world_model.training.metrics import box_psnr, psnr
     from rynn_teleop.world_model.training.objects import box_visible, read_clip_objects
-    from rynn_teleop.world_model.training.tiny_base import _psnr, _windows
+    from rynn_teleop.world_model.training.tiny_base import fit_tiny_base
 
-    train, held_out = ClipDataset(args.dataset, "train"), ClipDataset(args.dataset, "val")
-    kwargs = dict(get_preset(train.info.preset).vae_kwargs)
-    kwargs.update(base_dim=args.base_dim, decoder_base_dim=args.decoder_dim)
+    held_out = ClipDataset(args.dataset, "val")
+    overrides = {"base_dim": args.base_dim, "decoder_base_dim": args.decoder_dim}
     if args.spatial == 8:
-        kwargs.update(dim_mult=[1, 2, 2], temperal_downsample=[True, True], scale_factor_spatial=8)
-    torch.manual_seed(args.seed)
-    rng = np.random.default_rng(args.seed)
-    vae = AutoencoderKLWan(**kwargs).train()
-    mean = torch.tensor(kwargs["latents_mean"]).view(1, -1, 1, 1, 1)
-    std = torch.tensor(kwargs["latents_std"]).view(1, -1, 1, 1, 1)
-    optimiser = torch.optim.AdamW(vae.parameters(), lr=2e-3, weight_decay=0.0)  # fit_tiny_base's
-    start, recent = time.monotonic(), []
-    for _ in range(args.steps):  # fit_tiny_base's loss
-        x = _windows(train, rng, 2)
-        posterior = vae.encode(x).latent_dist.mode()
-        reconstruction = vae.decode(posterior).sample
-        latents = ((posterior - mean) / std).transpose(0, 1).flatten(1)
-        stats = latents.mean(1).pow(2).mean() + (latents.std(1) - 1.0).pow(2).mean()
-        loss = (reconstruction - x).abs().mean() + (reconstruction - x).pow(2).mean() + 0.1 * stats
-        optimiser.zero_grad(set_to_none=True)
-        loss.backward()
-        optimiser.step()
-        recent = [*recent[-19:], _psnr(reconstruction.detach(), x)]
-    fit_s = time.monotonic() - start
-    vae.eval()
+        overrides.update(dim_mult=[1, 2, 2], temperal_downsample=[True, True], scale_factor_spatial=8)
+    with tempfile.TemporaryDirectory(prefix="wm_vae_") as tmp:
+        fitted = fit_tiny_base(args.dataset, Path(tmp) / "base", Path(tmp) / "prompt.safetensors",
+                               seconds=float("inf"), max_steps=args.steps, seed=args.seed, vae_overrides=overrides,
+                               log=None)
+        vae = AutoencoderKLWan.from_pretrained(str(Path(tmp) / "base"), subfolder="vae").eval()
 
     def round_trip(clip, t_max):
         with torch.no_grad():
@@ -100,9 +85,10 @@ def main() -> int:
         "baseline_psnr": round(base_whole, 3), "baseline_box_psnr": round(base_box, 3),
         "vae_minus_baseline_psnr": round(vae_whole - base_whole, 3),
         "vae_minus_baseline_box_psnr": round(vae_box - base_box, 3),
-        "train_window_psnr": round(float(np.mean(recent)), 3), "steps": args.steps, "fit_seconds": round(fit_s, 1),
+        "train_window_psnr": round(fitted["train_psnr"], 3), "steps": fitted["steps"],
+        "fit_seconds": fitted["seconds"],
         "base_dim": args.base_dim, "decoder_dim": args.decoder_dim, "spatial": args.spatial,
-        "parameters": sum(p.numel() for p in vae.parameters()), "preset": train.info.preset,
+        "parameters": sum(p.numel() for p in vae.parameters()), "preset": held_out.info.preset,
         "held_out_clips": len(held_out), "threads": torch.get_num_threads()}))
     return 0
 

@@ -65,3 +65,26 @@ def test_a_used_folder_or_a_dataset_of_another_preset_is_refused(tmp_path):
     other = make_dataset(tmp_path / "paper", preset="paper")
     with pytest.raises(ConfigurationError, match="'paper' dataset"):
         fit_tiny_base(other, tmp_path / "b", tmp_path / "p.safetensors", max_steps=1, log=None)
+
+
+def test_vae_overrides_change_the_fitted_vae_and_the_base_no_longer_loads_as_the_preset(tmp_path):
+    """bench/world_model_vae.py's capacity experiments: a wider VAE with 8x spatial compression is fitted and
+    written; load_base then refuses it as the preset's, naming the differing config field."""
+    import json
+
+    from diffusers import AutoencoderKLWan
+
+    from rynn_teleop.world_model.diffusion.weights import BaseModelError, load_base
+
+    torch.set_num_threads(2)
+    data = make_dataset(tmp_path / "data")
+    overrides = {"base_dim": 8, "dim_mult": [1, 2, 2], "temperal_downsample": [True, True], "scale_factor_spatial": 8}
+    fit_tiny_base(data, tmp_path / "b", tmp_path / "p.safetensors", seconds=1e9, max_steps=1, batch=1,
+                  vae_overrides=overrides, log=None)
+    config = json.loads((tmp_path / "b" / "vae" / "config.json").read_text())
+    assert {k: config[k] for k in overrides} == overrides
+    vae = AutoencoderKLWan.from_pretrained(str(tmp_path / "b"), subfolder="vae")
+    x = torch.zeros(1, 3, 1, TINY.height, TINY.width)
+    assert vae.encode(x).latent_dist.mode().shape[-2:] == (TINY.height // 8, TINY.width // 8)
+    with pytest.raises(BaseModelError, match="base_dim"):
+        load_base(tmp_path / "b", TINY)

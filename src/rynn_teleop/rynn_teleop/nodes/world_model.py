@@ -207,29 +207,28 @@ class WorldModelNode(TeleopNode):
                 self._on_joints(deserialize_message(raw, JointState), received_s)
 
     def _on_reference(self, msg: Image) -> None:
-        try:
-            frame = as_rgb(image_array(msg), self.width, self.height)
-        except (ValueError, TypeError) as exc:  # e.g. a mono8 or yuv stream: not a reference, keep waiting
-            self.bad_images += 1
-            self.get_logger().error(f"reference frame rejected: {exc}", throttle_duration_sec=5.0)
-            return
-        with self._lock:
-            if self._reference is None:
-                self._reference = frame
+        self._offer_reference(lambda: as_rgb(image_array(msg), self.width, self.height), "reference frame")
 
     def _on_twin_scene(self, msg: String) -> None:
         """The first usable scene becomes the reference: the twin's table, targets and objects at their layout
         poses, without the robot (:func:`~rynn_teleop.sources.camera.synthetic.reference_frame`)."""
-        if self._reference is not None:
-            return
         from ..sources.camera.synthetic import reference_frame
 
+        self._offer_reference(lambda: reference_frame(self.width, self.height, self.robot,
+                                                      seed=self.params["reference.seed"], twin_scene=msg.data),
+                              "twin scene")
+
+    def _offer_reference(self, make, what: str) -> None:
+        """Until the stream has a reference, ``make()`` it; an input it cannot use (ValueError, TypeError: e.g. a
+        mono8 image, a scene this camera cannot draw) is counted in ``bad_images`` and logged, and the node keeps
+        waiting."""
+        if self._reference is not None:
+            return
         try:
-            frame = reference_frame(self.width, self.height, self.robot, seed=self.params["reference.seed"],
-                                    twin_scene=msg.data)
-        except ValueError as exc:  # not a scene this camera can draw: keep waiting, say why
+            frame = make()
+        except (ValueError, TypeError) as exc:
             self.bad_images += 1
-            self.get_logger().error(f"twin scene rejected as reference: {exc}", throttle_duration_sec=5.0)
+            self.get_logger().error(f"{what} rejected as reference: {exc}", throttle_duration_sec=5.0)
             return
         with self._lock:
             if self._reference is None:

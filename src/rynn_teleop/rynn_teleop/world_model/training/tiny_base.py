@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +55,7 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, prompt_file: str | os.PathLike, *,
                   seconds: float = 120.0, max_steps: int | None = None, batch: int = 2, lr: float = 2e-3,
-                  stats_weight: float = 0.1, seed: int = 0,
+                  stats_weight: float = 0.1, seed: int = 0, vae_overrides: Mapping[str, Any] | None = None,
                   log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Fit the tiny VAE to ``dataset_dir``'s training frames and write a tiny base release.
 
@@ -69,6 +69,9 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
         lr: AdamW learning rate.
         stats_weight: weight of the latent-statistics term.
         seed: seeds the VAE's initialisation, the windows, the DiT and the prompt.
+        vae_overrides: ``AutoencoderKLWan`` arguments replacing the preset's (widths, levels), for capacity
+            experiments (``bench/world_model_vae.py``); such a base no longer loads as the preset's
+            (:func:`~rynn_teleop.world_model.diffusion.weights.load_base` checks the VAE config).
         log: progress lines (None: silent).
 
     Returns:
@@ -93,9 +96,10 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
         raise ConfigurationError(f"{base}: not empty; the tiny base is written into a new folder")
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
-    vae = AutoencoderKLWan(**preset.vae_kwargs).train()
-    mean = torch.tensor(preset.vae_kwargs["latents_mean"]).view(1, -1, 1, 1, 1)
-    std = torch.tensor(preset.vae_kwargs["latents_std"]).view(1, -1, 1, 1, 1)
+    vae_kwargs = {**preset.vae_kwargs, **(vae_overrides or {})}
+    vae = AutoencoderKLWan(**vae_kwargs).train()
+    mean = torch.tensor(vae_kwargs["latents_mean"]).view(1, -1, 1, 1, 1)
+    std = torch.tensor(vae_kwargs["latents_std"]).view(1, -1, 1, 1, 1)
     optimiser = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
     start = time.monotonic()
     step, recent, first = 0, [], []
