@@ -38,6 +38,11 @@ held-out frames around an object's first move, truth and every model. With ``--j
 records N pick-and-place episodes in the digital mode with the trained student generating the camera
 (``world_model_backend: diffusion``) and judges them on the twin (``rynn-teleop world-model judge``).
 
+``--composite`` serves the student and the teacher with reference compositing (the ``diffusion`` backend's
+``composite: true`` at its default thresholds; ``world_model/diffusion/composite.py``) in the evaluation and the
+judged episodes, and composites the VAE round trip the same way, so it stays their ceiling; the line's
+``composite`` holds the thresholds (null without it).
+
 ``--from STEP`` (with ``--out DIR``) starts at STEP and reuses the earlier steps' outputs in DIR, as recorded in
 its ``bench_state.json`` (e.g. ``--from eval`` re-scores trained models; ``--from base`` refits the VAE on the same
 dataset).
@@ -134,7 +139,7 @@ def grasp_strip(eval_dir: Path, out: Path) -> dict | None:
             "offsets_frames": [i - frame_at for i in sorted(frames)]}
 
 
-def judge_digital(work: Path, layouts: int, preset: str, student: Path) -> dict:
+def judge_digital(work: Path, layouts: int, preset: str, student: Path, composite: bool) -> dict:
     """The last step with ``--judge-layouts``: pick-and-place episodes in the digital mode with the student generating
     the camera, their commands replayed on the twin and set beside the generated end frame."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -144,7 +149,7 @@ def judge_digital(work: Path, layouts: int, preset: str, student: Path) -> dict:
     from rynn_teleop.world_model.training.judge import judge
 
     diffusion = {"diffusion.preset": preset, "diffusion.base_dir": work / "base", "diffusion.weights_dir": student,
-                 "diffusion.prompt_file": work / "prompt.safetensors",
+                 "diffusion.prompt_file": work / "prompt.safetensors", "diffusion.composite": composite,
                  # the stream starts from the twin camera's first frame of the layout, and is never re-anchored
                  # on the twin's frames: what the video shows at the end is the model's alone
                  "reference.source": "topic", "reanchor_topic": "''"}
@@ -171,6 +176,8 @@ def main() -> int:
     parser.add_argument("--dmd-steps", type=int, default=0, help="then distribution matching (stage B) steps; "
                         "0: the stage-A student is evaluated")
     parser.add_argument("--lpips-backbone", default=None, help="torchvision AlexNet weights file for LPIPS")
+    parser.add_argument("--composite", action="store_true", help="serve the student and teacher with reference "
+                        "compositing (the diffusion backend's composite: true) in eval and judge")
     parser.add_argument("--from", dest="from_step", choices=STEPS, default=STEPS[0],
                         help="start at this step, reusing the earlier steps' outputs in --out (its bench_state.json)")
     parser.add_argument("--episodes-from", default=None, help="reuse recorded episodes from this folder "
@@ -187,6 +194,7 @@ def main() -> int:
 
     import torch
 
+    from rynn_teleop.world_model.diffusion.composite import CompositeSettings
     from rynn_teleop.world_model.training.config import DistillConfig, TrainConfig
     from rynn_teleop.world_model.training.dataset import build_dataset
     from rynn_teleop.world_model.training.distill import distill
@@ -274,9 +282,10 @@ def main() -> int:
         student_dir = Path(trained["student_dir"])
 
         if not reused("eval"):
+            composite = CompositeSettings() if args.composite else None
             metrics = evaluate(work / "dataset", work / "eval", base_dir=work / "base", weights_dir=student_dir,
                                prompt_file=work / "prompt.safetensors", teacher_weights_dir=work / "teacher",
-                               lpips_backbone=args.lpips_backbone)
+                               lpips_backbone=args.lpips_backbone, composite=composite)
             times["eval_s"] = time.monotonic() - last
             last = _stamp(f"evaluated: {metrics['held_out_frames']} held-out frames; files in {work / 'eval'}", t0)
             save("eval", str(work / "eval" / "metrics.json"))
@@ -284,7 +293,7 @@ def main() -> int:
         strip = grasp_strip(work / "eval", work / "eval" / "grasp_strip.png") if args.twin else None
         judged = None
         if args.twin and args.judge_layouts:
-            judged = judge_digital(work, args.judge_layouts, preset, student_dir)
+            judged = judge_digital(work, args.judge_layouts, preset, student_dir, args.composite)
             times["judge_s"] = time.monotonic() - last
             _stamp(f"judged {judged['episodes']} digital episodes: {judged['agreements']} agree with the twin", t0)
         save("times", times)
@@ -313,7 +322,7 @@ def main() -> int:
         "vae_reconstruction_psnr": round(base["train_psnr"], 2),
         "lpips": "measured" if args.lpips_backbone else "null: no AlexNet backbone weights on this machine",
         "seconds": {k: round(v, 1) for k, v in times.items()}, "threads": torch.get_num_threads(),
-        "preset": preset,
+        "preset": preset, "composite": metrics["inputs"].get("composite"),
     })
     if args.twin:
         out.update(twin_goals(metrics))

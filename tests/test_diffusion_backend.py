@@ -52,6 +52,21 @@ def test_no_weights_no_generator(weights, tmp_path):
         DiffusionGenerator("paper", weights["base_dir"], None, weights["prompt_file"])
 
 
+def test_compositing_settings(weights):
+    with pytest.raises(ConfigurationError, match="composite_low < composite_high"):
+        make(weights, composite=True, composite_low=30.0, composite_high=20.0)
+    with pytest.raises(ConfigurationError, match="composite_low < composite_high"):  # checked even when off
+        make(weights, composite_low=30.0, composite_high=20.0)
+    generator = make(weights, composite=True, composite_low=254.0, composite_high=255.0)
+    assert generator.engine.composite.low == 254.0
+    generator.reset(frame(0))
+    out = [f for t in range(generator.engine.frames_per_block) for f in generator.step(np.zeros(54), frame(10 + t))]
+    reference = generator.engine._reference  # the anchor as the engine holds it, at the output size here
+    assert len(out) == generator.engine.frames_per_block and "composite" in generator.timings()
+    assert all(np.array_equal(f, out[0]) for f in out) and reference is not None  # nothing changes: the anchor
+    assert make(weights).engine.composite is None  # off by default
+
+
 def test_the_loaded_model_generates_what_the_saved_one_does(weights):
     from rynn_teleop.world_model.diffusion.engine import StreamEngine
 

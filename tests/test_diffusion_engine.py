@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from rynn_teleop.world_model.diffusion.composite import CompositeSettings, static_video
 from rynn_teleop.world_model.diffusion.engine import STAGES, StreamEngine
 from rynn_teleop.world_model.diffusion.model import WanWorldModel as WorldModel
 from rynn_teleop.world_model.diffusion.model import untrained_model
@@ -76,7 +77,7 @@ def test_block_shapes_and_stage_timings(model):
     assert len(frames) == engine.frames_per_block == 4 * TINY.block_frames
     assert all(f.shape == (H, W, 3) and f.dtype == np.uint8 for f in frames)
     assert engine.cache.committed == 1 + TINY.block_frames  # the anchor and the block
-    assert set(engine.timer.mean_ms()) == set(STAGES)  # reset is timed as "reanchor"
+    assert set(engine.timer.mean_ms()) == set(STAGES) - {"composite"}  # reset is timed as "reanchor"
 
 
 def test_input_rules(model):
@@ -88,6 +89,46 @@ def test_input_rules(model):
         engine.generate_block(block(1)[:3])
     with pytest.raises(ValueError, match=r"shape \(64, 96, 3\)"):
         engine.generate_block([np.zeros((W, H, 3), np.uint8)] * 4)
+
+
+# ---- reference compositing ------------------------------------------------------------------------------
+
+
+def test_compositing_where_nothing_counts_as_change_shows_the_anchor(model):
+    engine = StreamEngine(model, composite=CompositeSettings(low=254.0, high=255.0, blur_px=1.5))
+    engine.reset(image(0))
+    for b in (1, 2):
+        assert all(np.array_equal(frame, image(0)) for frame in engine.generate_block(block(b)))
+    assert set(engine.timer.mean_ms()) == set(STAGES)
+
+
+def test_compositing_where_everything_counts_as_change_shows_the_decoded_frames(model):
+    plain = stream(model, [1, 2])
+    engine = StreamEngine(model, composite=CompositeSettings(low=0.0, high=1e-3, blur_px=0.0))
+    engine.reset(image(0))
+    composited = [engine.generate_block(block(b)) for b in (1, 2)]
+    for ours, theirs in zip(composited, plain):
+        diff = np.abs(np.stack(ours).astype(int) - np.stack(theirs).astype(int))
+        assert diff.max() <= 1 and (diff == 0).mean() > 0.99  # float rounding of the blend only
+
+
+def test_the_static_decode_streams_the_one_shot_static_video(short_model):
+    """Block by block the engine's static decode is the one-shot decode of the anchor repeated; after
+    re-anchoring it restarts from the new anchor (here the last generated frame)."""
+    engine = StreamEngine(short_model, composite=CompositeSettings())
+    engine.reset(image(0))
+    n = engine.frames_per_block
+    blocks = []
+    for b in (1, 2):
+        last = engine.generate_block(block(b))[-1]
+        blocks.append(engine._static_block)
+    reference = rgb_to_tensor([image(0)])
+    expected = static_video(short_model.vae, reference, 1 + 2 * n)[:, :, 1:]
+    assert torch.allclose(torch.cat(blocks, dim=2), expected, atol=1e-5)
+    engine.generate_block(block(3))  # 9 frames reached: re-anchors on its own last frame first
+    assert torch.equal(engine._reference, rgb_to_tensor([last]))
+    again = static_video(short_model.vae, rgb_to_tensor([last]), 1 + n)[:, :, 1:]
+    assert torch.allclose(engine._static_block, again, atol=1e-5)
 
 
 def sink_keys(engine: StreamEngine) -> torch.Tensor:

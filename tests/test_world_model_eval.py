@@ -451,6 +451,29 @@ def test_cli_without_lpips_backbone_or_objects_reports_null(tmp_path, robot, mod
         assert (out / name).is_file(), name
 
 
+def test_cli_composite_scores_the_served_compositing(tmp_path, dataset, model_dirs):
+    """--composite reaches the student (through the backend) and the reconstruction: with thresholds no change
+    reaches, both show frame 0 exactly, so they score as repeat-first on every frame."""
+    parser = argparse.ArgumentParser()
+    ev.add_arguments(parser)
+    out = tmp_path / "eval"
+    args = parser.parse_args([str(dataset), "--base-dir", str(model_dirs["base_dir"]), "--weights-dir",
+                              str(model_dirs["weights_dir"]), "--prompt-file", str(model_dirs["prompt_file"]),
+                              "--out", str(out), "--max-clips", "1", "--no-render", "--composite",
+                              "--composite-low", "254", "--composite-high", "255"])
+    assert ev.run_cli(args) == 0
+    res = json.loads((out / ev.METRICS_FILE).read_text())
+    assert res["inputs"]["composite"] == {"low": 254.0, "high": 255.0, "blur_px": 1.5}
+    scores = res["clips"][0]["scores"]
+    for model in ("student", "reconstruction"):
+        assert scores[model]["psnr"] == scores["baseline"]["psnr"], model
+    assert res["student_psnr"] == res["reconstruction_psnr"] == res["baseline_psnr"] < metrics.PSNR_CAP_DB
+    with pytest.raises(ConfigurationError, match="composite_low"):
+        ev.run_cli(parser.parse_args([str(dataset), "--base-dir", str(model_dirs["base_dir"]), "--weights-dir",
+                                      str(model_dirs["weights_dir"]), "--prompt-file", str(model_dirs["prompt_file"]),
+                                      "--out", str(out), "--composite", "--composite-low", "40"]))
+
+
 def test_a_dataset_without_val_clips_is_refused(tmp_path, robot, model_dirs):
     _dataset(tmp_path / "ds", robot, splits=("train", "train"))
     with pytest.raises(DatasetError, match="no val clips"):

@@ -22,12 +22,14 @@ from rynn_teleop.core.params import Param
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.generator import WORLD_MODEL_BACKENDS, Generator, WorldModelContext, as_rgb
 
+from .composite import CompositeSettings
 from .presets import PRESETS, get_preset
 
 if TYPE_CHECKING:
     import torch
 
 DTYPES = ("float32", "bfloat16", "float16")
+_COMPOSITE = CompositeSettings()  # the compositing defaults
 
 
 def _device_problem(device: str) -> str | None:
@@ -53,10 +55,13 @@ class DiffusionGenerator(Generator):
         seed: sampler noise seed.
         chunk_frames: frames per chunk, anchor included (re-anchoring period); default the preset's
             (81). Must be 1 + a whole number of blocks.
+        composite, composite_low, composite_high, composite_blur_px: reference compositing
+            (:mod:`.composite`; off by default).
         width, height: output frame size [px]; default the preset's.
 
     Raises:
-        ConfigurationError: unknown preset or a ``chunk_frames`` that is not 1 + whole blocks; a missing
+        ConfigurationError: unknown preset or a ``chunk_frames`` that is not 1 + whole blocks; compositing
+            thresholds with ``composite_low >= composite_high``; a missing
             base folder or prompt file, or one that does not fit the preset (the message names the folder or
             file and the first differences).
     """
@@ -76,6 +81,16 @@ class DiffusionGenerator(Generator):
         Param("vae_dtype", str, "float32", "compute dtype of the VAE (float32, as diffusers' Wan2.2 pipelines "
               "run it)", choices=DTYPES),
         Param("seed", int, 0, "noise seed", min=0, max=2**31 - 1),
+        Param("composite", bool, False, "composite the generated frames over the anchor frame: pixels the model "
+              "leaves as the VAE draws the unchanged anchor come from the anchor itself (see the world model "
+              "guide)"),
+        Param("composite_low", float, _COMPOSITE.low, "change below which a pixel is the anchor's (the generated frame "
+              "against the VAE's drawing of the unchanged anchor, channel mean, smoothed)", "8-bit levels",
+              min=0.0, max=254.0),
+        Param("composite_high", float, _COMPOSITE.high, "change above which a pixel is the generated one (linear blend "
+              "between low and high); must exceed composite_low", "8-bit levels", min=1.0, max=255.0),
+        Param("composite_blur_px", float, _COMPOSITE.blur_px, "Gaussian sigma smoothing the change before the "
+              "blend", "px", min=0.0, max=20.0),
         Param("chunk_frames", int, 81, "frames per chunk; each chunk re-anchors on the newest real frame (else "
               "its own last frame)", "frames", min=5, max=100000),
     )
@@ -88,7 +103,9 @@ class DiffusionGenerator(Generator):
     def __init__(self, preset: str, base_dir: str | os.PathLike | None, weights_dir: str | os.PathLike | None,
                  prompt_file: str | os.PathLike | None, device: str = "cpu", dtype: str | torch.dtype = "float32",
                  vae_dtype: str | torch.dtype = "float32", seed: int = 0, chunk_frames: int | None = None,
-                 width: int | None = None, height: int | None = None) -> None:
+                 width: int | None = None, height: int | None = None, composite: bool = False,
+                 composite_low: float = _COMPOSITE.low, composite_high: float = _COMPOSITE.high,
+                 composite_blur_px: float = _COMPOSITE.blur_px) -> None:
         from .engine import StreamEngine  # torch: only when a backend is built
         from .model import load_model, resolve_dtype
 
@@ -96,13 +113,14 @@ class DiffusionGenerator(Generator):
         config = get_preset(preset)
         if chunk_frames is not None:
             config = dataclasses.replace(config, chunk_frames=chunk_frames)  # validated by the preset
+        settings = CompositeSettings(composite_low, composite_high, composite_blur_px)  # checked even when off
         resolved = resolve_dtype(dtype)
         for name, value in (("base_dir", base_dir), ("prompt_file", prompt_file)):
             if not value:
                 raise ConfigurationError(f"diffusion backend: {name} is required (see the README, World model)")
         model = load_model(config, base_dir, weights_dir, prompt_file, device, resolved)
         self.engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=self.timer,
-                                   vae_dtype=vae_dtype)
+                                   vae_dtype=vae_dtype, composite=settings if composite else None)
         self.preset = config
         self.width = width if width is not None else config.width
         self.height = height if height is not None else config.height

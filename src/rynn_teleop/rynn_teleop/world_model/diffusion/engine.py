@@ -12,6 +12,10 @@ One stream, as in the paper, on diffusers' Wan2.2 model (:class:`~.model.WanWorl
 3. Every ``chunk_frames`` frames (81: the anchor plus 80 generated ones) it re-anchors (stage ``reanchor``):
    cache, VAE streams and positions restart from the newest real frame given to :meth:`observe` since the
    last anchoring, else from its own last generated frame as returned (uint8).
+4. With ``composite`` settings (:mod:`.composite`), each block's decoded frames are composited over the anchor
+   frame (stage ``composite``): a second pair of VAE streams encodes and decodes the anchor repeated (the
+   static decode), and pixels the model left unchanged come from the anchor itself. Once two consecutive static
+   blocks differ by less than half an 8-bit level everywhere, the last is reused until the next anchoring.
 
 Shapes are static (the cache is allocated once); per-stage wall times go to a
 :class:`~rynn_teleop.world_model.generator.StageTimer` (on CUDA each stage ends with a synchronisation).
@@ -27,11 +31,15 @@ import torch
 
 from rynn_teleop.world_model.generator import StageTimer
 
+from .composite import LEVEL, CompositeSettings, composite
 from .model import WanWorldModel, resolve_dtype
 from .sampler import FlowSampler
 from .vae import pixels_to_rgb, rgb_to_pixels
 
-STAGES = ("encode_condition", "denoise", "commit", "decode", "reanchor")
+STAGES = ("encode_condition", "denoise", "commit", "decode", "composite", "reanchor")
+
+#: static blocks closer than this [pixel units, half an 8-bit level] are taken as converged
+STATIC_TOLERANCE = 0.5 * LEVEL
 
 
 class StreamEngine:
@@ -45,11 +53,12 @@ class StreamEngine:
             sampler's latents and noise are float32 too.
         seed: seed of the sampler's noise (same seed and inputs -> same frames).
         timer: where the stage times go (a new one if None).
+        composite: reference compositing (:mod:`.composite`); None: the decoded frames as they are.
     """
 
     def __init__(self, model: WanWorldModel, device: torch.device | str = "cpu",
                  dtype: torch.dtype | str = torch.float32, seed: int = 0, timer: StageTimer | None = None,
-                 vae_dtype: torch.dtype | str = torch.float32) -> None:
+                 vae_dtype: torch.dtype | str = torch.float32, composite: CompositeSettings | None = None) -> None:
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
         self.vae_dtype = resolve_dtype(vae_dtype)
@@ -63,6 +72,12 @@ class StreamEngine:
                                               self.preset.tokens_per_frame, sink_frames=self.preset.sink_frames)
         self._condition_stream = self.model.vae.new_stream()
         self._decoder_stream = self.model.vae.new_stream()
+        self.composite = composite
+        self._static_encoder = self.model.vae.new_stream()  # the anchor repeated (compositing only)
+        self._static_decoder = self.model.vae.new_stream()
+        self._static_block: torch.Tensor | None = None  # the newest static block; reused once converged
+        self._static_converged = False
+        self._reference: torch.Tensor | None = None  # (1, 3, 1, H, W) the anchor frame, float32 in [-1, 1]
         self._position = 0  # absolute latent-frame position of the next committed frame (RoPE)
         self._frames_since_anchor = 0  # generated video frames since the anchor (the anchor not counted)
         self._last_frame: torch.Tensor | None = None  # (1, 3, 1, H, W), the newest frame as returned (uint8 values)
@@ -150,8 +165,14 @@ class StreamEngine:
             with self._stage("commit"):
                 self._commit(latents, condition)
             with self._stage("decode"):
-                frames = pixels_to_rgb(self.model.vae.decode(latents, self._decoder_stream))
-                last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
+                decoded = self.model.vae.decode(latents, self._decoder_stream)
+                if self.composite is None:
+                    frames = pixels_to_rgb(decoded)
+            if self.composite is not None:
+                with self._stage("composite"):
+                    decoded = composite(decoded, self._static(decoded.shape[2]), self._reference, self.composite)
+                    frames = pixels_to_rgb(decoded)
+            last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
         # only once the block succeeded: a failed block leaves the re-anchoring inputs as they were
         self._last_frame, self._last_condition = last_frame, condition_pixels[:, :, -1:]
         self._frames_since_anchor += self.frames_per_block
@@ -184,6 +205,12 @@ class StreamEngine:
         condition_latent = self.model.vae.encode(condition, self._condition_stream).to(self.dtype)
         self._commit(latent, condition_latent)
         self.model.vae.decode(latent, self._decoder_stream)  # the decoder's causal past starts at the anchor
+        if self.composite is not None:
+            self._static_encoder.reset()
+            self._static_decoder.reset()
+            self._reference = frame.float()
+            self._static_block, self._static_converged = None, False
+            self.model.vae.decode(self.model.vae.encode(frame, self._static_encoder), self._static_decoder)
         self._last_frame, self._last_condition = frame, condition
         self._frames_since_anchor = 0
         self._broken = False
@@ -193,6 +220,18 @@ class StreamEngine:
         self._observed = None
         pixels = self._image(chosen) if chosen is not None else self._last_frame
         self._anchor(pixels, self._last_condition)
+
+    def _static(self, frames: int) -> torch.Tensor:
+        """The static decode of the next ``frames`` video frames (the anchor repeated), (1, 3, frames, H, W)."""
+        if self._static_converged:
+            return self._static_block
+        vae = self.model.vae
+        repeated = self._reference.expand(-1, -1, frames, -1, -1)
+        block = vae.decode(vae.encode(repeated, self._static_encoder), self._static_decoder)
+        if self._static_block is not None:
+            self._static_converged = bool((block - self._static_block).abs().max() < STATIC_TOLERANCE)
+        self._static_block = block
+        return block
 
     # ---- helpers ------------------------------------------------------------
     def _image(self, frame: np.ndarray) -> torch.Tensor:

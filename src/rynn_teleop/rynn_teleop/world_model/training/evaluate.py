@@ -20,6 +20,11 @@ compared with the recorded ones (the "held-out frames"):
 * ``reconstruction`` (optional, on by default): the clip's own frames encoded and decoded by the base's VAE
   (``base_dir/vae``, the posterior mean), the whole clip at once. Not a model: the ceiling of every model that
   generates in this VAE's latent space (a DiT predicting the true latents exactly scores this).
+
+With ``composite`` settings the student, the teacher and the reconstruction are composited over frame 0 as the
+backend serves them with ``composite: true`` (:mod:`~rynn_teleop.world_model.diffusion.composite`: pixels whose
+decode equals the VAE's drawing of the unchanged frame 0 come from frame 0 itself), so the reconstruction stays
+the ceiling of the models as served.
 * ``baseline``: frame 0 repeated.
 
 Metrics (:mod:`.metrics`): per frame PSNR [dB] (capped at :data:`~.metrics.PSNR_CAP_DB` for identical frames),
@@ -68,6 +73,7 @@ objects: each moved object's box outlined on every panel, green before its first
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -84,6 +90,7 @@ from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME, Conditioner
+from rynn_teleop.world_model.diffusion.composite import CompositeSettings
 from rynn_teleop.world_model.generator import Generator
 
 from .clips import SPLITS, Clip, ClipDataset, DatasetError, DatasetInfo, read_clip
@@ -231,14 +238,21 @@ def stream(generator: Generator, clip: Clip, actions: np.ndarray) -> np.ndarray:
     return np.stack(out)
 
 
-def vae_round_trip(vae: Any, clip: Clip) -> np.ndarray:
+def vae_round_trip(vae: Any, clip: Clip, composite: CompositeSettings | None = None) -> np.ndarray:
     """Frames 1..T-1 of ``clip`` encoded and decoded by ``vae`` (a
     :class:`~rynn_teleop.world_model.diffusion.vae.StreamingVAE`; the whole clip as one one-shot stream, the
-    posterior mean), (T - 1, H, W, 3) uint8: what a model that predicted the clip's latents exactly would show."""
+    posterior mean), (T - 1, H, W, 3) uint8: what a model that predicted the clip's latents exactly would show;
+    with ``composite``, composited over frame 0 as the backend serves it."""
+    from rynn_teleop.world_model.diffusion import composite as compositing
     from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
 
     pixels = rgb_to_pixels(clip.frames, device=vae.device, dtype=vae.dtype)
-    return np.stack(pixels_to_rgb(vae.decode(vae.encode(pixels)))[1:])
+    decoded = vae.decode(vae.encode(pixels))
+    if composite is not None:
+        reference = pixels[:, :, :1]
+        decoded = compositing.composite(decoded, compositing.static_video(vae, reference, clip.length), reference,
+                                        composite)
+    return np.stack(pixels_to_rgb(decoded)[1:])
 
 
 def repeat_first(clip: Clip) -> np.ndarray:
@@ -558,13 +572,15 @@ def plot_curves(path: str | os.PathLike, metric: str, models: dict[str, dict[str
 
 
 @contextmanager
-def _diffusion(preset: str, base_dir, weights_dir, prompt_file, device: str, dtype: str, seed: int, what: str
-               ) -> Iterator[Generator]:
+def _diffusion(preset: str, base_dir, weights_dir, prompt_file, device: str, dtype: str, seed: int, what: str,
+               composite: CompositeSettings | None = None) -> Iterator[Generator]:
     from rynn_teleop.world_model.diffusion.backend import DiffusionGenerator  # imports torch and diffusers
 
     if not weights_dir:
         raise ConfigurationError(f"eval: {what} is required (a weights folder written by train or distill)")
-    generator = DiffusionGenerator(preset, base_dir, weights_dir, prompt_file, device=device, dtype=dtype, seed=seed)
+    serving = composite.backend_settings() if composite is not None else {}
+    generator = DiffusionGenerator(preset, base_dir, weights_dir, prompt_file, device=device, dtype=dtype, seed=seed,
+                                   **serving)
     try:
         yield generator
     finally:
@@ -582,6 +598,7 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
              split: str = "val", teacher_weights_dir: str | os.PathLike | None = None, device: str = "cpu",
              dtype: str = "float32", seed: int = 0, lpips_backbone: str | os.PathLike | None = None,
              max_clips: int | None = None, render: bool = True, reconstruction: bool = True,
+             composite: CompositeSettings | None = None,
              progress: Callable[[list[str]], Iterable[str]] | None = None) -> dict[str, Any]:
     """Score the model (and the teacher, the render backend, the repeat-first baseline) on ``split``'s clips.
 
@@ -600,6 +617,8 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
         render: also score the ``render`` backend (needs the robot model).
         reconstruction: also score the base VAE's round trip of the true frames (the ceiling of every model on
             that VAE; see the module docstring).
+        composite: reference compositing of the student, the teacher and the reconstruction (see the module
+            docstring); None: none.
         progress: wraps the list of clip files iterated (e.g. ``tqdm``); None: no progress display.
 
     Returns:
@@ -662,6 +681,7 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
         "device": device, "dtype": dtype, "seed": seed,
         "lpips_backbone": str(lpips_backbone) if lpips_backbone else None, "max_clips": max_clips, "render": render,
         "reconstruction": reconstruction,
+        "composite": dataclasses.asdict(composite) if composite is not None else None,
         "intrinsics": {**intrinsics._asdict(), "coeffs": list(intrinsics.coeffs)},
         "intrinsics_source": intrinsics_source, "camera_frame": camera_frame,
         "dataset_info": {k: getattr(info, k) for k in ("preset", "width", "height", "fps", "clip_frames", "seed",
@@ -673,10 +693,11 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
     with ExitStack() as stack:
         generators: dict[str, Generator] = {
             "student": stack.enter_context(_diffusion(name, base_dir, weights_dir, prompt_file, device, dtype, seed,
-                                                      "weights_dir"))}
+                                                      "weights_dir", composite))}
         if teacher_weights_dir:
             generators["teacher"] = stack.enter_context(_diffusion(
-                name, base_dir, teacher_weights_dir, prompt_file, device, dtype, seed, "teacher_weights_dir"))
+                name, base_dir, teacher_weights_dir, prompt_file, device, dtype, seed, "teacher_weights_dir",
+                composite))
         inputs["weights_manifest"] = _manifest(weights_dir)
         inputs["teacher_weights_manifest"] = _manifest(teacher_weights_dir)
         if render:
@@ -705,7 +726,7 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
                     predictions[model] = repeat_first(clip)
                     continue
                 if model == "reconstruction":
-                    predictions[model] = vae_round_trip(vae, clip)
+                    predictions[model] = vae_round_trip(vae, clip, composite)
                     continue
                 generator = generators[model]
                 engine = getattr(generator, "engine", None)
@@ -801,6 +822,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-render", action="store_true", help="do not score the render backend")
     parser.add_argument("--no-reconstruction", action="store_true",
                         help="do not score the base VAE's round trip of the true frames (the ceiling)")
+    defaults = CompositeSettings()
+    parser.add_argument("--composite", action="store_true",
+                        help="composite the student, teacher and reconstruction over frame 0, as the diffusion "
+                             "backend serves them with composite: true")
+    parser.add_argument("--composite-low", type=float, default=defaults.low, metavar="LEVELS",
+                        help=f"change [8-bit levels] below which a pixel is frame 0's (default {defaults.low})")
+    parser.add_argument("--composite-high", type=float, default=defaults.high, metavar="LEVELS",
+                        help=f"change above which a pixel is the generated one (default {defaults.high})")
+    parser.add_argument("--composite-blur-px", type=float, default=defaults.blur_px, metavar="PX",
+                        help=f"Gaussian sigma smoothing the change (default {defaults.blur_px})")
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -832,11 +863,13 @@ def run_cli(args: argparse.Namespace) -> int:
     """Run :func:`evaluate` from parsed :func:`add_arguments`; print the table and the JSON's path."""
     from tqdm import tqdm
 
+    composite = CompositeSettings(args.composite_low, args.composite_high, args.composite_blur_px)
     result = evaluate(args.dataset, args.out, base_dir=args.base_dir, weights_dir=args.weights_dir,
                       prompt_file=args.prompt_file, preset=args.preset, split=args.split,
                       teacher_weights_dir=args.teacher_weights_dir, device=args.device, dtype=args.dtype,
                       seed=args.seed, lpips_backbone=args.lpips_backbone, max_clips=args.max_clips,
                       render=not args.no_render, reconstruction=not args.no_reconstruction,
+                      composite=composite if args.composite else None,
                       progress=lambda clips: tqdm(clips, desc="eval", unit="clip", disable=None))
     print(format_table(result))
     print(Path(args.out) / METRICS_FILE)

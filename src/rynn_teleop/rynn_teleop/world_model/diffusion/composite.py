@@ -1,0 +1,120 @@
+"""Reference compositing: pixels a generated frame leaves unchanged come from the reference frame itself.
+
+A model that generates in a VAE's latents can draw the unchanged part of the scene no sharper than the VAE
+reconstructs it, and a small VAE blurs it (the CPU stand-in of ``small`` reconstructs twin frames at about
+21 dB, below simply repeating the reference). Compositing keeps what the model changes and takes everything
+else from the reference (anchor) frame:
+
+* the *static decode* ``S`` is the VAE's own drawing of the unchanged scene: the reference frame repeated,
+  encoded and decoded by the same causal VAE streams as the generated video (frame for frame, so the VAE's
+  drift over a stream cancels);
+* per pixel, the change ``d`` = the mean over the colour channels of ``|decoded - S|`` [8-bit levels], smoothed
+  by a Gaussian of ``blur_px`` [px] (so a changed region's edge does not flicker);
+* the weight of the generated pixel ``m`` ramps linearly from 0 at ``d <= low`` to 1 at ``d >= high``; the
+  output is ``m * decoded + (1 - m) * reference``.
+
+Where the model moves nothing the frame is the reference; where it moves the robot or an object the frame is
+the model's; where the whole scene changes (a moving camera, another light) ``m`` is 1 everywhere and the
+frame is the model's. The thresholds are settings of the ``diffusion`` backend (``composite*``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from rynn_teleop.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    import torch
+
+#: pixel values in [-1, 1] per 8-bit level (``rgb_to_pixels``: v / 127.5 - 1)
+LEVEL = 1.0 / 127.5
+
+
+@dataclass(frozen=True)
+class CompositeSettings:
+    """The change ramp (see the module docstring).
+
+    The defaults were chosen on the training clips of the twin bench (``bench/world_model_training.py --twin``)
+    with the ``small`` preset's CPU stand-in VAE, not on held-out ones: ``low`` is the 95th percentile of the
+    smoothed change between the VAE's round trip of the true frames and its static decode over pixels that do
+    not change in truth (9.2 levels), ``high`` the median over pixels that change by more than 40 levels (30.4).
+    A sharper VAE (the paper's) leaves less change where nothing moves and can take lower thresholds.
+
+    Attributes:
+        low: a pixel whose smoothed change is at most this is the reference's [8-bit levels, 0-255].
+        high: at least this, the generated one [levels]; in between, linearly blended.
+        blur_px: Gaussian sigma of the smoothing [px of the model's frames]; 0: none.
+    """
+
+    low: float = 9.0
+    high: float = 30.0
+    blur_px: float = 1.5
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.low < self.high <= 255.0:
+            raise ConfigurationError(f"compositing needs 0 <= composite_low < composite_high <= 255 [levels]; got "
+                                     f"{self.low} and {self.high}")
+        if not 0.0 <= self.blur_px <= 20.0:
+            raise ConfigurationError(f"composite_blur_px must be in [0, 20] px; got {self.blur_px}")
+
+
+    def backend_settings(self, enabled: bool = True) -> dict[str, float | bool]:
+        """The ``diffusion`` backend's keyword arguments (``composite``, ``composite_low``, ...) for these."""
+        return {"composite": enabled, "composite_low": self.low, "composite_high": self.high,
+                "composite_blur_px": self.blur_px}
+
+
+def _gaussian_blur(images: torch.Tensor, sigma: float) -> torch.Tensor:
+    """(N, 1, H, W) smoothed by a separable Gaussian of ``sigma`` [px], borders replicated."""
+    import torch
+    import torch.nn.functional as F
+
+    radius = max(1, math.ceil(3.0 * sigma))
+    x = torch.arange(-radius, radius + 1, device=images.device, dtype=images.dtype)
+    kernel = torch.exp(-0.5 * (x / sigma) ** 2)
+    kernel = kernel / kernel.sum()
+    padded = F.pad(images, (radius, radius, radius, radius), mode="replicate")
+    rows = F.conv2d(padded, kernel.view(1, 1, 1, -1))
+    return F.conv2d(rows, kernel.view(1, 1, -1, 1))
+
+
+def change_weight(decoded: torch.Tensor, static: torch.Tensor, settings: CompositeSettings) -> torch.Tensor:
+    """The generated pixels' weight ``m`` in [0, 1], (B, 1, T, H, W) float32.
+
+    Args:
+        decoded: (B, 3, T, H, W) generated video in [-1, 1].
+        static: the static decode of the same frames, same shape.
+    """
+    if decoded.shape != static.shape:
+        raise ValueError(f"decoded {tuple(decoded.shape)} and static {tuple(static.shape)} differ in shape")
+    batch, _, frames, rows, cols = decoded.shape
+    change = (decoded.float() - static.float()).abs().mean(dim=1) / LEVEL  # (B, T, H, W) [levels]
+    if settings.blur_px > 0:
+        change = _gaussian_blur(change.reshape(batch * frames, 1, rows, cols), settings.blur_px)
+    change = change.reshape(batch, 1, frames, rows, cols)
+    return ((change - settings.low) / (settings.high - settings.low)).clamp(0.0, 1.0)
+
+
+def composite(decoded: torch.Tensor, static: torch.Tensor, reference: torch.Tensor,
+              settings: CompositeSettings) -> torch.Tensor:
+    """``m * decoded + (1 - m) * reference`` (see the module docstring), in ``decoded``'s dtype.
+
+    Args:
+        decoded: (B, 3, T, H, W) generated video in [-1, 1].
+        static: (B, 3, T, H, W) the static decode of those frames.
+        reference: (B, 3, 1, H, W) the reference (anchor) frame in [-1, 1].
+    """
+    if reference.shape[:2] != decoded.shape[:2] or reference.shape[2] != 1 or reference.shape[3:] != decoded.shape[3:]:
+        raise ValueError(f"reference {tuple(reference.shape)} is not one frame of decoded {tuple(decoded.shape)}")
+    weight = change_weight(decoded, static, settings)
+    out = weight * decoded.float() + (1.0 - weight) * reference.float()
+    return out.to(decoded.dtype)
+
+
+def static_video(vae, reference: torch.Tensor, frames: int) -> torch.Tensor:
+    """The static decode of a one-shot clip: ``reference`` (1, 3, 1, H, W) repeated ``frames`` (1 + 4k) times,
+    encoded and decoded by ``vae`` (a :class:`~.vae.StreamingVAE`), (1, 3, frames, H, W) in [-1, 1]."""
+    return vae.decode(vae.encode(reference.expand(-1, -1, frames, -1, -1)))
