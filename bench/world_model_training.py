@@ -154,7 +154,9 @@ def judge_digital(work: Path, layouts: int, preset: str, student: Path, composit
                  # on the twin's frames: what the video shows at the end is the model's alone
                  "reference.source": "topic", "reanchor_topic": "''"}
     args = ("--world-model-backend", "diffusion")
-    (work / "digital").mkdir(parents=True, exist_ok=True)
+    for folder in ("digital", "judge"):  # a rerun (--from judge) replaces the earlier episodes and report
+        shutil.rmtree(work / folder, ignore_errors=True)
+    (work / "digital").mkdir(parents=True)
     result = run_stack("pick_place", list(range(JUDGE_SEED0, JUDGE_SEED0 + layouts)), work / "digital",
                        150 + (os.getpid() + 7) % 50, print, {}, args, {"world_model": diffusion})
     episodes = [e["episode"] for e in result["episodes"] if e.get("episode")]

@@ -21,6 +21,7 @@ import torch
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.generator import StageTimer
 
+from .composite import CompositeSettings
 from .engine import StreamEngine
 from .fp8 import fp8_unavailable, quantize_fp8
 from .model import load_model, resolve_dtype, untrained_model
@@ -34,7 +35,7 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
                    weights_dir: str | os.PathLike | None = None, prompt_file: str | os.PathLike | None = None,
                    random_weights: bool = False, seed: int = 0, segments: int = 4,
                    attention_backend: str | None = None, compile_blocks: bool = False,
-                   fp8: bool = False) -> dict[str, Any]:
+                   fp8: bool = False, composite: CompositeSettings | None = None) -> dict[str, Any]:
     """Time one stream of ``frames`` frames (the reference frame and whole blocks), after a short warm-up.
 
     Args:
@@ -48,6 +49,7 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
         attention_backend: a diffusers attention backend for the DiT ("native", "flash", ...; None: SDPA).
         compile_blocks: ``torch.compile`` the DiT's repeated blocks (diffusers' ``compile_repeated_blocks``).
         fp8: FP8 weights and activations in the DiT's block linear layers (:func:`~.fp8.quantize_fp8`).
+        composite: reference compositing (:mod:`.composite`; its stage is timed as ``composite``); None: off.
 
     Returns:
         ``preset``, ``device``, ``dtype``, ``weights`` ("loaded" or "random"), ``width``,
@@ -82,7 +84,7 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
     per_block = config.frames_per_block
     blocks = max(segments, 2, -(-(frames - 1) // per_block))
     timer = StageTimer(window=blocks + WARMUP_BLOCKS + 8)
-    engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=timer)
+    engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=timer, composite=composite)
     reference, conditions = _inputs(config)
 
     engine.reset(reference)
