@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from rynn_teleop.world_model.diffusion import engine as engine_module
 from rynn_teleop.world_model.diffusion.composite import CompositeSettings, static_video
-from rynn_teleop.world_model.diffusion.engine import STAGES, StreamEngine
+from rynn_teleop.world_model.diffusion.engine import STAGES, STATIC_SETTLED_BLOCKS, StreamEngine
 from rynn_teleop.world_model.diffusion.model import WanWorldModel as WorldModel
 from rynn_teleop.world_model.diffusion.model import untrained_model
 from rynn_teleop.world_model.diffusion.presets import TINY
@@ -129,6 +130,67 @@ def test_the_static_decode_streams_the_one_shot_static_video(short_model):
     assert torch.equal(engine._reference, rgb_to_tensor([last]))
     again = static_video(short_model.vae, rgb_to_tensor([last]), 1 + n)[:, :, 1:]
     assert torch.allclose(engine._static_block, again, atol=1e-5)
+
+
+UNREACHABLE = CompositeSettings(low=254.0, high=255.0, blur_px=1.5)  # no change reaches it: frames are the anchor
+
+
+def test_compositing_re_anchors_on_the_observed_real_frame(short_model):
+    engine = StreamEngine(short_model, composite=UNREACHABLE)
+    engine.reset(image(0))
+    engine.observe(image(60))
+    for b in (1, 2):
+        assert all(np.array_equal(f, image(0)) for f in engine.generate_block(block(b)))
+    assert all(np.array_equal(f, image(60)) for f in engine.generate_block(block(3)))  # re-anchored first
+
+
+def test_compositing_with_a_bfloat16_dit_keeps_the_anchor_exact(model):
+    engine = StreamEngine(model, dtype="bfloat16", composite=UNREACHABLE)
+    engine.reset(image(0))  # bfloat16 pixels are off by up to half a level; the reference is rounded back
+    assert all(np.array_equal(f, image(0)) for f in engine.generate_block(block(1)))
+
+
+def test_a_block_whose_compositing_fails_is_followed_by_a_re_anchor(model, monkeypatch):
+    engine = StreamEngine(model, composite=UNREACHABLE)
+    engine.reset(image(0))
+    engine.generate_block(block(1))
+    real = engine_module.composite
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("compositing failed")
+
+    monkeypatch.setattr(engine_module, "composite", fail)
+    with pytest.raises(RuntimeError, match="compositing failed"):
+        engine.generate_block(block(2))
+    monkeypatch.setattr(engine_module, "composite", real)
+    # re-anchors on its last frame (the anchor): the static streams restart in step with the generated ones
+    assert all(np.array_equal(f, image(0)) for f in engine.generate_block(block(3)))
+    assert engine.frames_since_anchor == engine.frames_per_block
+
+
+def test_a_settled_static_decode_is_reused_until_the_next_anchoring(model, monkeypatch):
+    engine = StreamEngine(model, composite=CompositeSettings())
+    vae = engine.model.vae
+    real_decode, static_calls = vae.decode, []
+
+    def decode(latents, stream=None):
+        out = real_decode(latents, stream)
+        if stream is engine._static_decoder:  # a static decode that never changes: quiet from its second block
+            static_calls.append(out.shape[2])
+            return torch.zeros_like(out)
+        return out
+
+    monkeypatch.setattr(vae, "decode", decode)
+    engine.reset(image(0))
+    for b in range(1, STATIC_SETTLED_BLOCKS + 4):
+        engine.generate_block(block(b))
+    assert engine.static_settled
+    # the anchor's frame, the first block, then the quiet blocks until settled; none after
+    assert static_calls == [1] + [engine.frames_per_block] * (1 + STATIC_SETTLED_BLOCKS)
+    engine.reanchor(image(9))
+    assert not engine.static_settled
+    engine.generate_block(block(9))
+    assert static_calls[-2:] == [1, engine.frames_per_block]  # restarted from the new anchor
 
 
 def sink_keys(engine: StreamEngine) -> torch.Tensor:

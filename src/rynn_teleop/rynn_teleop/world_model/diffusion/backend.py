@@ -22,7 +22,7 @@ from rynn_teleop.core.params import Param
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.generator import WORLD_MODEL_BACKENDS, Generator, WorldModelContext, as_rgb
 
-from .composite import CompositeSettings
+from .composite import MAX_BLUR_PX, MAX_LEVEL, CompositeSettings
 from .presets import PRESETS, get_preset
 
 if TYPE_CHECKING:
@@ -82,15 +82,15 @@ class DiffusionGenerator(Generator):
               "run it)", choices=DTYPES),
         Param("seed", int, 0, "noise seed", min=0, max=2**31 - 1),
         Param("composite", bool, False, "composite the generated frames over the anchor frame: pixels the model "
-              "leaves as the VAE draws the unchanged anchor come from the anchor itself (see the world model "
-              "guide)"),
-        Param("composite_low", float, _COMPOSITE.low, "change below which a pixel is the anchor's (the generated frame "
-              "against the VAE's drawing of the unchanged anchor, channel mean, smoothed)", "8-bit levels",
-              min=0.0, max=254.0),
-        Param("composite_high", float, _COMPOSITE.high, "change above which a pixel is the generated one (linear blend "
-              "between low and high); must exceed composite_low", "8-bit levels", min=1.0, max=255.0),
+              "leaves as the VAE draws the unchanged anchor come from the anchor itself (docs: concepts, world "
+              "model, reference compositing)"),
+        Param("composite_low", float, _COMPOSITE.low, "change below which a pixel is the anchor's (the generated "
+              "frame against the VAE's drawing of the unchanged anchor, channel mean, smoothed); must be below "
+              "composite_high", "8-bit levels", min=0.0, max=MAX_LEVEL),
+        Param("composite_high", float, _COMPOSITE.high, "change above which a pixel is the generated one (linear "
+              "blend between low and high)", "8-bit levels", min=0.0, max=MAX_LEVEL),
         Param("composite_blur_px", float, _COMPOSITE.blur_px, "Gaussian sigma smoothing the change before the "
-              "blend", "px", min=0.0, max=20.0),
+              "blend", "px", min=0.0, max=MAX_BLUR_PX),
         Param("chunk_frames", int, 81, "frames per chunk; each chunk re-anchors on the newest real frame (else "
               "its own last frame)", "frames", min=5, max=100000),
     )

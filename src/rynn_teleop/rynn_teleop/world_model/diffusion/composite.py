@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 
 #: pixel values in [-1, 1] per 8-bit level (``rgb_to_pixels``: v / 127.5 - 1)
 LEVEL = 1.0 / 127.5
+#: the largest change threshold [8-bit levels] and smoothing sigma [px] accepted
+MAX_LEVEL = 255.0
+MAX_BLUR_PX = 20.0
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,11 @@ class CompositeSettings:
     blur_px: float = 1.5
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.low < self.high <= 255.0:
-            raise ConfigurationError(f"compositing needs 0 <= composite_low < composite_high <= 255 [levels]; got "
-                                     f"{self.low} and {self.high}")
-        if not 0.0 <= self.blur_px <= 20.0:
-            raise ConfigurationError(f"composite_blur_px must be in [0, 20] px; got {self.blur_px}")
-
+        if not 0.0 <= self.low < self.high <= MAX_LEVEL:
+            raise ConfigurationError(f"compositing needs 0 <= composite_low < composite_high <= {MAX_LEVEL:g} "
+                                     f"[levels]; got {self.low} and {self.high}")
+        if not 0.0 <= self.blur_px <= MAX_BLUR_PX:
+            raise ConfigurationError(f"composite_blur_px must be in [0, {MAX_BLUR_PX:g}] px; got {self.blur_px}")
 
     def backend_settings(self, enabled: bool = True) -> dict[str, float | bool]:
         """The ``diffusion`` backend's keyword arguments (``composite``, ``composite_low``, ...) for these."""

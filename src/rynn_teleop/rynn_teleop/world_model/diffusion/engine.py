@@ -13,9 +13,10 @@ One stream, as in the paper, on diffusers' Wan2.2 model (:class:`~.model.WanWorl
    cache, VAE streams and positions restart from the newest real frame given to :meth:`observe` since the
    last anchoring, else from its own last generated frame as returned (uint8).
 4. With ``composite`` settings (:mod:`.composite`), each block's decoded frames are composited over the anchor
-   frame (stage ``composite``): a second pair of VAE streams encodes and decodes the anchor repeated (the
-   static decode), and pixels the model left unchanged come from the anchor itself. Once two consecutive static
-   blocks differ by less than half an 8-bit level everywhere, the last is reused until the next anchoring.
+   frame (stage ``composite``: the static decode, the blend and the conversion to uint8): a second pair of VAE
+   streams encodes and decodes the anchor repeated (the static decode), and pixels the model left unchanged come
+   from the anchor itself. Once :data:`STATIC_SETTLED_BLOCKS` consecutive static blocks each differ from the one
+   before by less than :data:`STATIC_TOLERANCE` everywhere, the last is reused until the next anchoring.
 
 Shapes are static (the cache is allocated once); per-stage wall times go to a
 :class:`~rynn_teleop.world_model.generator.StageTimer` (on CUDA each stage ends with a synchronisation).
@@ -38,8 +39,10 @@ from .vae import pixels_to_rgb, rgb_to_pixels
 
 STAGES = ("encode_condition", "denoise", "commit", "decode", "composite", "reanchor")
 
-#: static blocks closer than this [pixel units, half an 8-bit level] are taken as converged
-STATIC_TOLERANCE = 0.5 * LEVEL
+#: a static block closer than this to the one before [pixel units: a tenth of an 8-bit level] is quiet
+STATIC_TOLERANCE = 0.1 * LEVEL
+#: quiet static blocks in a row after which the static decode is taken as settled and reused
+STATIC_SETTLED_BLOCKS = 2
 
 
 class StreamEngine:
@@ -72,11 +75,11 @@ class StreamEngine:
                                               self.preset.tokens_per_frame, sink_frames=self.preset.sink_frames)
         self._condition_stream = self.model.vae.new_stream()
         self._decoder_stream = self.model.vae.new_stream()
-        self.composite = composite
+        self._composite = composite
         self._static_encoder = self.model.vae.new_stream()  # the anchor repeated (compositing only)
         self._static_decoder = self.model.vae.new_stream()
         self._static_block: torch.Tensor | None = None  # the newest static block; reused once converged
-        self._static_converged = False
+        self._static_quiet = 0  # consecutive quiet static blocks (see STATIC_SETTLED_BLOCKS)
         self._reference: torch.Tensor | None = None  # (1, 3, 1, H, W) the anchor frame, float32 in [-1, 1]
         self._position = 0  # absolute latent-frame position of the next committed frame (RoPE)
         self._frames_since_anchor = 0  # generated video frames since the anchor (the anchor not counted)
@@ -86,6 +89,16 @@ class StreamEngine:
         self._broken = False  # a block failed part-way: cache and VAE streams are inconsistent until re-anchored
 
     # ---- public API ---------------------------------------------------------
+    @property
+    def composite(self) -> CompositeSettings | None:
+        """The reference compositing settings, fixed at construction (None: off)."""
+        return self._composite
+
+    @property
+    def static_settled(self) -> bool:
+        """Whether the static decode has settled and is reused until the next anchoring (compositing only)."""
+        return self._static_quiet >= STATIC_SETTLED_BLOCKS
+
     @property
     def frames_per_block(self) -> int:
         """Condition frames per block = video frames generated per block (4 per latent frame)."""
@@ -166,13 +179,14 @@ class StreamEngine:
                 self._commit(latents, condition)
             with self._stage("decode"):
                 decoded = self.model.vae.decode(latents, self._decoder_stream)
-                if self.composite is None:
+                if self._composite is None:
                     frames = pixels_to_rgb(decoded)
-            if self.composite is not None:
+                    last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
+            if self._composite is not None:
                 with self._stage("composite"):
-                    decoded = composite(decoded, self._static(decoded.shape[2]), self._reference, self.composite)
+                    decoded = composite(decoded, self._static(decoded.shape[2]), self._reference, self._composite)
                     frames = pixels_to_rgb(decoded)
-            last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
+                    last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)
         # only once the block succeeded: a failed block leaves the re-anchoring inputs as they were
         self._last_frame, self._last_condition = last_frame, condition_pixels[:, :, -1:]
         self._frames_since_anchor += self.frames_per_block
@@ -196,7 +210,9 @@ class StreamEngine:
         self._position += latents.shape[2]
 
     def _anchor(self, frame: torch.Tensor, condition: torch.Tensor) -> None:
-        """Restart cache, VAE streams and positions from ``frame`` (1, 3, 1, H, W) and its condition."""
+        """Restart cache, VAE streams and positions from ``frame`` (1, 3, 1, H, W, uint8 values in the DiT's
+        dtype) and its condition."""
+        self._broken = True  # until the anchoring completes: a failure part-way re-anchors before the next block
         self.model.dit.reset(self.cache)
         self._condition_stream.reset()
         self._decoder_stream.reset()
@@ -205,12 +221,14 @@ class StreamEngine:
         condition_latent = self.model.vae.encode(condition, self._condition_stream).to(self.dtype)
         self._commit(latent, condition_latent)
         self.model.vae.decode(latent, self._decoder_stream)  # the decoder's causal past starts at the anchor
-        if self.composite is not None:
+        if self._composite is not None:
             self._static_encoder.reset()
             self._static_decoder.reset()
-            self._reference = frame.float()
-            self._static_block, self._static_converged = None, False
-            self.model.vae.decode(self.model.vae.encode(frame, self._static_encoder), self._static_decoder)
+            # exact uint8 levels in float32 (frame is in the DiT's dtype; bfloat16 is off by < half a level)
+            self._reference = torch.round((frame.float() + 1.0) * 127.5) / 127.5 - 1.0
+            self._static_block, self._static_quiet = None, 0
+            self.model.vae.decode(self.model.vae.encode(self._reference, self._static_encoder).to(self.dtype),
+                                  self._static_decoder)
         self._last_frame, self._last_condition = frame, condition
         self._frames_since_anchor = 0
         self._broken = False
@@ -223,13 +241,14 @@ class StreamEngine:
 
     def _static(self, frames: int) -> torch.Tensor:
         """The static decode of the next ``frames`` video frames (the anchor repeated), (1, 3, frames, H, W)."""
-        if self._static_converged:
+        if self.static_settled:
             return self._static_block
         vae = self.model.vae
         repeated = self._reference.expand(-1, -1, frames, -1, -1)
-        block = vae.decode(vae.encode(repeated, self._static_encoder), self._static_decoder)
-        if self._static_block is not None:
-            self._static_converged = bool((block - self._static_block).abs().max() < STATIC_TOLERANCE)
+        # the static latents take the DiT's dtype as the generated ones do, so both decoders see the same rounding
+        block = vae.decode(vae.encode(repeated, self._static_encoder).to(self.dtype), self._static_decoder)
+        quiet = self._static_block is not None and bool((block - self._static_block).abs().max() < STATIC_TOLERANCE)
+        self._static_quiet = self._static_quiet + 1 if quiet else 0
         self._static_block = block
         return block
 

@@ -20,12 +20,12 @@ compared with the recorded ones (the "held-out frames"):
 * ``reconstruction`` (optional, on by default): the clip's own frames encoded and decoded by the base's VAE
   (``base_dir/vae``, the posterior mean), the whole clip at once. Not a model: the ceiling of every model that
   generates in this VAE's latent space (a DiT predicting the true latents exactly scores this).
+* ``baseline``: frame 0 repeated.
 
 With ``composite`` settings the student, the teacher and the reconstruction are composited over frame 0 as the
 backend serves them with ``composite: true`` (:mod:`~rynn_teleop.world_model.diffusion.composite`: pixels whose
-decode equals the VAE's drawing of the unchanged frame 0 come from frame 0 itself), so the reconstruction stays
-the ceiling of the models as served.
-* ``baseline``: frame 0 repeated.
+decode differs from the VAE's drawing of the unchanged frame 0 by at most ``low`` come from frame 0 itself,
+blended up to ``high``), so the reconstruction stays the ceiling of the models as served.
 
 Metrics (:mod:`.metrics`): per frame PSNR [dB] (capped at :data:`~.metrics.PSNR_CAP_DB` for identical frames),
 SSIM and LPIPS (null, with the reason, unless the user gives AlexNet's ImageNet trunk weights); means over all
