@@ -70,7 +70,10 @@ class CompositeSettings:
 
 
 def _gaussian_blur(images: torch.Tensor, sigma: float) -> torch.Tensor:
-    """(N, 1, H, W) smoothed by a separable Gaussian of ``sigma`` [px], borders replicated."""
+    """(N, 1, H, W) smoothed by a separable Gaussian of ``sigma`` [px], borders replicated, on the tensor's device.
+
+    Written here: torchvision does not work with the project's torch build, and OpenCV would move every block
+    off the GPU and back."""
     import torch
     import torch.nn.functional as F
 

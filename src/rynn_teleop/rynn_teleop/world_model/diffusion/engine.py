@@ -13,7 +13,7 @@ One stream, as in the paper, on diffusers' Wan2.2 model (:class:`~.model.WanWorl
    cache, VAE streams and positions restart from the newest real frame given to :meth:`observe` since the
    last anchoring, else from its own last generated frame as returned (uint8).
 4. With ``composite`` settings (:mod:`.composite`), each block's decoded frames are composited over the anchor
-   frame (stage ``composite``: the static decode, the blend and the conversion to uint8): a second pair of VAE
+   frame (stage ``composite``: the static decode and the blend): a second pair of VAE
    streams encodes and decodes the anchor repeated (the static decode), and pixels the model left unchanged come
    from the anchor itself. Once :data:`STATIC_SETTLED_BLOCKS` consecutive static blocks each differ from the one
    before by less than :data:`STATIC_TOLERANCE` everywhere, the last is reused until the next anchoring.
@@ -179,14 +179,11 @@ class StreamEngine:
                 self._commit(latents, condition)
             with self._stage("decode"):
                 decoded = self.model.vae.decode(latents, self._decoder_stream)
-                if self._composite is None:
-                    frames = pixels_to_rgb(decoded)
-                    last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
             if self._composite is not None:
                 with self._stage("composite"):
                     decoded = composite(decoded, self._static(decoded.shape[2]), self._reference, self._composite)
-                    frames = pixels_to_rgb(decoded)
-                    last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)
+            frames = pixels_to_rgb(decoded)  # uint8 on the host, outside the stages (a copy of one block)
+            last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
         # only once the block succeeded: a failed block leaves the re-anchoring inputs as they were
         self._last_frame, self._last_condition = last_frame, condition_pixels[:, :, -1:]
         self._frames_since_anchor += self.frames_per_block
