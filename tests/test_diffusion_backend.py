@@ -67,6 +67,19 @@ def test_compositing_settings(weights):
     assert make(weights).engine.composite is None  # off by default
 
 
+def test_threads_sets_torchs_pool_of_the_process_and_zero_leaves_it(weights):
+    before = torch.get_num_threads()
+    try:
+        make(weights, threads=1)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        make(weights)  # 0: torch's default is left as it is
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert any(p.name == "threads" and p.min == 0 for p in DiffusionGenerator.SETTINGS)
+
+
 def test_the_loaded_model_generates_what_the_saved_one_does(weights):
     from rynn_teleop.world_model.diffusion.engine import StreamEngine
 

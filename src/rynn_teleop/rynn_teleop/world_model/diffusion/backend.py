@@ -53,6 +53,8 @@ class DiffusionGenerator(Generator):
         dtype: the DiT's dtype: "float32", "bfloat16" or "float16".
         vae_dtype: the VAE's dtype (same choices).
         seed: sampler noise seed.
+        threads: torch's intra-op CPU threads, set for the whole process (torch has one pool per process); 0:
+            leave torch's default.
         chunk_frames: frames per chunk, anchor included (re-anchoring period); default the preset's
             (81). Must be 1 + a whole number of blocks.
         composite, composite_low, composite_high, composite_blur_px: reference compositing
@@ -81,6 +83,9 @@ class DiffusionGenerator(Generator):
         Param("vae_dtype", str, "float32", "compute dtype of the VAE (float32, as diffusers' Wan2.2 pipelines "
               "run it)", choices=DTYPES),
         Param("seed", int, 0, "noise seed", min=0, max=2**31 - 1),
+        Param("threads", int, 0, "torch's CPU threads in the node's process (intra-op; the world model runs in "
+              "its own process); 0: torch's default, one per core. On a CPU shared with the rest of the stack "
+              "fewer threads than cores can generate faster (docs: benchmarks)", "threads", min=0, max=1024),
         Param("composite", bool, False, "composite the generated frames over the anchor frame: pixels the model "
               "leaves as the VAE draws the unchanged anchor come from the anchor itself (docs: concepts, world "
               "model, reference compositing)"),
@@ -105,7 +110,7 @@ class DiffusionGenerator(Generator):
                  vae_dtype: str | torch.dtype = "float32", seed: int = 0, chunk_frames: int | None = None,
                  width: int | None = None, height: int | None = None, composite: bool = False,
                  composite_low: float = _COMPOSITE.low, composite_high: float = _COMPOSITE.high,
-                 composite_blur_px: float = _COMPOSITE.blur_px) -> None:
+                 composite_blur_px: float = _COMPOSITE.blur_px, threads: int = 0) -> None:
         from .engine import StreamEngine  # torch: only when a backend is built
         from .model import load_model, resolve_dtype
 
@@ -115,6 +120,10 @@ class DiffusionGenerator(Generator):
             config = dataclasses.replace(config, chunk_frames=chunk_frames)  # validated by the preset
         settings = CompositeSettings(composite_low, composite_high, composite_blur_px)  # checked even when off
         resolved = resolve_dtype(dtype)
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
         for name, value in (("base_dir", base_dir), ("prompt_file", prompt_file)):
             if not value:
                 raise ConfigurationError(f"diffusion backend: {name} is required (see the README, World model)")

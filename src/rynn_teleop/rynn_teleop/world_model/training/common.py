@@ -14,10 +14,12 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from diffusers import WanTransformer3DModel
 from safetensors import SafetensorError, safe_open
 from torch.utils.data import Dataset
 
+from rynn_teleop.world_model.diffusion.composite import CompositeSettings, change_weight
 from rynn_teleop.world_model.diffusion.dit import ControlBranch
 from rynn_teleop.world_model.diffusion.model import control_branch
 from rynn_teleop.world_model.diffusion.presets import WanPreset, latent_frames
@@ -185,34 +187,73 @@ class ClipCollator:
 
 
 class Latents(NamedTuple):
-    """Normalised latents of clips and of their condition videos, each (B, C, F, h, w) float32."""
+    """Normalised latents of clips and of their condition videos, each (B, C, F, h, w) float32; ``change``
+    (B, 1, F, h, w) in [0, 1] the clips' change from their first frame on the latent grid
+    (:func:`latent_change`), or None when the encoder was not asked for it."""
 
     video: torch.Tensor
     condition: torch.Tensor
+    change: torch.Tensor | None = None
+
+
+def latent_change(frames: torch.Tensor, grid: tuple[int, int], settings: CompositeSettings) -> torch.Tensor:
+    """Where a clip differs from its first frame, on the latent grid: (B, 1, F, h, w) float32 in [0, 1].
+
+    Per video frame the compositing ramp of :func:`~rynn_teleop.world_model.diffusion.composite.change_weight`
+    (smoothed channel-mean change from the first frame, 0 at ``settings.low`` levels, 1 at ``settings.high``),
+    then the largest value over each latent frame's video frames (the first latent frame is the first video
+    frame alone: 0) and over each latent cell's pixels: a cell is as changed as its most changed pixel.
+
+    Args:
+        frames: (B, 3, T, H, W) in [-1, 1], T = 1 + 4k.
+        grid: the latent (h, w); H and W are whole multiples of them.
+
+    Raises:
+        ValueError: T is not 1 + 4k, or the frame size is not a whole multiple of ``grid``.
+    """
+    batch, _, count, height, width = frames.shape
+    rows, cols = grid
+    if (count - 1) % 4 or height % rows or width % cols:
+        raise ValueError(f"frames {tuple(frames.shape)} do not map onto latent frames of {grid} cells")
+    weight = change_weight(frames, frames[:, :, :1].expand_as(frames), settings)  # (B, 1, T, H, W)
+    rest = weight[:, 0, 1:].reshape(batch, (count - 1) // 4, 4, height, width).amax(dim=2)
+    per_frame = torch.cat([weight[:, 0, :1], rest], dim=1)  # (B, F, H, W)
+    pooled = F.max_pool2d(per_frame, kernel_size=(height // rows, width // cols))
+    return pooled.unsqueeze(1)
 
 
 class LatentEncoder:
     """Latents of a :class:`ClipBatch`: the clips' stored latents, else the frozen VAE's encoding.
 
     With ``cache`` the latents a clip was encoded to are kept in host memory (keyed by its index and length),
-    so each clip is encoded once per run.
+    so each clip is encoded once per run. With ``change`` the latents carry the clips' change from their first
+    frame (:func:`latent_change`, cached alike); that needs the clips' frames.
 
     Args:
         vae: the frozen VAE (on the training device).
         preset: the latent shape is checked against it.
         source: the dataset folder (for messages).
+        change: the ramp of the change map; None: no change map.
     """
 
-    def __init__(self, vae: StreamingVAE, preset: WanPreset, cache: bool = True, source: str = "") -> None:
-        self.vae, self.preset, self.cache, self.source = vae, preset, cache, source
-        self._memory: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+    def __init__(self, vae: StreamingVAE, preset: WanPreset, cache: bool = True, source: str = "",
+                 change: CompositeSettings | None = None) -> None:
+        self.vae, self.preset, self.cache, self.source, self.change = vae, preset, cache, source, change
+        self._memory: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
         self._black: torch.Tensor | None = None
 
+    def _change(self, batch: ClipBatch) -> torch.Tensor | None:
+        if self.change is None:
+            return None
+        if batch.frames is None:
+            raise DatasetError(f"{self.source}: the change map needs the clips' frames; only latents were read")
+        return latent_change(batch.frames, self.preset.latent_grid, self.change)
+
     def __call__(self, batch: ClipBatch, device: torch.device | str) -> Latents:
-        """(video, condition) latents of ``batch`` on ``device`` in float32.
+        """(video, condition, change) latents of ``batch`` on ``device`` in float32.
 
         Raises:
-            DatasetError: stored latents of a shape other than the preset's.
+            DatasetError: stored latents of a shape other than the preset's; a change map without frames.
         """
         if batch.latents is not None:
             video, condition = batch.latents, batch.condition_latents
@@ -220,19 +261,25 @@ class LatentEncoder:
             if tuple(video.shape[1:]) != expected or video.shape != condition.shape:
                 raise DatasetError(f"{self.source}: stored latents {tuple(video.shape[1:])}, expected {expected} "
                                    f"for preset {self.preset.name!r} (rebuild the dataset's latents)")
-            return Latents(video.to(device), condition.to(device))
+            change = self._change(batch)
+            return Latents(video.to(device), condition.to(device), None if change is None else change.to(device))
         if not self.cache:
+            change = self._change(batch)
             return Latents(self.vae.encode(batch.frames).float().to(device),
-                           self.vae.encode(batch.conditions).float().to(device))
+                           self.vae.encode(batch.conditions).float().to(device),
+                           None if change is None else change.to(device))
         keys = [(int(i), batch.length) for i in batch.index]
         todo = [n for n, key in enumerate(keys) if key not in self._memory]
         if todo:
             video = self.vae.encode(batch.frames[todo]).float().cpu()
             condition = self.vae.encode(batch.conditions[todo]).float().cpu()
+            change = self._change(batch)
             for row, n in enumerate(todo):
-                self._memory[keys[n]] = (video[row], condition[row])
-        pairs = [self._memory[key] for key in keys]
-        return Latents(torch.stack([p[0] for p in pairs]).to(device), torch.stack([p[1] for p in pairs]).to(device))
+                self._memory[keys[n]] = (video[row], condition[row], None if change is None else change[n])
+        entries = [self._memory[key] for key in keys]
+        change = None if self.change is None else torch.stack([e[2] for e in entries]).to(device)
+        return Latents(torch.stack([e[0] for e in entries]).to(device),
+                       torch.stack([e[1] for e in entries]).to(device), change)
 
     def black_condition(self, device: torch.device | str) -> torch.Tensor:
         """(1, C, 1, h, w) latent of a black condition image: the anchor's condition when the engine is reset

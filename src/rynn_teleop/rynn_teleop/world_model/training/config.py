@@ -27,6 +27,7 @@ from rynn_teleop.core.params import nonempty
 from rynn_teleop.core.settings import Settings, setting
 from rynn_teleop.core.yamlfile import read_yaml
 from rynn_teleop.errors import ParameterError
+from rynn_teleop.world_model.diffusion.composite import CompositeSettings
 from rynn_teleop.world_model.diffusion.presets import PRESETS
 
 TIMESTEP_SCALE = 1000  # the DiT's timestep of pure noise
@@ -106,6 +107,11 @@ class RunConfig(Settings):
                                             "condition latents of a black image, as the node's first reset gives "
                                             "the engine; otherwise its own, as a re-anchoring does", min=0.0,
                                             max=1.0)
+    change_loss_weight: float = setting(0.0, "extra loss weight where a clip differs from its first frame: a "
+                                        "latent cell's error counts 1 + w * change, change in [0, 1] on the "
+                                        "compositing ramp (diffusion composite_low/high defaults) from the true "
+                                        "frames; weights normalised to mean 1; 0: a plain mean (needs the clips' "
+                                        "frames when > 0)", min=0.0, max=100.0)
     cpu: bool = setting(False, "run on the CPU even where CUDA is available")
     num_workers: int = setting(0, "DataLoader worker processes reading clips (0: in the main process)", min=0,
                                max=256)
@@ -131,6 +137,11 @@ class RunConfig(Settings):
         """(key, message) of each inconsistency between keys."""
         if self.clip_frames and (self.clip_frames < 5 or (self.clip_frames - 1) % 4):
             yield "clip_frames", f"{self.clip_frames} is not 0 or 1 + 4k with k >= 1 (5, 9, ..., 81)"
+
+    @property
+    def change_settings(self) -> CompositeSettings | None:
+        """The ramp of the change map the loss is weighted by; None when ``change_loss_weight`` is 0."""
+        return CompositeSettings() if self.change_loss_weight > 0 else None
 
     # ---- machine-dependent values --------------------------------------------------------------------
     def resolved(self, cuda: bool) -> RunConfig:
@@ -282,6 +293,8 @@ class DistillConfig(RunConfig):
             yield "output", f"{self.output!r} is the teacher's folder; the student needs its own"
         if self.init and os.path.abspath(self.output) == os.path.abspath(self.init):
             yield "output", f"{self.output!r} is the init folder; the student needs its own"
+        if self.change_loss_weight and self.stage != "ode":
+            yield "change_loss_weight", "only stage ode weights its loss by the change map (stage dmd: leave it 0)"
         if self.init and self.stage != "dmd":
             yield "init", "only stage dmd starts from other weights than the teacher's (stage ode: leave it empty)"
         if self.dmd_timestep_min >= self.dmd_timestep_max:

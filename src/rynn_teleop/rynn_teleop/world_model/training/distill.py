@@ -19,7 +19,8 @@ stage A, the ODE-pair initialisation of the causal student:
    :class:`~rynn_teleop.world_model.diffusion.cache.KVCache` holds when the engine streams, through the same
    attention processors. Each block gets one of the recorded noise levels at random (per block, as CausVid);
    the student's clean estimate ``x - sigma * v`` is regressed onto the teacher's clean latent (mean squared
-   error over the noisy blocks). The anchor is clean at timestep 0.
+   error over the noisy blocks; with ``change_loss_weight`` weighted as the teacher's loss by where the true clip
+   differs from its anchor, the change map stored with the pairs). The anchor is clean at timestep 0.
 
 Context during training versus serving: when serving, a block attends to the keys/values its predecessors
 wrote in the commit pass, i.e. clean generated latents at timestep 0. With ``context: frontier`` (the
@@ -71,6 +72,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import logging
 import os
@@ -206,19 +208,25 @@ def student_inputs(states: torch.Tensor, clean: torch.Tensor, sigmas: torch.Tens
 
 
 def student_loss(model: torch.nn.Module, states: torch.Tensor, clean: torch.Tensor, condition: torch.Tensor,
-                 prompt: torch.Tensor, preset: WanPreset, sigmas: torch.Tensor, context: str) -> torch.Tensor:
+                 prompt: torch.Tensor, preset: WanPreset, sigmas: torch.Tensor, context: str,
+                 change: torch.Tensor | None = None, change_loss_weight: float = 0.0) -> torch.Tensor:
     """Mean squared error of the student's clean estimate over the noisy frames (CausVid stage A).
 
     Args:
         states: (B, S, C, F, h, w) teacher states at ``sigmas`` (S,); clean, condition: (B, C, F, h, w).
         prompt: (1, L, text_dim).
         context: "frontier" or "noisy" (see the module docstring).
+        change, change_loss_weight: (B, 1, F, h, w) change map in [0, 1]; each cell's error counts
+            ``1 + change_loss_weight * change`` (weights normalised to mean 1 over the noisy frames). None or 0:
+            every cell of a noisy frame counts alike.
     """
     inputs = student_inputs(states, clean, sigmas, preset, context)
     velocity = student_velocity(model, inputs.latents, condition, model_timesteps(inputs.sigma), preset, prompt)
     estimate = clean_from_velocity(inputs.latents, velocity.float(), inputs.sigma)
-    error = (estimate - clean).square().mean(dim=(1, 3, 4))  # (B, F)
-    weight = inputs.noisy.to(error.dtype)
+    error = (estimate - clean).square()  # (B, C, F, h, w)
+    weight = inputs.noisy.to(error.dtype)[:, None, :, None, None].expand_as(error)
+    if change is not None and change_loss_weight > 0:
+        weight = weight * (1.0 + change_loss_weight * change.to(error.dtype))
     return (error * weight).sum() / weight.sum().clamp(min=1.0)
 
 
@@ -232,15 +240,17 @@ def student_sigmas(preset: WanPreset) -> torch.Tensor:
 
 class PairBatch(NamedTuple):
     """ODE pairs of one batch, cut to the shortest: ``states`` (B, S, C, F, h, w), ``clean`` and ``condition``
-    (B, C, F, h, w), float32."""
+    (B, C, F, h, w), float32; ``change`` (B, 1, F, h, w) when the pairs were stored with change maps."""
 
     states: torch.Tensor
     clean: torch.Tensor
     condition: torch.Tensor
+    change: torch.Tensor | None = None
 
 
 class OdePairs(Dataset):
-    """The pair files (safetensors: ``states``, ``clean``, ``condition`` of one clip and noise draw)."""
+    """The pair files (safetensors: ``states``, ``clean``, ``condition`` and, with a change-weighted loss,
+    ``change`` of one clip and noise draw)."""
 
     def __init__(self, files: list[Path]) -> None:
         if not files:
@@ -258,9 +268,11 @@ def collate_pairs(items: list[dict[str, torch.Tensor]], block_frames: int) -> Pa
     """Stack pairs, each cut to the shortest (the anchor plus whole blocks of ``block_frames``)."""
     frames = min(item["clean"].shape[1] for item in items)
     frames = 1 + (frames - 1) // block_frames * block_frames
+    change = (torch.stack([i["change"][:, :frames] for i in items])
+              if all("change" in i for i in items) else None)
     return PairBatch(torch.stack([i["states"][:, :, :frames] for i in items]),
                      torch.stack([i["clean"][:, :frames] for i in items]),
-                     torch.stack([i["condition"][:, :frames] for i in items]))
+                     torch.stack([i["condition"][:, :frames] for i in items]), change)
 
 
 class PairCollator:
@@ -304,7 +316,7 @@ def _load_student(task: Task, source: str, parts, preset: WanPreset):
                              f"{source} is of kind {manifest.kind!r}: use mode full")
     task.dit = StreamingWanDiT(parts.transformer, parts.control)
     task.vae, task.prompt = parts.vae, parts.prompt
-    task.latents = LatentEncoder(parts.vae, preset, cfg.cache_latents, cfg.dataset)
+    task.latents = LatentEncoder(parts.vae, preset, cfg.cache_latents, cfg.dataset, cfg.change_settings)
     task.sigmas = student_sigmas(preset)
     return manifest
 
@@ -334,7 +346,8 @@ class StudentTask(Task):
     def load(self, accelerator) -> None:
         cfg = self.config
         self.preset = preset = get_preset(cfg.preset)
-        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=False)  # a bad dataset fails first
+        # a bad dataset fails first; the change map needs the frames
+        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=cfg.change_loss_weight > 0)
         parts = load_parts(preset, cfg.base_dir, cfg.prompt_file, accelerator.device)
         self.teacher = _load_student(self, cfg.teacher, parts, preset)
 
@@ -357,7 +370,8 @@ class StudentTask(Task):
         info = {"teacher": teacher, "teacher_steps": cfg.teacher_steps, "guidance_scale": cfg.guidance_scale,
                 "seed": cfg.seed, "pairs_per_clip": cfg.ode_pairs_per_clip, "clip_frames": cfg.clip_frames,
                 "preset": preset.name, "timesteps": list(preset.timesteps), "shift": preset.shift,
-                "block_frames": preset.block_frames, "clips": [clips.name(i) for i in range(len(clips))]}
+                "block_frames": preset.block_frames, "clips": [clips.name(i) for i in range(len(clips))],
+                "change": None if cfg.change_settings is None else dataclasses.asdict(cfg.change_settings)}
         if accelerator.is_main_process:
             stored = folder / PAIRS_INFO
             if stored.is_file() and json.loads(stored.read_text()) != info:
@@ -392,9 +406,12 @@ class StudentTask(Task):
                     solution = teacher_ode(dit, latents.video[:, :, :1], latents.condition, noise, grid,
                                            cfg.guidance_scale, record)
                 partial = path.with_suffix(".partial")
-                save_file({"states": solution.states[0].float().cpu().contiguous(),
+                tensors = {"states": solution.states[0].float().cpu().contiguous(),
                            "clean": solution.clean[0].float().cpu().contiguous(),
-                           "condition": latents.condition[0].float().cpu().contiguous()}, str(partial))
+                           "condition": latents.condition[0].float().cpu().contiguous()}
+                if latents.change is not None:
+                    tensors["change"] = latents.change[0].float().cpu().contiguous()
+                save_file(tensors, str(partial))
                 os.replace(partial, path)
         accelerator.wait_for_everyone()
         return files
@@ -403,8 +420,11 @@ class StudentTask(Task):
         cfg = self.config
         condition = replace_anchor_condition(batch.condition.to(device), self.latents.black_condition(device),
                                              cfg.anchor_black_condition)
+        if cfg.change_loss_weight > 0 and batch.change is None:
+            raise RunConfigError("change_loss_weight", "the ODE pairs hold no change maps (remove output/ode_pairs)")
+        change = None if batch.change is None else batch.change.to(device)
         return student_loss(model, batch.states.to(device), batch.clean.to(device), condition, self.prompt,
-                            self.preset, self.sigmas, cfg.context)
+                            self.preset, self.sigmas, cfg.context, change, cfg.change_loss_weight)
 
     def save_weights(self, dit: StreamingWanDiT, step: int) -> None:
         cfg = self.config

@@ -7,10 +7,13 @@ Objective: rectified flow in the serving sampler's convention (:mod:`.flow`). Pe
 drawn on the preset's shifted schedule; every latent frame but the first is ``(1 - sigma) * clean + sigma *
 noise`` at timestep ``1000 * sigma``; the first (the anchor, TI2V's conditioning frame) stays clean at
 timestep 0 and carries no loss; the loss is the mean squared error between the predicted and the true
-velocity ``noise - clean`` over the other frames. With probability ``condition_dropout`` a clip's condition
-latents are zeroed (the unconditional model that classifier-free guidance subtracts), and with probability
-``anchor_black_condition`` the anchor's condition is that of a black image (what the node's first reset
-gives the engine).
+velocity ``noise - clean`` over the other frames; with ``change_loss_weight`` w > 0 each latent cell's error
+is weighted ``1 + w * change`` (where the clip differs from its anchor, :func:`~.common.latent_change` on the
+compositing ramp; weights normalised to mean 1), so the model spends its capacity on what moves: the robot and
+the objects it touches, the pixels compositing takes from the model. With probability ``condition_dropout`` a
+clip's condition latents are zeroed (the unconditional model that classifier-free guidance subtracts), and with
+probability ``anchor_black_condition`` the anchor's condition is that of a black image (what the node's first
+reset gives the engine).
 
 The teacher attends bidirectionally within a clip (``forward_full`` with one block, no mask): it is the
 many-step model whose ODE the causal student (:mod:`.distill`) learns to shortcut, and bidirectional context
@@ -31,7 +34,6 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.diffusion.dit import StreamingWanDiT
@@ -57,8 +59,22 @@ from .loop import RunResult, Task, add_run_arguments, fit, module_main, run_from
 SAMPLE_INDEX = -1  # latent-cache key of the sample clip (training clips are 0..n-1)
 
 
+def weighted_mse(error: torch.Tensor, change: torch.Tensor | None, change_loss_weight: float) -> torch.Tensor:
+    """Mean of ``error`` (B, C, F, h, w) squared errors, each cell weighted ``1 + change_loss_weight * change``.
+
+    ``change`` (B, 1, F, h, w) in [0, 1] (:func:`~.common.latent_change`); the weights are normalised to mean 1
+    over the batch, so the loss keeps its scale and only its emphasis moves to where the clip changes. With no
+    ``change`` or a weight of 0 this is the plain mean.
+    """
+    if change is None or change_loss_weight <= 0.0:
+        return error.mean()
+    weight = (1.0 + change_loss_weight * change.to(error.dtype)).expand_as(error)
+    return (error * weight).sum() / weight.sum()
+
+
 def teacher_loss(model: torch.nn.Module, clean: torch.Tensor, condition: torch.Tensor, prompt: torch.Tensor,
-                 shift: float, condition_dropout: float = 0.0) -> torch.Tensor:
+                 shift: float, condition_dropout: float = 0.0, change: torch.Tensor | None = None,
+                 change_loss_weight: float = 0.0) -> torch.Tensor:
     """The rectified-flow loss of one batch (see the module docstring); noise from the global RNG.
 
     Args:
@@ -67,6 +83,7 @@ def teacher_loss(model: torch.nn.Module, clean: torch.Tensor, condition: torch.T
         prompt: (1, L, text_dim) prompt embedding (gradients reach the cross-attention).
         shift: the preset's schedule shift.
         condition_dropout: probability of zeroing a clip's condition latents.
+        change, change_loss_weight: the squared errors are weighted by :func:`weighted_mse`.
 
     Returns:
         scalar float32 loss.
@@ -82,7 +99,8 @@ def teacher_loss(model: torch.nn.Module, clean: torch.Tensor, condition: torch.T
         condition = condition * keep.view(-1, 1, 1, 1, 1)
     velocity = model(x, condition, model_timesteps(sigma), [f], prompt_embeds=prompt.expand(b, -1, -1))
     target = velocity_target(clean, noise)
-    return F.mse_loss(velocity[:, :, 1:].float(), target[:, :, 1:].float())
+    error = (velocity[:, :, 1:].float() - target[:, :, 1:].float()).square()
+    return weighted_mse(error, None if change is None else change[:, :, 1:], change_loss_weight)
 
 
 def add_lora(transformer: torch.nn.Module, rank: int, alpha: float, targets: tuple[str, ...]) -> None:
@@ -115,13 +133,14 @@ class TeacherTask(Task):
     def load(self, accelerator) -> None:
         cfg = self.config
         self.preset = preset = get_preset(cfg.preset)
-        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=False)  # a bad dataset fails first
+        # a bad dataset fails first; the change map needs the frames
+        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=cfg.change_loss_weight > 0)
         parts = load_parts(preset, cfg.base_dir, cfg.prompt_file, accelerator.device)
         if cfg.mode == "lora":
             add_lora(parts.transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
         self.dit = StreamingWanDiT(parts.transformer, parts.control)
         self.vae, self.prompt = parts.vae, parts.prompt
-        self.latents = LatentEncoder(parts.vae, preset, cfg.cache_latents, cfg.dataset)
+        self.latents = LatentEncoder(parts.vae, preset, cfg.cache_latents, cfg.dataset, cfg.change_settings)
 
     def prepare(self, accelerator) -> None:
         cfg = self.config
@@ -136,7 +155,8 @@ class TeacherTask(Task):
         latents = self.latents(batch, device)
         condition = replace_anchor_condition(latents.condition, self.latents.black_condition(device),
                                              cfg.anchor_black_condition)
-        return teacher_loss(model, latents.video, condition, self.prompt, self.preset.shift, cfg.condition_dropout)
+        return teacher_loss(model, latents.video, condition, self.prompt, self.preset.shift, cfg.condition_dropout,
+                            latents.change, cfg.change_loss_weight)
 
     def save_weights(self, dit: StreamingWanDiT, step: int) -> None:
         cfg = self.config
