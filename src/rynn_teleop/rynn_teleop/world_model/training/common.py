@@ -80,16 +80,19 @@ class IndexedClips(Dataset):
     """A split of a dataset folder as :class:`ClipItem` s, checked against ``preset``.
 
     With ``pixels`` False and a dataset that stores latents, only the latents are read (the frames of a
-    paper-size clip are far larger).
+    paper-size clip are far larger); with ``frames`` also the clip's frames (not its condition frames: what the
+    change map needs).
 
     Raises:
         DatasetError: no dataset, an empty split, or a dataset built for another preset or frame size.
     """
 
-    def __init__(self, root: str | os.PathLike, split: str, preset: WanPreset, pixels: bool = True) -> None:
+    def __init__(self, root: str | os.PathLike, split: str, preset: WanPreset, pixels: bool = True,
+                 frames: bool = False) -> None:
         self.clips = ClipDataset(root, split)
         check_dataset(self.clips.info, root, preset)
         self.latents_only = not pixels and self.clips.info.has_latents
+        self.frames = frames
 
     def __len__(self) -> int:
         return len(self.clips)
@@ -101,8 +104,8 @@ class IndexedClips(Dataset):
         try:
             with safe_open(str(path), framework="numpy") as reader:
                 length = int(reader.get_slice("frames").get_shape()[0])
-                return ClipItem(index, length, None, None, reader.get_tensor("latents"),
-                                reader.get_tensor("condition_latents"))
+                return ClipItem(index, length, reader.get_tensor("frames") if self.frames else None, None,
+                                reader.get_tensor("latents"), reader.get_tensor("condition_latents"))
         except (OSError, SafetensorError) as error:
             raise DatasetError(f"{path}: not a readable clip file with latents ({error})") from error
 
@@ -227,7 +230,8 @@ class LatentEncoder:
 
     With ``cache`` the latents a clip was encoded to are kept in host memory (keyed by its index and length),
     so each clip is encoded once per run. With ``change`` the latents carry the clips' change from their first
-    frame (:func:`latent_change`, cached alike); that needs the clips' frames.
+    frame (:func:`latent_change`), computed once per clip and length and kept alike (it is small: one value per
+    latent cell); that needs the clips' frames in the batch.
 
     Args:
         vae: the frozen VAE (on the training device).
@@ -239,15 +243,22 @@ class LatentEncoder:
     def __init__(self, vae: StreamingVAE, preset: WanPreset, cache: bool = True, source: str = "",
                  change: CompositeSettings | None = None) -> None:
         self.vae, self.preset, self.cache, self.source, self.change = vae, preset, cache, source, change
-        self._memory: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = {}
+        self._memory: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._changes: dict[tuple[int, int], torch.Tensor] = {}
         self._black: torch.Tensor | None = None
 
-    def _change(self, batch: ClipBatch) -> torch.Tensor | None:
+    def _change(self, batch: ClipBatch, keys: list[tuple[int, int]], device: torch.device | str) -> torch.Tensor | None:
+        """(B, 1, F, h, w) change maps of ``batch`` on ``device``: those not yet known computed from its frames."""
         if self.change is None:
             return None
-        if batch.frames is None:
-            raise DatasetError(f"{self.source}: the change map needs the clips' frames; only latents were read")
-        return latent_change(batch.frames, self.preset.latent_grid, self.change)
+        todo = [n for n, key in enumerate(keys) if key not in self._changes]
+        if todo:
+            if batch.frames is None:
+                raise DatasetError(f"{self.source}: the change map needs the clips' frames; only latents were read")
+            maps = latent_change(batch.frames[todo], self.preset.latent_grid, self.change).cpu()
+            for row, n in enumerate(todo):
+                self._changes[keys[n]] = maps[row].clone()
+        return torch.stack([self._changes[key] for key in keys]).to(device)
 
     def __call__(self, batch: ClipBatch, device: torch.device | str) -> Latents:
         """(video, condition, change) latents of ``batch`` on ``device`` in float32.
@@ -255,29 +266,25 @@ class LatentEncoder:
         Raises:
             DatasetError: stored latents of a shape other than the preset's; a change map without frames.
         """
+        keys = [(int(i), batch.length) for i in batch.index]
+        change = self._change(batch, keys, device)
         if batch.latents is not None:
             video, condition = batch.latents, batch.condition_latents
             expected = (self.preset.latent_channels, latent_frames(batch.length), *self.preset.latent_grid)
             if tuple(video.shape[1:]) != expected or video.shape != condition.shape:
                 raise DatasetError(f"{self.source}: stored latents {tuple(video.shape[1:])}, expected {expected} "
                                    f"for preset {self.preset.name!r} (rebuild the dataset's latents)")
-            change = self._change(batch)
-            return Latents(video.to(device), condition.to(device), None if change is None else change.to(device))
+            return Latents(video.to(device), condition.to(device), change)
         if not self.cache:
-            change = self._change(batch)
             return Latents(self.vae.encode(batch.frames).float().to(device),
-                           self.vae.encode(batch.conditions).float().to(device),
-                           None if change is None else change.to(device))
-        keys = [(int(i), batch.length) for i in batch.index]
+                           self.vae.encode(batch.conditions).float().to(device), change)
         todo = [n for n, key in enumerate(keys) if key not in self._memory]
         if todo:
             video = self.vae.encode(batch.frames[todo]).float().cpu()
             condition = self.vae.encode(batch.conditions[todo]).float().cpu()
-            change = self._change(batch)
             for row, n in enumerate(todo):
-                self._memory[keys[n]] = (video[row], condition[row], None if change is None else change[n])
+                self._memory[keys[n]] = (video[row], condition[row])
         entries = [self._memory[key] for key in keys]
-        change = None if self.change is None else torch.stack([e[2] for e in entries]).to(device)
         return Latents(torch.stack([e[0] for e in entries]).to(device),
                        torch.stack([e[1] for e in entries]).to(device), change)
 

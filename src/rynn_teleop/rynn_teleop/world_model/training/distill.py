@@ -347,7 +347,8 @@ class StudentTask(Task):
         cfg = self.config
         self.preset = preset = get_preset(cfg.preset)
         # a bad dataset fails first; the change map needs the frames
-        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=cfg.change_loss_weight > 0)
+        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=False,
+                                  frames=cfg.change_loss_weight > 0)
         parts = load_parts(preset, cfg.base_dir, cfg.prompt_file, accelerator.device)
         self.teacher = _load_student(self, cfg.teacher, parts, preset)
 
@@ -370,8 +371,9 @@ class StudentTask(Task):
         info = {"teacher": teacher, "teacher_steps": cfg.teacher_steps, "guidance_scale": cfg.guidance_scale,
                 "seed": cfg.seed, "pairs_per_clip": cfg.ode_pairs_per_clip, "clip_frames": cfg.clip_frames,
                 "preset": preset.name, "timesteps": list(preset.timesteps), "shift": preset.shift,
-                "block_frames": preset.block_frames, "clips": [clips.name(i) for i in range(len(clips))],
-                "change": None if cfg.change_settings is None else dataclasses.asdict(cfg.change_settings)}
+                "block_frames": preset.block_frames, "clips": [clips.name(i) for i in range(len(clips))]}
+        if cfg.change_settings is not None:  # pairs made without change maps keep their info (and are reused)
+            info["change"] = dataclasses.asdict(cfg.change_settings)
         if accelerator.is_main_process:
             stored = folder / PAIRS_INFO
             if stored.is_file() and json.loads(stored.read_text()) != info:

@@ -134,7 +134,8 @@ class TeacherTask(Task):
         cfg = self.config
         self.preset = preset = get_preset(cfg.preset)
         # a bad dataset fails first; the change map needs the frames
-        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=cfg.change_loss_weight > 0)
+        self.clips = IndexedClips(cfg.dataset, "train", preset, pixels=False,
+                                  frames=cfg.change_loss_weight > 0)
         parts = load_parts(preset, cfg.base_dir, cfg.prompt_file, accelerator.device)
         if cfg.mode == "lora":
             add_lora(parts.transformer, cfg.lora_rank, cfg.lora_alpha, cfg.lora_targets)
