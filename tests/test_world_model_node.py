@@ -279,6 +279,10 @@ def test_diffusion_backend_frames_arrive_block_wise_with_their_own_command_stamp
     paths = {"base_dir": str(tmp_path / "base"), "weights_dir": str(tmp_path / "weights"),
              "prompt_file": str(tmp_path / "prompt.safetensors")}
     save_model(untrained_model(get_preset("tiny"), seed=0), **paths)  # tests the plumbing, not a trained model
+    import torch
+
+    threads = torch.get_num_threads()  # the node sets the process's torch threads: restored for later tests
+    torch.set_num_threads(2)
     comp = Composition(["world_model"], overrides={"world_model": {
         **SMALL, "backend": "diffusion", **{f"diffusion.{k}": v for k, v in paths.items()}, "profile": "96x64x30"}},
         domain_id=ros_domain_id)
@@ -296,8 +300,10 @@ def test_diffusion_backend_frames_arrive_block_wise_with_their_own_command_stamp
         assert (images[-1].width, images[-1].height, images[-1].encoding) == (96, 64, "rgb8")
         assert wm.reanchoring is False  # SMALL has no re-anchoring topic
         assert {"denoise", "decode"} <= set(wm.generator.timings())
+        assert torch.get_num_threads() == 1  # diffusion.threads' default: one core for the model
     finally:
         comp.shutdown()
+        torch.set_num_threads(threads)
 
 
 class _RecordingLogger:

@@ -53,8 +53,8 @@ class DiffusionGenerator(Generator):
         dtype: the DiT's dtype: "float32", "bfloat16" or "float16".
         vae_dtype: the VAE's dtype (same choices).
         seed: sampler noise seed.
-        threads: torch's intra-op CPU threads, set for the whole process (torch has one pool per process); 0:
-            leave torch's default.
+        threads: torch's intra-op CPU threads, set for the whole process (torch has one pool per process); 0
+            (the keyword's default, for library use): leave torch's as it is. The node's parameter defaults to 1.
         chunk_frames: frames per chunk, anchor included (re-anchoring period); default the preset's
             (81). Must be 1 + a whole number of blocks.
         composite, composite_low, composite_high, composite_blur_px: reference compositing
@@ -83,9 +83,11 @@ class DiffusionGenerator(Generator):
         Param("vae_dtype", str, "float32", "compute dtype of the VAE (float32, as diffusers' Wan2.2 pipelines "
               "run it)", choices=DTYPES),
         Param("seed", int, 0, "noise seed", min=0, max=2**31 - 1),
-        Param("threads", int, 0, "torch's CPU threads in the node's process (intra-op; the world model runs in "
-              "its own process); 0: torch's default, one per core. On a CPU shared with the rest of the stack "
-              "fewer threads than cores can generate faster (docs: benchmarks)", "threads", min=0, max=1024),
+        Param("threads", int, 1, "torch's CPU threads in the node's process (intra-op; the world model runs in "
+              "its own process); 0: torch's default, one per core. One leaves the other cores to the operator "
+              "pipeline: on 2 cores torch's default put gaps in the arm commands (docs: benchmarks, world model on "
+              "twin episodes); raise it where cores are spare and the model runs on the CPU", "threads", min=0,
+              max=1024),
         Param("composite", bool, False, "composite the generated frames over the anchor frame: pixels the model "
               "leaves as the VAE draws the unchanged anchor come from the anchor itself (docs: concepts, world "
               "model, reference compositing)"),
