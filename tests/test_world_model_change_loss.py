@@ -36,7 +36,7 @@ def test_a_box_that_appears_marks_its_cells_in_the_latent_frames_that_hold_it():
     clip = grey_clip()
     # a white box over latent cell (1, 2) in video frame 6 only: latent frame 2 holds video frames 5..8
     clip[:, :, 6, CELL:2 * CELL, 2 * CELL:3 * CELL] = 1.0
-    change = latent_change(clip, (LH, LW), RAMP)
+    change = latent_change(clip, TINY, RAMP)
     assert change.shape == (1, 1, 3, LH, LW)
     expected = torch.zeros_like(change)
     expected[0, 0, 2, 1, 2] = 1.0
@@ -47,20 +47,20 @@ def test_a_change_on_the_ramp_weighs_in_between_and_one_pixel_marks_its_cell():
     clip = grey_clip()
     clip[:, :, 1:, :, :] += 19.5 * LEVEL  # the whole scene 19.5 levels brighter: halfway up the 9..30 ramp
     clip[:, :, 3, 0, 0] += 100 * LEVEL  # one pixel of one video frame far brighter: its cell is fully changed
-    change = latent_change(clip, (LH, LW), RAMP)
+    change = latent_change(clip, TINY, RAMP)
     assert torch.all(change[:, :, 0] == 0)  # the anchor never changes from itself
     assert change[0, 0, 1, 0, 0] == pytest.approx(1.0)
     rest = change[0, 0, 1:].flatten()[1:]
     torch.testing.assert_close(rest, torch.full_like(rest, 0.5))
-    assert torch.all(latent_change(grey_clip() + 8 * LEVEL * (torch.arange(9) > 0).view(1, 1, 9, 1, 1), (LH, LW),
-                                   RAMP) == 0)  # below the ramp's low end: unchanged
+    dimmer = grey_clip() + 8 * LEVEL * (torch.arange(9) > 0).view(1, 1, 9, 1, 1)
+    assert torch.all(latent_change(dimmer, TINY, RAMP) == 0)  # below the ramp's low end: unchanged
 
 
 def test_frames_that_do_not_map_onto_the_grid_are_refused():
     with pytest.raises(ValueError, match="latent frames"):
-        latent_change(torch.zeros(1, 3, 8, H, W), (LH, LW), RAMP)
+        latent_change(torch.zeros(1, 3, 8, H, W), TINY, RAMP)
     with pytest.raises(ValueError, match="latent frames"):
-        latent_change(torch.zeros(1, 3, 9, H, W), (LH + 1, LW), RAMP)
+        latent_change(torch.zeros(1, 3, 9, H, W + CELL), TINY, RAMP)  # another frame size
 
 
 # ---- the weighting ------------------------------------------------------------------------------------------
@@ -76,6 +76,10 @@ def test_weighted_mse_moves_the_emphasis_to_changed_cells_and_keeps_the_scale():
     assert weighted_mse(error.flip(-1), change, 3.0) == pytest.approx(4 / 5)
     uniform = torch.ones_like(change)
     assert weighted_mse(error, uniform, 3.0) == pytest.approx(0.5)  # everything changed: the plain mean
+    keep_first = torch.tensor([1.0, 0.0]).view(1, 1, 1, 1, 2)  # a mask: only the unchanged cell carries a loss
+    assert weighted_mse(error, change, 3.0, keep_first) == pytest.approx(1.0)
+    assert weighted_mse(error, None, 0.0, keep_first.flip(-1)) == pytest.approx(0.0)
+    assert weighted_mse(error, change, 3.0, torch.zeros_like(keep_first)) == pytest.approx(0.0)  # none kept
 
 
 class Zero(torch.nn.Module):
@@ -186,9 +190,9 @@ def test_the_encoder_computes_each_clips_map_once_and_for_new_clips_of_a_batch_o
 
     encoder = LatentEncoder(None, TINY, change=RAMP)  # stored latents: the VAE is not used
     first = encoder(batch([0]), "cpu").change
-    torch.testing.assert_close(first, latent_change(frames[:1], (LH, LW), RAMP))
+    torch.testing.assert_close(first, latent_change(frames[:1], TINY, RAMP))
     both = encoder(batch([0, 1]), "cpu").change  # clip 0 known, clip 1 new (second row): the rows keep their clips
-    torch.testing.assert_close(both, latent_change(frames, (LH, LW), RAMP))
+    torch.testing.assert_close(both, latent_change(frames, TINY, RAMP))
     assert both[1, 0, 1, 1, 0] == 1.0 and both[0, 0, 1, 0, 0] == 0.0 and both[0, 0, 2, 0, 0] == 1.0
     # a known clip's map is not recomputed: the frames of a later batch are not read for it
     again = encoder(ClipBatch(torch.tensor([0]), 9, torch.zeros_like(frames[:1]), None, latents[:1], latents[:1]),

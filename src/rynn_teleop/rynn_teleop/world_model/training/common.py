@@ -199,27 +199,28 @@ class Latents(NamedTuple):
     change: torch.Tensor | None = None
 
 
-def latent_change(frames: torch.Tensor, grid: tuple[int, int], settings: CompositeSettings) -> torch.Tensor:
-    """Where a clip differs from its first frame, on the latent grid: (B, 1, F, h, w) float32 in [0, 1].
+def latent_change(frames: torch.Tensor, preset: WanPreset, settings: CompositeSettings) -> torch.Tensor:
+    """Where a clip differs from its first frame, on ``preset``'s latent grid: (B, 1, F, h, w) float32 in [0, 1].
 
     Per video frame the compositing ramp of :func:`~rynn_teleop.world_model.diffusion.composite.change_weight`
     (smoothed channel-mean change from the first frame, 0 at ``settings.low`` levels, 1 at ``settings.high``),
-    then the largest value over each latent frame's video frames (the first latent frame is the first video
-    frame alone: 0) and over each latent cell's pixels: a cell is as changed as its most changed pixel.
+    then the largest value over each latent frame's video frames (the causal VAE's mapping: the first latent
+    frame is the first video frame alone, so 0; then ``preset.temporal_compression`` frames each) and over each
+    latent cell's pixels: a cell is as changed as its most changed pixel.
 
     Args:
-        frames: (B, 3, T, H, W) in [-1, 1], T = 1 + 4k.
-        grid: the latent (h, w); H and W are whole multiples of them.
+        frames: (B, 3, T, H, W) in [-1, 1], T = 1 + k * the temporal compression, H x W the preset's size.
 
     Raises:
-        ValueError: T is not 1 + 4k, or the frame size is not a whole multiple of ``grid``.
+        ValueError: frames that do not map onto the preset's latent frames and grid.
     """
     batch, _, count, height, width = frames.shape
-    rows, cols = grid
-    if (count - 1) % 4 or height % rows or width % cols:
-        raise ValueError(f"frames {tuple(frames.shape)} do not map onto latent frames of {grid} cells")
+    step, (rows, cols) = preset.temporal_compression, preset.latent_grid
+    if (count - 1) % step or (height, width) != (preset.height, preset.width):
+        raise ValueError(f"frames {tuple(frames.shape)} do not map onto latent frames of preset {preset.name!r} "
+                         f"(1 + {step}k frames of {preset.width}x{preset.height} px)")
     weight = change_weight(frames, frames[:, :, :1].expand_as(frames), settings)  # (B, 1, T, H, W)
-    rest = weight[:, 0, 1:].reshape(batch, (count - 1) // 4, 4, height, width).amax(dim=2)
+    rest = weight[:, 0, 1:].reshape(batch, (count - 1) // step, step, height, width).amax(dim=2)
     per_frame = torch.cat([weight[:, 0, :1], rest], dim=1)  # (B, F, H, W)
     pooled = F.max_pool2d(per_frame, kernel_size=(height // rows, width // cols))
     return pooled.unsqueeze(1)
@@ -255,7 +256,7 @@ class LatentEncoder:
         if todo:
             if batch.frames is None:
                 raise DatasetError(f"{self.source}: the change map needs the clips' frames; only latents were read")
-            maps = latent_change(batch.frames[todo], self.preset.latent_grid, self.change).cpu()
+            maps = latent_change(batch.frames[todo], self.preset, self.change).cpu()
             for row, n in enumerate(todo):
                 self._changes[keys[n]] = maps[row].clone()
         return torch.stack([self._changes[key] for key in keys]).to(device)

@@ -126,7 +126,7 @@ from .loop import (
     read_state,
     run_from_cli,
 )
-from .train import teacher_loss
+from .train import teacher_loss, weighted_mse
 
 _LOG = logging.getLogger(__name__)
 PAIRS = "ode_pairs"  # folder of the teacher's ODE pairs in the output folder
@@ -223,11 +223,8 @@ def student_loss(model: torch.nn.Module, states: torch.Tensor, clean: torch.Tens
     inputs = student_inputs(states, clean, sigmas, preset, context)
     velocity = student_velocity(model, inputs.latents, condition, model_timesteps(inputs.sigma), preset, prompt)
     estimate = clean_from_velocity(inputs.latents, velocity.float(), inputs.sigma)
-    error = (estimate - clean).square()  # (B, C, F, h, w)
-    weight = inputs.noisy.to(error.dtype)[:, None, :, None, None].expand_as(error)
-    if change is not None and change_loss_weight > 0:
-        weight = weight * (1.0 + change_loss_weight * change.to(error.dtype))
-    return (error * weight).sum() / weight.sum().clamp(min=1.0)
+    return weighted_mse((estimate - clean).square(), change, change_loss_weight,
+                        mask=inputs.noisy[:, None, :, None, None])
 
 
 def student_sigmas(preset: WanPreset) -> torch.Tensor:

@@ -59,17 +59,24 @@ from .loop import RunResult, Task, add_run_arguments, fit, module_main, run_from
 SAMPLE_INDEX = -1  # latent-cache key of the sample clip (training clips are 0..n-1)
 
 
-def weighted_mse(error: torch.Tensor, change: torch.Tensor | None, change_loss_weight: float) -> torch.Tensor:
+def weighted_mse(error: torch.Tensor, change: torch.Tensor | None, change_loss_weight: float,
+                 mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean of ``error`` (B, C, F, h, w) squared errors, each cell weighted ``1 + change_loss_weight * change``.
 
     ``change`` (B, 1, F, h, w) in [0, 1] (:func:`~.common.latent_change`); the weights are normalised to mean 1
     over the batch, so the loss keeps its scale and only its emphasis moves to where the clip changes. With no
-    ``change`` or a weight of 0 this is the plain mean.
+    ``change`` or a weight of 0 this is the plain mean. ``mask`` (broadcastable to ``error``, 0 or 1) keeps only
+    the cells that carry a loss (the student's noisy frames); none kept: 0.
     """
-    if change is None or change_loss_weight <= 0.0:
+    weight = torch.ones((), dtype=error.dtype, device=error.device)
+    if change is not None and change_loss_weight > 0.0:
+        weight = 1.0 + change_loss_weight * change.to(error.dtype)
+    if mask is not None:
+        weight = weight * mask.to(error.dtype)
+    if weight.dim() == 0:
         return error.mean()
-    weight = (1.0 + change_loss_weight * change.to(error.dtype)).expand_as(error)
-    return (error * weight).sum() / weight.sum()
+    weight = weight.expand_as(error)
+    return (error * weight).sum() / weight.sum().clamp(min=1.0)
 
 
 def teacher_loss(model: torch.nn.Module, clean: torch.Tensor, condition: torch.Tensor, prompt: torch.Tensor,
