@@ -105,7 +105,8 @@ def test_policy_start_and_stop_reach_the_policy_node(ros_domain_id, ros_env):
             status = call(ros_env, "--timeout", "2.5", "status")
             if "policy: idle" in status.stdout:
                 break
-        assert status.returncode == 0 and "policy: idle" in status.stdout and "constant action" in status.stdout
+        assert status.returncode == 0 and "policy: idle" in status.stdout and "constant action" in status.stdout, \
+            f"call status, 4 looks; the last printed:\n{status.stdout}\nstderr:\n{status.stderr}"
     finally:
         comp.shutdown()
     bad = subprocess.run([sys.executable, "-m", "rynn_teleop.cli", "call", "policy", "go"], capture_output=True,
