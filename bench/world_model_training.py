@@ -185,6 +185,9 @@ def main() -> int:
                         "compositing (the diffusion backend's composite: true) in eval and judge")
     parser.add_argument("--from", dest="from_step", choices=STEPS, default=STEPS[0],
                         help="start at this step, reusing the earlier steps' outputs in --out (its bench_state.json)")
+    parser.add_argument("--held-out", action="append", default=None, metavar="KEY",
+                        help="hold out this layout (pick_place/seed=2004) or episode instead of --val-fraction's "
+                             "seeded choice; repeat for more (the same held-out frames as an earlier run's)")
     parser.add_argument("--episodes-from", default=None, help="reuse recorded episodes from this folder "
                         "(skips step 1)")
     parser.add_argument("--twin", action="store_true", help="interaction: twin episodes of both tasks, objects in "
@@ -250,7 +253,8 @@ def main() -> int:
         if not reused("dataset"):
             twin = {"objects": True, "split_by": "layout"} if args.twin else {}
             info = build_dataset(episodes, work / "dataset", preset=preset, clip_frames=args.clip_frames,
-                                 val_fraction=args.val_fraction, seed=0, include_problems=True, **twin)
+                                 val_fraction=args.val_fraction, seed=0, include_problems=True,
+                                 held_out=args.held_out, **twin)
             times["dataset_s"] = time.monotonic() - last
             save("dataset", {s: len(info.clip_files(s)) for s in ("train", "val")})
             last = _stamp(f"dataset: {state['dataset']}", t0)

@@ -2,8 +2,9 @@
 (vendor, world-model, training, export) are the same lists in requirements/, setup.py and docker/Dockerfile;
 the bootstrap (demo, tests, CI) installs every role and the lock covers every role.
 
-The slow test builds a venv from the runtime requirements alone (once per content of those files: it is cached
-under ``~/.cache/rynn_teleop/runtime-venv-<hash>``) and runs ``rynn-teleop run --mode digital`` in it.
+The slow test builds a venv from the runtime requirements alone (one per checkout, cached under
+``~/.cache/rynn_teleop/runtime-venv-<hash of the checkout's path>`` and rebuilt when those files change) and runs
+``rynn-teleop run --mode digital`` in it.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ RUNTIME_VENV_FILES = ("requirements/ros-pypi.txt", "requirements/core.txt", "req
                       "src/rynn_teleop/setup.py", "src/rynn_teleop/setup.cfg")
 VENV_BUILD_TIMEOUT_S = 900  # [s] a fresh runtime venv (measured: about 40 s from this machine's local indexes)
 RUN_DURATION_S = 8.0  # [s] rynn-teleop run --duration in the runtime venv
-CACHE_UNUSED_S = 86400.0  # [s] a cached runtime venv of other requirement files unused this long is removed
+CACHE_UNUSED_S = 86400.0  # [s] a cached runtime venv of another checkout unused this long is removed
 
 
 def _name(requirement: str) -> str:
@@ -163,35 +164,45 @@ def test_the_runtime_path_imports_no_extra(ros_env, tmp_path):
 
 # ---------------------------------------------------------------------- a fresh venv of the runtime alone
 def _runtime_venv() -> Path:
-    """A venv with requirements/ros-pypi.txt + core.txt (under the lock) and rynn_teleop (editable, no deps),
-    built once per content of those files, this checkout and this Python; cached under ~/.cache/rynn_teleop."""
+    """A venv with requirements/ros-pypi.txt + core.txt (under the lock) and rynn_teleop (editable, no deps): one
+    per checkout under ~/.cache/rynn_teleop, rebuilt in place when those files or this Python change.
+
+    Each venv is 1.2 GB, so the cache is bounded: a venv whose checkout is gone (a CI clone, a removed temporary
+    clone) or that was not used for CACHE_UNUSED_S is removed, and so is any venv of the former per-content layout.
+    """
     digest = hashlib.sha256()
     for name in RUNTIME_VENV_FILES:
         digest.update(name.encode() + b"\0" + (ROOT / name).read_bytes() + b"\0")
-    digest.update(str(ROOT).encode() + sys.version.encode())
+    digest.update(sys.version.encode())
+    content = digest.hexdigest()
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rynn_teleop"
-    venv = cache / f"runtime-venv-{digest.hexdigest()[:16]}"
+    venv = cache / f"runtime-venv-{hashlib.sha256(str(ROOT).encode()).hexdigest()[:16]}"
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "runtime-venv.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test session may be building or using the same venv
-        for old in cache.glob("runtime-venv-*"):  # venvs of former requirement files (1.2 GB each), unused a day
-            marker = old / ".complete"
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test session may be building or pruning
+        for old in cache.glob("runtime-venv-*"):
+            if old == venv or not old.is_dir():
+                continue
+            marker, root = old / ".complete", old / ".checkout"
             used = marker.stat().st_mtime if marker.exists() else old.stat().st_mtime
-            if old != venv and time.time() - used > CACHE_UNUSED_S:
+            gone = not root.exists() or not Path(root.read_text()).is_dir()
+            if gone or time.time() - used > CACHE_UNUSED_S:
                 shutil.rmtree(old, ignore_errors=True)
-        if (venv / ".complete").exists():
-            os.utime(venv / ".complete")  # last used now
+        marker = venv / ".complete"
+        if marker.exists() and marker.read_text() == content:
+            os.utime(marker)  # last used now
             return venv
         shutil.rmtree(venv, ignore_errors=True)
         base = getattr(sys, "_base_executable", sys.executable)
         subprocess.run([base, "-m", "venv", str(venv)], check=True, timeout=120)
+        (venv / ".checkout").write_text(str(ROOT))
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         subprocess.run([*pip, "-c", str(REQ / "constraints.txt"), "-r", str(REQ / "ros-pypi.txt"),
                         "-r", str(REQ / "core.txt")], check=True, timeout=VENV_BUILD_TIMEOUT_S, env=env)
         subprocess.run([*pip, "--no-deps", "-e", str(ROOT / "src" / "rynn_teleop")], check=True, timeout=300,
                        env=env)
-        (venv / ".complete").write_text("")
+        marker.write_text(content)
         return venv
 
 

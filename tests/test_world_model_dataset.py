@@ -38,6 +38,7 @@ from rynn_teleop.world_model.training.dataset import (
     run_cli,
     split_episodes,
     split_groups,
+    split_held_out,
 )
 
 TS = default_typestore()
@@ -579,6 +580,37 @@ def test_frames_before_the_first_object_pose_are_left_out_and_a_changed_layout_i
     assert "test_scene/seed=3" in info.skipped[0]["reason"] and "test_scene/seed=4" in info.skipped[0]["reason"]
 
 
+def test_held_out_layouts_are_exactly_the_ones_named(twin_episodes, tmp_path):
+    paths = [e.path for e in twin_episodes.values()]
+    info = build_dataset(paths, tmp_path / "ds", clip_frames=CLIP, objects=True, echo=None,
+                         held_out=["test_scene/seed=1"])
+    assert {e["layout"]: e["split"] for e in info.episodes} == {
+        "test_scene/seed=0": "train", "test_scene/seed=1": "val", "test_scene/seed=2": "train"}
+    assert sum(e["split"] == "val" for e in info.episodes) == 2  # both episodes of layout 1
+    info = build_dataset(paths, tmp_path / "two", clip_frames=CLIP, objects=True, echo=None,
+                         held_out=["test_scene/seed=2", "test_scene/seed=0"])
+    assert [e["path"] for e in info.episodes if e["split"] == "train"] == [str(twin_episodes[k].path)
+                                                                          for k in ("c1", "e1")]
+    with pytest.raises(DatasetError, match=r"held out test_scene/seed=7: no usable episode has it .*seed=0"):
+        build_dataset(paths, tmp_path / "missing", clip_frames=CLIP, objects=True, echo=None,
+                      held_out=["test_scene/seed=7"])
+    with pytest.raises(DatasetError, match="every group"):
+        build_dataset(paths, tmp_path / "all", clip_frames=CLIP, objects=True, echo=None,
+                      held_out=[f"test_scene/seed={k}" for k in range(3)])
+    with pytest.raises(DatasetError, match="a list of keys"):
+        build_dataset(paths, tmp_path / "str", clip_frames=CLIP, objects=True, echo=None,
+                      held_out="test_scene/seed=1")
+    assert not any((tmp_path / name).exists() for name in ("missing", "all", "str"))
+
+
+def test_held_out_episodes_are_matched_however_the_path_is_spelled(episodes, tmp_path, monkeypatch):
+    a, b = episodes["physical"].path, episodes["digital"].path
+    monkeypatch.chdir(b.parent)
+    info = build_dataset([a, b], tmp_path / "ds", clip_frames=CLIP, echo=None, held_out=[f"./{b.name}"])
+    assert [e["split"] for e in info.episodes] == ["train", "val"]
+    assert split_held_out(["x", "y", "x", "z"], ["x"]) == ["val", "train", "val", "train"]
+
+
 def test_split_by_is_checked(episodes, tmp_path):
     with pytest.raises(DatasetError, match="split_by 'scene'"):
         build_dataset([episodes["physical"].path], tmp_path / "ds", split_by="scene", echo=None)
@@ -629,3 +661,7 @@ def test_the_command_line_builds_a_dataset_from_a_folder_of_episodes(episodes, t
     args = parser.parse_args([str(root), "--out", str(tmp_path / "y"), "--objects", "--split-by", "episode"])
     assert args.objects and args.split_by == "episode"
     assert parser.parse_args([str(root), "--out", str(tmp_path / "y")]).split_by is None
+    args = parser.parse_args([str(root), "--out", str(tmp_path / "z"), "--held-out", "p/seed=1", "--held-out",
+                              "p/seed=2"])
+    assert args.held_out == ["p/seed=1", "p/seed=2"]
+    assert parser.parse_args([str(root), "--out", str(tmp_path / "z")]).held_out is None

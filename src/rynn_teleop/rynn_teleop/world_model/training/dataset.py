@@ -208,6 +208,22 @@ def split_groups(groups: Sequence[str], val_fraction: float, seed: int) -> list[
     return [per_key[g] for g in groups]
 
 
+def split_held_out(groups: Sequence[str], held_out: Sequence[str]) -> list[str]:
+    """The split ("train" or "val") of each item, by group: "val" exactly for the groups in ``held_out``.
+
+    Raises:
+        DatasetError: a held-out key that no item has (named, with the keys there are), or every group held out.
+    """
+    keys = list(dict.fromkeys(groups))
+    missing = [k for k in dict.fromkeys(held_out) if k not in keys]
+    if missing:
+        raise DatasetError(f"held out {', '.join(missing)}: no usable episode has it (the keys here: "
+                           f"{', '.join(keys)})")
+    if set(keys) <= set(held_out):
+        raise DatasetError(f"held out {', '.join(keys)}: that is every group, nothing would be left to train on")
+    return ["val" if g in set(held_out) else "train" for g in groups]
+
+
 def check_split_by(split_by: str | None, objects: bool) -> str:
     """``split_by`` once it is one of :data:`SPLIT_BY`; None: "layout" with objects, else "episode".
 
@@ -525,6 +541,7 @@ def build_dataset(
     skip_damaged: bool = False,
     objects: bool = False,
     split_by: str | None = None,
+    held_out: Sequence[str] | None = None,
 ) -> DatasetInfo:
     """Write the world-model dataset of ``episode_dirs`` to ``out_dir`` (see the module docstring).
 
@@ -550,14 +567,19 @@ def build_dataset(
             reason "no /twin/objects recorded: not a twin episode".
         split_by: "episode" or "layout" (held-out layouts, never seen in training); None: "layout" with
             ``objects``, else "episode".
+        held_out: the split keys to hold out instead of a seeded choice (``val_fraction`` and ``seed`` are then
+            unused): layouts as ``dataset.json`` records them in ``split_group`` (``pick_place/seed=2004``) when
+            splitting by layout, episode directories when splitting by episode. Holding out the same layouts of
+            a larger recording compares datasets on the same held-out frames. None: the seeded choice.
 
     Returns:
         The dataset's description, as written to ``out_dir/dataset.json``.
 
     Raises:
-        DatasetError: a bad argument (named); ``out_dir`` exists and is not an empty folder, or cannot be
-            created or written; a path that is no episode; no usable episode (:class:`NoUsableEpisodeError`,
-            each one named with its reason). Nothing is written then.
+        DatasetError: a bad argument (named); a ``held_out`` key no usable episode has, or every key held out;
+            ``out_dir`` exists and is not an empty folder, or cannot be created or written; a path that is no
+            episode; no usable episode (:class:`NoUsableEpisodeError`, each one named with its reason). Nothing
+            is written then.
         DamagedEpisodeError: an episode is damaged (without ``skip_damaged``); nothing is written.
         ConfigurationError: an unknown preset; with ``latents``, a base folder that is missing or not the
             preset's (``BaseModelError``).
@@ -566,6 +588,8 @@ def build_dataset(
     clip_frames = check_clip_frames(clip_frames)
     val_fraction = check_val_fraction(val_fraction)
     split_by = check_split_by(split_by, bool(objects))
+    if isinstance(held_out, (str, bytes)):
+        raise DatasetError(f"held_out {held_out!r}: must be a list of keys, not one string")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise DatasetError(f"seed {seed!r}: must be an integer >= 0")
     topic = camera_topic or DEFAULT_CAMERA_TOPIC
@@ -613,7 +637,13 @@ def build_dataset(
                 say(f"warning: {u.path}: camera at {u.fps:.2f} Hz, the dataset's median is {fps:.2f} Hz")
                 u.entry["warnings"].append(f"camera at {u.fps:.2f} Hz, the dataset's median is {fps:.2f} Hz")
         groups = [(u.layout or f"episode:{u.path}") if split_by == "layout" else str(u.path) for u in used]
-        splits = split_groups(groups, val_fraction, int(seed))
+        if held_out is None:
+            splits = split_groups(groups, val_fraction, int(seed))
+        elif split_by == "layout":
+            splits = split_held_out(groups, [str(k) for k in held_out])
+        else:  # episode directories, however they were spelled
+            resolved = {str(Path(k).resolve()): g for k, g in ((str(u.path.resolve()), str(u.path)) for u in used)}
+            splits = split_held_out(groups, [resolved.get(str(Path(k).resolve()), str(k)) for k in held_out])
         if split_by == "layout" and len(used) > 1 and len(set(groups)) == 1:
             say(f"warning: every usable episode has the layout {groups[0]}: all of it is train, no validation split "
                 "(split_by layout holds out whole layouts)")
@@ -762,6 +792,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split-by", choices=SPLIT_BY, default=None,
                         help="hold out whole episodes or whole object layouts (episode.yaml's twin scene and seed) "
                              "(default: layout with --objects, else episode)")
+    parser.add_argument("--held-out", action="append", default=None, metavar="KEY",
+                        help="hold out this layout (e.g. pick_place/seed=2004) or episode directory instead of a "
+                             "seeded choice; repeat for more (--val-fraction and --seed are then unused)")
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -770,7 +803,7 @@ def run_cli(args: argparse.Namespace) -> int:
         args.episodes, args.out, preset=args.preset, clip_frames=args.clip_frames, val_fraction=args.val_fraction,
         seed=args.seed, latents=(args.latents, args.device) if args.latents else None,
         include_problems=args.include_problems, camera_topic=args.camera_topic, progress=sys.stderr.isatty(),
-        skip_damaged=args.skip_damaged, objects=args.objects, split_by=args.split_by,
+        skip_damaged=args.skip_damaged, objects=args.objects, split_by=args.split_by, held_out=args.held_out,
     )
     return 0
 
@@ -791,5 +824,6 @@ __all__ = [
     "run_cli",
     "split_episodes",
     "split_groups",
+    "split_held_out",
     "style_fields",
 ]
