@@ -2,6 +2,7 @@
 world model generating in its latents), against repeating the clip's first frame, on the same frames.
 
     .venv/bin/python bench/world_model_vae.py DATASET [--steps 1500] [--base-dim 4] [--decoder-dim 8] [--spatial 16]
+        [--ssim-weight 0] [--as-eval [--max-clips N]]
 
 DATASET: a dataset of the ``small`` (or ``tiny``) preset built from twin episodes with ``--objects --split-by
 layout`` (``bench/world_model_training.py --twin --out DIR`` leaves one in ``DIR/dataset``). The VAE is the preset's
@@ -9,7 +10,15 @@ layout`` (``bench/world_model_training.py --twin --out DIR`` leaves one in ``DIR
 :func:`~rynn_teleop.world_model.training.tiny_base.fit_tiny_base` (its ``vae_overrides``), then every held-out clip
 (up to its first 41 frames) is encoded and decoded whole. Scores, over frames 1..: whole-frame PSNR, and PSNR inside
 the projected box of each object in view (moving or not). The baseline is frame 0 repeated. One JSON line: both,
-their differences, the settings and the seconds.
+their differences, the settings and the seconds. ``--ssim-weight W`` adds W x (1 - SSIM) to the fitting loss
+(:func:`~rynn_teleop.world_model.training.tiny_base.fit_tiny_base`'s ``ssim_weight``).
+
+``--as-eval`` scores the round trip as ``rynn-teleop world-model eval --composite`` scores its ``reconstruction``
+(the ceiling of every model served composited): every frame of every held-out clip, composited over frame 0 at the
+backend's default thresholds, with ``evaluate.score``; beside it the ``render`` backend and repeat-first on the same
+frames. Keys ``<model>_<metric>`` for ``vae``, ``render``, ``baseline`` and ``psnr``, ``ssim``,
+``object_psnr_after``, ``object_psnr_moving``, and each goal's margin of the VAE over the better baseline
+(``vae_margin_*``). 16x spatial compression only (the backend's streaming VAE).
 """
 
 from __future__ import annotations
@@ -38,6 +47,53 @@ def scores(frames_fn, dataset, box_visible, box_psnr, psnr, read_clip_objects) -
     return float(np.mean(whole)), float(np.mean(boxes))
 
 
+def as_eval(vae, held_out, max_clips: int | None = None) -> dict[str, float | int | None]:
+    """The ``--as-eval`` scores (see the module docstring) of ``vae`` (an ``AutoencoderKLWan``) on ``held_out``'s
+    clips (the first ``max_clips``; None: all)."""
+    from rynn_teleop.core.robot_model import RobotModel
+    from rynn_teleop.world_model.conditioning import Conditioner
+    from rynn_teleop.world_model.diffusion.composite import CompositeSettings
+    from rynn_teleop.world_model.diffusion.presets import get_preset
+    from rynn_teleop.world_model.diffusion.vae import StreamingVAE
+    from rynn_teleop.world_model.render import RenderGenerator
+    from rynn_teleop.world_model.training import evaluate as ev
+    from rynn_teleop.world_model.training.clips import read_clip
+    from rynn_teleop.world_model.training.objects import read_clip_objects
+
+    info = held_out.info
+    robot = RobotModel.default()
+    columns = ev._joint_order(info, robot)
+    intrinsics, _ = ev.dataset_intrinsics(info)
+    camera_frame = str(info.condition.get("camera_frame", ev.DEFAULT_CAMERA_FRAME))
+    conditioner = Conditioner(robot, intrinsics, camera_frame=camera_frame)
+    render = RenderGenerator(robot, intrinsics, width=info.width, height=info.height, camera_frame=camera_frame)
+    margin = max(ev.HAND_MARGIN_MIN_PX, round(ev.HAND_MARGIN_FRACTION * info.width))
+    streaming, composite = StreamingVAE(vae), CompositeSettings()
+    scores = {"vae": [], "render": [], "baseline": []}
+    for file in held_out.files[:max_clips]:
+        clip = read_clip(held_out.root / file)
+        objects = read_clip_objects(held_out.root / file)
+        if objects is None:
+            raise SystemExit(f"{file}: no objects; --as-eval needs a twin dataset (--objects)")
+        actions = clip.actions[:, columns].astype(np.float64)
+        with torch.no_grad():
+            predictions = {"vae": ev.vae_round_trip(streaming, clip, composite),
+                           "render": ev.stream(render, clip, actions), "baseline": ev.repeat_first(clip)}
+        for model, pred in predictions.items():
+            scores[model].append(ev.score(pred, clip.frames[1:], ev.hand_masks(conditioner, actions[1:], margin),
+                                          None, objects=objects.slice(1, clip.length),
+                                          resting_at_anchor=~objects.moved[0]))
+    metrics = ("psnr", "ssim", "object_psnr_after", "object_psnr_moving")
+    block = get_preset(info.preset).frames_per_block
+    means = {m: ev.summarise(rows, block) for m, rows in scores.items()}
+    out = {f"{m}_{k}": None if means[m][k] is None else round(means[m][k], 4) for m in scores for k in metrics}
+    for k in metrics:  # the goal's form: the VAE over the better of the two baselines
+        values = [means[m][k] for m in scores]
+        out[f"vae_margin_{k}"] = None if None in values else round(values[0] - max(values[1:]), 4)
+    out["held_out_frames"] = int(sum(len(s.psnr) for s in scores["baseline"]))
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dataset")
@@ -45,8 +101,15 @@ def main() -> int:
     parser.add_argument("--base-dim", type=int, default=4, help="encoder base width")
     parser.add_argument("--decoder-dim", type=int, default=8, help="decoder base width")
     parser.add_argument("--spatial", type=int, choices=(8, 16), default=16, help="spatial compression [px/latent]")
+    parser.add_argument("--ssim-weight", type=float, default=0.0, help="weight of 1 - SSIM in the fitting loss")
+    parser.add_argument("--as-eval", action="store_true", help="score as world-model eval --composite scores its "
+                        "reconstruction, beside render and repeat-first (see the module docstring)")
+    parser.add_argument("--max-clips", type=int, default=None, help="with --as-eval: score the first N held-out "
+                        "clips only (a quick check; the numbers need all)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if args.as_eval and args.spatial != 16:
+        parser.error("--as-eval needs --spatial 16 (the diffusion backend's streaming VAE)")
 
     import tempfile
     from pathlib import Path
@@ -66,8 +129,16 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="wm_vae_") as tmp:
         fitted = fit_tiny_base(args.dataset, Path(tmp) / "base", Path(tmp) / "prompt.safetensors",
                                seconds=float("inf"), max_steps=args.steps, seed=args.seed, vae_overrides=overrides,
-                               log=None)
+                               ssim_weight=args.ssim_weight, log=None)
         vae = AutoencoderKLWan.from_pretrained(str(Path(tmp) / "base"), subfolder="vae").eval()
+    settings = {"train_window_psnr": round(fitted["train_psnr"], 3), "steps": fitted["steps"],
+                "fit_seconds": fitted["seconds"], "base_dim": args.base_dim, "decoder_dim": args.decoder_dim,
+                "spatial": args.spatial, "ssim_weight": args.ssim_weight,
+                "parameters": sum(p.numel() for p in vae.parameters()), "preset": held_out.info.preset,
+                "held_out_clips": len(held_out), "threads": torch.get_num_threads()}
+    if args.as_eval:
+        print(json.dumps({**as_eval(vae, held_out, args.max_clips), **settings, "max_clips": args.max_clips}))
+        return 0
 
     def round_trip(clip, t_max):
         with torch.no_grad():
@@ -84,12 +155,7 @@ def main() -> int:
         "vae_psnr": round(vae_whole, 3), "vae_box_psnr": round(vae_box, 3),
         "baseline_psnr": round(base_whole, 3), "baseline_box_psnr": round(base_box, 3),
         "vae_minus_baseline_psnr": round(vae_whole - base_whole, 3),
-        "vae_minus_baseline_box_psnr": round(vae_box - base_box, 3),
-        "train_window_psnr": round(fitted["train_psnr"], 3), "steps": fitted["steps"],
-        "fit_seconds": fitted["seconds"],
-        "base_dim": args.base_dim, "decoder_dim": args.decoder_dim, "spatial": args.spatial,
-        "parameters": sum(p.numel() for p in vae.parameters()), "preset": held_out.info.preset,
-        "held_out_clips": len(held_out), "threads": torch.get_num_threads()}))
+        "vae_minus_baseline_box_psnr": round(vae_box - base_box, 3), **settings}))
     return 0
 
 

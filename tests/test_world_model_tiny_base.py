@@ -88,3 +88,28 @@ def test_vae_overrides_change_the_fitted_vae_and_the_base_no_longer_loads_as_the
     assert vae.encode(x).latent_dist.mode().shape[-2:] == (TINY.height // 8, TINY.width // 8)
     with pytest.raises(BaseModelError, match="base_dim"):
         load_base(tmp_path / "b", TINY)
+
+
+def test_an_ssim_weight_adds_its_term_to_the_fit_and_is_recorded(tmp_path):
+    """The same seed, windows and steps with and without ssim_weight give different VAEs; tiny_base.json says
+    which; the term is the evaluation's SSIM (1 for identical videos, lower for a changed one); a negative weight
+    is refused with its name."""
+    import json
+
+    from rynn_teleop.world_model.training.tiny_base import _ssim
+
+    torch.set_num_threads(2)
+    data = make_dataset(tmp_path / "data")
+    for name, weight in (("plain", 0.0), ("ssim", 1.0)):
+        fit_tiny_base(data, tmp_path / name, tmp_path / f"{name}.safetensors", seconds=1e9, max_steps=2, batch=1,
+                      ssim_weight=weight, log=None)
+        assert json.loads((tmp_path / name / "tiny_base.json").read_text())["ssim_weight"] == weight
+    from safetensors.torch import load_file
+
+    plain, ssim = (load_file(next((tmp_path / n / "vae").glob("*.safetensors"))) for n in ("plain", "ssim"))
+    assert any(not torch.equal(plain[k], ssim[k]) for k in plain)
+    video = torch.rand(1, 3, 5, 32, 32) * 2 - 1
+    assert float(_ssim(video, video)) == pytest.approx(1.0)
+    assert float(_ssim(video, video.flip(-1))) < 0.5
+    with pytest.raises(ConfigurationError, match="ssim_weight"):
+        fit_tiny_base(data, tmp_path / "neg", tmp_path / "neg.safetensors", max_steps=1, ssim_weight=-1.0, log=None)

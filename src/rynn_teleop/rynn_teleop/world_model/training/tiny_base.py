@@ -9,9 +9,10 @@ autoencoder on the dataset's training frames, and writes a folder in the release
 prompt embedding. Only the stand-in presets (``tiny``, ``small``): the ``paper`` preset uses the published release.
 
 Loss per step: L1 + MSE between a random 5-frame window (1 + 4: one latent frame of motion) of a training
-clip and its reconstruction through the posterior mean, plus ``stats_weight`` times how far the normalised
-latents (the config's fixed ``latents_mean``/``latents_std``) are from zero mean and unit variance per
-channel, so that the DiT's flow-matching noise has the latents' scale.
+clip and its reconstruction through the posterior mean, plus ``ssim_weight`` times 1 - SSIM (the mean over the
+window's frames, with the evaluation's Gaussian window), plus ``stats_weight``
+times how far the normalised latents (the config's fixed ``latents_mean``/``latents_std``) are from zero mean and
+unit variance per channel, so that the DiT's flow-matching noise has the latents' scale.
 """
 
 from __future__ import annotations
@@ -53,9 +54,22 @@ def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
     return float("inf") if mse == 0 else 10.0 * np.log10(1.0 / mse)
 
 
+def _ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Mean SSIM (differentiable; the evaluation's window and constants, :mod:`.metrics`) of the frames of two
+    (B, 3, T, H, W) videos in [-1, 1]."""
+    from torchmetrics.functional.image import structural_similarity_index_measure
+
+    from .metrics import SSIM_K1, SSIM_K2, SSIM_KERNEL, SSIM_SIGMA
+
+    return structural_similarity_index_measure(  # frames as (B * T, 3, H, W)
+        a.transpose(1, 2).flatten(0, 1), b.transpose(1, 2).flatten(0, 1), gaussian_kernel=True, sigma=SSIM_SIGMA,
+        kernel_size=SSIM_KERNEL, k1=SSIM_K1, k2=SSIM_K2, data_range=2.0)
+
+
 def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, prompt_file: str | os.PathLike, *,
                   seconds: float = 120.0, max_steps: int | None = None, batch: int = 2, lr: float = 2e-3,
-                  stats_weight: float = 0.1, seed: int = 0, vae_overrides: Mapping[str, Any] | None = None,
+                  stats_weight: float = 0.1, ssim_weight: float = 0.0, seed: int = 0,
+                  vae_overrides: Mapping[str, Any] | None = None,
                   log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Fit the tiny VAE to ``dataset_dir``'s training frames and write a tiny base release.
 
@@ -68,6 +82,7 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
         batch: windows per step.
         lr: AdamW learning rate.
         stats_weight: weight of the latent-statistics term.
+        ssim_weight: weight of the 1 - SSIM term (>= 0; 0: L1 + MSE alone, the default).
         seed: seeds the VAE's initialisation, the windows, the DiT and the prompt.
         vae_overrides: ``AutoencoderKLWan`` arguments replacing the preset's (widths, levels), for capacity
             experiments (``bench/world_model_vae.py``); such a base no longer loads as the preset's
@@ -82,9 +97,11 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
 
     Raises:
         DatasetError: no dataset or no training clips there.
-        ConfigurationError: a dataset of another preset, clips shorter than 5 frames, or a non-empty
-            ``base_dir``.
+        ConfigurationError: a dataset of another preset, clips shorter than 5 frames, a non-empty
+            ``base_dir``, or a negative ``ssim_weight``.
     """
+    if not ssim_weight >= 0.0:
+        raise ConfigurationError(f"tiny base: ssim_weight must be >= 0; got {ssim_weight}")
     dataset = ClipDataset(dataset_dir, "train")
     if dataset.info.preset not in STAND_IN_PRESETS:
         raise ConfigurationError(f"{dataset_dir}: a {dataset.info.preset!r} dataset; a tiny base is fitted to a "
@@ -111,6 +128,8 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
         per_channel = latents.transpose(0, 1).flatten(1)
         stats = per_channel.mean(1).pow(2).mean() + (per_channel.std(1) - 1.0).pow(2).mean()
         loss = (reconstruction - x).abs().mean() + (reconstruction - x).pow(2).mean() + stats_weight * stats
+        if ssim_weight:
+            loss = loss + ssim_weight * (1.0 - _ssim(reconstruction, x))
         optimiser.zero_grad(set_to_none=True)
         loss.backward()
         optimiser.step()
@@ -133,6 +152,7 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
               "first_psnr": float(np.mean(first)) if first else None,
               "train_psnr": float(np.mean([r[0] for r in recent])) if recent else None,
               "latent_mean": recent[-1][1] if recent else None, "latent_std": recent[-1][2] if recent else None,
+              "ssim_weight": ssim_weight,
               "base_dir": str(base), "prompt_file": str(prompt_file)}
     (base / "tiny_base.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
