@@ -95,6 +95,14 @@ def test_ssim_is_the_gaussian_window_definition(seed):
     np.testing.assert_allclose(metrics.ssim(a, b), [_gaussian_ssim(x, y) for x, y in zip(a, b)], rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed", [3, 4])
+def test_ssim_equals_torchmetrics_on_the_valid_area(seed):
+    a, b = _images(seed, noise=60)
+    b[1] = a[1]  # one identical frame
+    np.testing.assert_allclose(metrics.ssim(a, b), metrics.ssim_torchmetrics(a, b), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(metrics.ssim(a / 255.0, b / 255.0, data_range=1.0), metrics.ssim(a, b), rtol=1e-9)
+
+
 def test_metric_shape_rules():
     a, b = _images(3)
     assert metrics.psnr(a[0], b[0]).shape == (1,)  # one frame (H, W, 3)

@@ -8,8 +8,8 @@ Images are RGB, (T, H, W, 3) (a batch of frames) or (H, W, 3) (one frame), uint8
   :data:`PSNR_CAP_DB` instead of infinity, everywhere (means over frames stay finite and JSON-writable).
 * SSIM: Wang et al. 2004, the standard Gaussian window (11 x 11 taps, sigma 1.5 px), K1 = 0.01, K2 = 0.03,
   ``data_range`` as the dynamic range L, the mean of the SSIM map over each channel's valid area (the border of
-  half a window left out), then over the channels
-  (``torchmetrics.functional.image.structural_similarity_index_measure``; scikit-image's
+  half a window left out), then over the channels (computed with OpenCV's separable filter, :func:`ssim`;
+  ``torchmetrics.functional.image.structural_similarity_index_measure`` gives the same number; scikit-image's
   ``structural_similarity(gaussian_weights=True, sigma=1.5, use_sample_covariance=False, channel_axis=-1)``
   defines the same number).
 * LPIPS: Zhang et al. 2018 ("The unreasonable effectiveness of deep features as a perceptual metric"), the
@@ -127,12 +127,32 @@ def psnr(pred: np.ndarray | torch.Tensor, target: np.ndarray | torch.Tensor, dat
 
 def ssim(pred: np.ndarray | torch.Tensor, target: np.ndarray | torch.Tensor, data_range: float = 255.0,
          device: torch.device | str = "cpu") -> np.ndarray:
-    """SSIM of each frame of ``pred`` against ``target`` (same shape; each side at least :data:`SSIM_KERNEL` px);
-    computed in float64 on ``device`` (the variances are differences of large sums, which float32 resolves
-    poorly on flat regions).
+    """SSIM of each frame of ``pred`` against ``target`` (same shape; each side at least :data:`SSIM_KERNEL` px):
+    the mean over the valid area of :func:`ssim_map` (float64, OpenCV's separable Gaussian filter, on the CPU;
+    ``device`` is accepted for :func:`frame_metrics`' signature and not used: tensors on another device are
+    copied to the CPU).
+
+    The same number as torchmetrics' ``structural_similarity_index_measure`` with the map's border of half a
+    window left out (to 1e-15); computed here because torchmetrics' float64 11 x 11 convolution is about 150 x
+    slower on the CPU, most of an evaluation's time (``bench/world_model_metrics.py`` measures both).
 
     Raises:
         ValueError: shapes that are not RGB images, differ, or are smaller than the window.
+    """
+    a, b = _pair(pred, target, "cpu")
+    if min(a.shape[-2:]) < SSIM_KERNEL:
+        raise ValueError(f"SSIM needs images of at least {SSIM_KERNEL} px a side; got {tuple(a.shape[-2:])}")
+    a, b = a.permute(0, 2, 3, 1).numpy(), b.permute(0, 2, 3, 1).numpy()
+    return np.array([np.nanmean(ssim_map(x, y, data_range)) for x, y in zip(a, b)], dtype=np.float64)
+
+
+def ssim_torchmetrics(pred: np.ndarray | torch.Tensor, target: np.ndarray | torch.Tensor, data_range: float = 255.0,
+                      device: torch.device | str = "cpu") -> np.ndarray:
+    """:func:`ssim` computed by torchmetrics on ``device`` (float64): the reference the benchmark and the tests
+    compare :func:`ssim` with.
+
+    Raises:
+        ValueError: as :func:`ssim`.
     """
     from torchmetrics.functional.image import structural_similarity_index_measure
 
