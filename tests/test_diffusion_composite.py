@@ -17,7 +17,7 @@ def video(value: float, frames: int = T) -> torch.Tensor:
 
 def test_unchanged_pixels_are_the_reference_exactly():
     static = video(0.1)
-    decoded = static + 5 * LEVEL  # the model drew the unchanged scene 5 levels off: below low (9)
+    decoded = static + 5 * LEVEL  # the model drew the unchanged scene 5 levels off: below the default low (14)
     reference = torch.linspace(-1, 1, H * W).reshape(1, 1, 1, H, W).expand(1, 3, 1, H, W)
     out = composite(decoded, static, reference, CompositeSettings())
     assert torch.equal(out, reference.expand_as(out))

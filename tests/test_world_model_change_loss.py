@@ -170,7 +170,7 @@ def test_both_stages_train_with_the_change_weight_and_the_pairs_hold_the_map(rel
 def test_the_change_weight_is_checked():
     required = {"dataset": "d", "base_dir": "b", "prompt_file": "p", "output": "o"}
     assert TrainConfig(**required).change_settings is None
-    assert TrainConfig(**required, change_loss_weight=2.0).change_settings == CompositeSettings()
+    assert TrainConfig(**required, change_loss_weight=2.0).change_settings == CompositeSettings(9.0, 30.0, 1.5)
     with pytest.raises(RunConfigError, match="change_loss_weight.*out of range"):
         TrainConfig(**required, change_loss_weight=-1.0)
     with pytest.raises(RunConfigError, match="parameter 'change_loss_weight'.*only stage ode"):

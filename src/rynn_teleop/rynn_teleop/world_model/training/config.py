@@ -30,6 +30,11 @@ from rynn_teleop.errors import ParameterError
 from rynn_teleop.world_model.diffusion.composite import CompositeSettings
 from rynn_teleop.world_model.diffusion.presets import PRESETS
 
+#: the ramp of the change map ``change_loss_weight`` weights the loss by (0 at ``low`` levels of smoothed change
+#: from the clip's first frame, 1 at ``high``): the compositing thresholds the measured runs were trained with,
+#: fixed here so that retuning the serving thresholds (:class:`CompositeSettings`' defaults) leaves training as is
+CHANGE_RAMP = CompositeSettings(low=9.0, high=30.0, blur_px=1.5)
+
 TIMESTEP_SCALE = 1000  # the DiT's timestep of pure noise
 AUTO = "auto"
 DEFAULT_LORA_TARGETS = ("to_q", "to_k", "to_v", "to_out.0", "ffn.net.0.proj", "ffn.net.2")
@@ -140,8 +145,9 @@ class RunConfig(Settings):
 
     @property
     def change_settings(self) -> CompositeSettings | None:
-        """The ramp of the change map the loss is weighted by; None when ``change_loss_weight`` is 0."""
-        return CompositeSettings() if self.change_loss_weight > 0 else None
+        """The ramp of the change map the loss is weighted by (:data:`CHANGE_RAMP`); None when
+        ``change_loss_weight`` is 0."""
+        return CHANGE_RAMP if self.change_loss_weight > 0 else None
 
     # ---- machine-dependent values --------------------------------------------------------------------
     def resolved(self, cuda: bool) -> RunConfig:
