@@ -18,6 +18,7 @@ from rynn_teleop.core.camera import default_intrinsics
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.conditioning import Conditioner
+from rynn_teleop.world_model.diffusion.composite import CompositeSettings
 from rynn_teleop.world_model.diffusion.model import save_model, untrained_model
 from rynn_teleop.world_model.diffusion.presets import TINY
 from rynn_teleop.world_model.diffusion.weights import FineTunedWeightsError
@@ -471,7 +472,7 @@ def test_cli_composite_scores_the_served_compositing(tmp_path, dataset, model_di
                               "--composite-low", "254", "--composite-high", "255"])
     assert ev.run_cli(args) == 0
     res = json.loads((out / ev.METRICS_FILE).read_text())
-    assert res["inputs"]["composite"] == {"low": 254.0, "high": 255.0, "blur_px": 1.5}
+    assert res["inputs"]["composite"] == {"low": 254.0, "high": 255.0, "blur_px": CompositeSettings().blur_px}
     scores = res["clips"][0]["scores"]
     for model in ("student", "reconstruction"):
         assert scores[model]["psnr"] == scores["baseline"]["psnr"], model
@@ -479,7 +480,8 @@ def test_cli_composite_scores_the_served_compositing(tmp_path, dataset, model_di
     with pytest.raises(ConfigurationError, match="composite_low"):
         ev.run_cli(parser.parse_args([str(dataset), "--base-dir", str(model_dirs["base_dir"]), "--weights-dir",
                                       str(model_dirs["weights_dir"]), "--prompt-file", str(model_dirs["prompt_file"]),
-                                      "--out", str(out), "--composite", "--composite-low", "40"]))
+                                      "--out", str(out), "--composite", "--composite-low",
+                                      str(CompositeSettings().high + 1)]))  # above the default high
 
 
 def test_a_dataset_without_val_clips_is_refused(tmp_path, robot, model_dirs):
