@@ -45,10 +45,10 @@ class CompositeSettings:
     ``low`` in {9, 14, 20, 30}, ``high`` in {35, 45, 60, 80} and ``blur_px`` in {2, 3, 5, 7, 10}, the setting under
     which the student's composited frames score the highest whole-frame SSIM on every 4th training clip (24 of 114).
     A wider blur keeps the edge of a changed region from picking up the VAE's speckle where nothing moved; the
-    higher thresholds keep more of the sharp anchor. The first defaults (9 / 30 / 1.5: percentiles of the VAE's
-    round trip against its static decode) are the ramp of the training loss's change map
+    higher thresholds keep more of the sharp anchor. The training loss's change map has its own, fixed ramp
     (:data:`~rynn_teleop.world_model.training.config.CHANGE_RAMP`). A sharper VAE (the paper's) leaves less change
-    where nothing moves and can take lower thresholds.
+    where nothing moves and can take lower thresholds; the best thresholds vary between runs of the same recipe
+    (docs: benchmarks, world model on twin episodes).
 
     Attributes:
         low: a pixel whose smoothed change is at most this is the reference's [8-bit levels, 0-255].
