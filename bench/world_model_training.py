@@ -39,9 +39,13 @@ records N pick-and-place episodes in the digital mode with the trained student g
 (``world_model_backend: diffusion``) and judges them on the twin (``rynn-teleop world-model judge``).
 
 ``--composite`` serves the student and the teacher with reference compositing (the ``diffusion`` backend's
-``composite: true`` at its default thresholds; ``world_model/diffusion/composite.py``) in the evaluation and the
-judged episodes, and composites the VAE round trip the same way, so it stays their ceiling; the line's
-``composite`` holds the thresholds (null without it).
+``composite: true``; ``world_model/diffusion/composite.py``) in the evaluation and the judged episodes, and
+composites the VAE round trip the same way, so it stays their ceiling; the line's ``composite`` holds the settings
+(null without it). They are the backend's defaults, or with ``--tune-composite`` those a ``tune`` step chooses for
+the trained student on every 4th training clip (``rynn-teleop world-model tune-composite``: the highest SSIM among
+the candidates keeping the object region 1 dB over ``render``; the held-out clips play no part); the line's
+``composite_tuning`` says what was chosen and why. ``--vae-change-weight W`` fits the VAE with the pixels where a clip
+changes weighted 1 + W (``tiny_base``'s ``change_weight``: with compositing, the anchor shows the rest).
 
 ``--from STEP`` (with ``--out DIR``) starts at STEP and reuses the earlier steps' outputs in DIR, as recorded in
 its ``bench_state.json`` (e.g. ``--from eval`` re-scores trained models; ``--from base`` refits the VAE on the same
@@ -69,7 +73,7 @@ TWIN_TASKS = ("pick_place", "bimanual_lift")
 # anchor frame shows it at rest (the move happens inside the clip: no model is given where it goes)
 TWIN_OBJECT_METRICS = ("object_psnr_after", "object_psnr_moving")
 TWIN_SEED0, JUDGE_SEED0 = 2000, 3000  # layouts of the recorded twin episodes, of the judged digital ones
-STEPS = ("record", "dataset", "base", "train", "eval", "judge")  # --from: the first step run (earlier: reused)
+STEPS = ("record", "dataset", "base", "train", "tune", "eval", "judge")  # --from: the first step run (earlier: reused)
 STATE_FILE = "bench_state.json"  # in --out: what each finished step left for the later ones
 STRIP_OFFSETS = (-8, -4, 0, 4, 8, 12, 16)  # [frames] around an object's first move in grasp_strip.png
 
@@ -139,9 +143,10 @@ def grasp_strip(eval_dir: Path, out: Path) -> dict | None:
             "offsets_frames": [i - frame_at for i in sorted(frames)]}
 
 
-def judge_digital(work: Path, layouts: int, preset: str, student: Path, composite: bool, threads: int) -> dict:
+def judge_digital(work: Path, layouts: int, preset: str, student: Path, composite: dict | None, threads: int) -> dict:
     """The last step with ``--judge-layouts``: pick-and-place episodes in the digital mode with the student generating
-    the camera, their commands replayed on the twin and set beside the generated end frame."""
+    the camera, their commands replayed on the twin and set beside the generated end frame. ``composite``: the
+    ``diffusion`` backend's ``composite*`` parameters (None: no compositing)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from sim_tasks import run_stack
 
@@ -149,8 +154,8 @@ def judge_digital(work: Path, layouts: int, preset: str, student: Path, composit
     from rynn_teleop.world_model.training.judge import judge
 
     diffusion = {"diffusion.preset": preset, "diffusion.base_dir": work / "base", "diffusion.weights_dir": student,
-                 "diffusion.prompt_file": work / "prompt.safetensors", "diffusion.composite": composite,
-                 "diffusion.threads": threads,
+                 "diffusion.prompt_file": work / "prompt.safetensors", "diffusion.threads": threads,
+                 **{f"diffusion.{k}": v for k, v in (composite or {"composite": False}).items()},
                  # the stream starts from the twin camera's first frame of the layout, and is never re-anchored
                  # on the twin's frames: what the video shows at the end is the model's alone
                  "reference.source": "topic", "reanchor_topic": "''"}
@@ -183,6 +188,10 @@ def main() -> int:
                         "weight where a clip differs from its first frame (change_loss_weight; 0: plain loss)")
     parser.add_argument("--composite", action="store_true", help="serve the student and teacher with reference "
                         "compositing (the diffusion backend's composite: true) in eval and judge")
+    parser.add_argument("--tune-composite", action="store_true", help="with --composite: choose the compositing "
+                        "settings for the trained student on training clips (step tune) instead of the defaults")
+    parser.add_argument("--vae-change-weight", type=float, default=0.0, help="fit the VAE with the pixels where a "
+                        "clip changes weighted 1 + this (0: uniform)")
     parser.add_argument("--from", dest="from_step", choices=STEPS, default=STEPS[0],
                         help="start at this step, reusing the earlier steps' outputs in --out (its bench_state.json)")
     parser.add_argument("--held-out", action="append", default=None, metavar="KEY",
@@ -262,7 +271,7 @@ def main() -> int:
 
         if not reused("base"):
             base = fit_tiny_base(work / "dataset", work / "base", work / "prompt.safetensors", seconds=float("inf"),
-                                 max_steps=args.vae_steps, log=None)
+                                 max_steps=args.vae_steps, change_weight=args.vae_change_weight, log=None)
             times["tiny_base_s"] = time.monotonic() - last
             save("base", base)
             last = _stamp(f"tiny base: VAE {base['steps']} steps, reconstruction {base['train_psnr']:.1f} dB", t0)
@@ -295,8 +304,24 @@ def main() -> int:
         trained = state["train"]
         student_dir = Path(trained["student_dir"])
 
+        if not reused("tune"):
+            tuning = None
+            if args.composite and args.tune_composite:
+                from rynn_teleop.world_model.training.tune_composite import tune_composite
+
+                tuned = tune_composite(work / "dataset", work / "tune", base_dir=work / "base",
+                                       weights_dir=student_dir, prompt_file=work / "prompt.safetensors", log=None)
+                tuning = {"chosen": tuned["chosen"], "criterion": tuned["criterion"], "clips": len(tuned["clips"]),
+                          "frames": tuned["frames"], "file": str(work / "tune" / "tune_composite.json")}
+                times["tune_s"] = time.monotonic() - last
+                last = _stamp(f"tuned compositing on {len(tuned['clips'])} training clips: {tuned['chosen']}", t0)
+            save("tune", tuning)
+        tuning = state.get("tune")
+
         if not reused("eval"):
-            composite = CompositeSettings() if args.composite else None
+            composite = None
+            if args.composite:
+                composite = CompositeSettings(**tuning["chosen"]) if tuning else CompositeSettings()
             metrics = evaluate(work / "dataset", work / "eval", base_dir=work / "base", weights_dir=student_dir,
                                prompt_file=work / "prompt.safetensors", teacher_weights_dir=work / "teacher",
                                lpips_backbone=args.lpips_backbone, composite=composite)
@@ -312,7 +337,9 @@ def main() -> int:
             threads = args.judge_threads
             if threads is None:  # the node's declared default
                 threads = next(p.default for p in DiffusionGenerator.SETTINGS if p.name == "threads")
-            judged = judge_digital(work, args.judge_layouts, preset, student_dir, args.composite, threads)
+            served = metrics["inputs"].get("composite")
+            judged = judge_digital(work, args.judge_layouts, preset, student_dir,
+                                   CompositeSettings(**served).backend_settings() if served else None, threads)
             judged["threads"] = threads
             times["judge_s"] = time.monotonic() - last
             _stamp(f"judged {judged['episodes']} digital episodes: {judged['agreements']} agree with the twin", t0)
@@ -342,7 +369,8 @@ def main() -> int:
         "vae_reconstruction_psnr": round(base["train_psnr"], 2),
         "lpips": "measured" if args.lpips_backbone else "null: no AlexNet backbone weights on this machine",
         "seconds": {k: round(v, 1) for k, v in times.items()}, "threads": torch.get_num_threads(),
-        "preset": preset, "composite": metrics["inputs"].get("composite"),
+        "preset": preset, "composite": metrics["inputs"].get("composite"), "composite_tuning": tuning,
+        "vae_change_weight": base.get("change_weight", 0.0),
         "change_loss_weight": trained.get("change_loss_weight", 0.0),
     })
     if args.twin:

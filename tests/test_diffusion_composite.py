@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from rynn_teleop.errors import ConfigurationError
-from rynn_teleop.world_model.diffusion.composite import LEVEL, CompositeSettings, change_weight, composite
+from rynn_teleop.world_model.diffusion.composite import (
+    LEVEL,
+    CompositeSettings,
+    change_weight,
+    composite,
+    reach,
+    skeleton_mask,
+    sweep,
+)
 
 T, H, W = 4, 32, 48
 
@@ -55,6 +63,63 @@ def test_a_whole_changed_scene_is_the_generated_one():
 def test_bad_settings_are_refused_naming_the_keys(low, high, blur, key):
     with pytest.raises(ConfigurationError, match=key):
         CompositeSettings(low, high, blur)
+
+
+@pytest.mark.parametrize("reach_px", [-1.0, 250.0])
+def test_a_reach_out_of_range_is_refused_naming_the_key(reach_px):
+    with pytest.raises(ConfigurationError, match="composite_reach_px"):
+        CompositeSettings(reach_px=reach_px)
+
+
+# ---- the reach gate -------------------------------------------------------------------------------------
+
+
+def test_the_skeleton_is_every_condition_pixel_that_is_not_black():
+    conditions = torch.full((1, 3, 2, H, W), -1.0)
+    conditions[0, 1, 0, 5, 7] = -1.0 + LEVEL  # one level in one channel
+    conditions[0, :, 1, 9, 3] = 0.2
+    mask = skeleton_mask(conditions)
+    assert mask.shape == (1, 1, 2, H, W) and mask.dtype == torch.bool
+    assert mask.sum() == 2 and mask[0, 0, 0, 5, 7] and mask[0, 0, 1, 9, 3]
+
+
+def test_the_sweep_is_the_union_so_far_continuing_the_previous_one():
+    skeleton = torch.zeros((1, 1, 3, H, W), dtype=torch.bool)
+    skeleton[0, 0, 0, 1, 1] = skeleton[0, 0, 2, 2, 2] = True
+    previous = torch.zeros((1, 1, 1, H, W), dtype=torch.bool)
+    previous[0, 0, 0, 0, 0] = True
+    swept = sweep(skeleton, previous)
+    assert swept.shape == skeleton.shape
+    assert [int(swept[0, 0, t].sum()) for t in range(3)] == [2, 2, 3]
+    assert swept[0, 0, 2, 0, 0] and swept[0, 0, 1, 1, 1]  # nothing is forgotten
+    assert [int(sweep(skeleton)[0, 0, t].sum()) for t in range(3)] == [1, 1, 2]
+
+
+def test_reach_is_a_disc_of_the_radius_around_the_sweep():
+    swept = torch.zeros((1, 1, 1, H, W), dtype=torch.bool)
+    swept[0, 0, 0, 16, 24] = True
+    grown = reach(swept, 3.0)[0, 0, 0]
+    # lattice points with du^2 + dv^2 <= 9: 29
+    assert int(grown.sum()) == 29 and grown[16, 27] == 1 and grown[19, 24] == 1 and grown[18, 27] == 0
+    assert int(reach(swept, 0.5).sum()) == 1
+
+
+def test_a_change_out_of_reach_of_the_sweep_is_the_reference():
+    settings = CompositeSettings(low=0.0, high=1e-3, blur_px=0.0, reach_px=4.0)  # every change counts ...
+    static, reference = video(0.0), video(-0.5, 1)
+    decoded = video(0.8)  # ... and the whole frame changed
+    swept = torch.zeros((1, 1, T, H, W), dtype=torch.bool)
+    swept[:, :, 2:, 10, 10] = True  # the robot appears at frame 2
+    out = composite(decoded, static, reference, settings, swept)
+    assert torch.equal(out[:, :, :2], reference.expand(-1, -1, 2, -1, -1))  # no robot yet: all the reference
+    assert torch.allclose(out[:, :, 2:, 10, 6:15], torch.full((1, 3, 2, 9), 0.8))  # within 4 px: the model's
+    assert torch.equal(out[:, :, 2:, 10, 15], reference[:, :, 0, 10, 15, None].expand(-1, -1, 2))  # 5 px: not
+    # without a sweep (or with reach_px 0) the gate is off
+    assert torch.allclose(composite(decoded, static, reference, settings), decoded)
+    off = CompositeSettings(low=0.0, high=1e-3, blur_px=0.0)
+    assert torch.allclose(composite(decoded, static, reference, off, swept), decoded)
+    with pytest.raises(ValueError, match="swept"):
+        change_weight(decoded, static, settings, swept[:, :, :1])
 
 
 def test_shapes_must_match():

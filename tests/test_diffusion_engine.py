@@ -113,6 +113,27 @@ def test_compositing_where_everything_counts_as_change_shows_the_decoded_frames(
         assert diff.max() <= 1 and (diff == 0).mean() > 0.99  # float rounding of the blend only
 
 
+def test_the_reach_gate_keeps_the_anchor_beyond_the_skeletons_sweep(short_model):
+    """Every change counts, but only within reach_px of where the skeleton has been since the anchor: black
+    condition images leave the anchor; one skeleton pixel opens a disc around it that stays open (the sweep),
+    and re-anchoring restarts the sweep from the newest condition image."""
+    settings = CompositeSettings(low=0.0, high=1e-3, blur_px=0.0, reach_px=5.0)
+    engine = StreamEngine(short_model, composite=settings)
+    engine.reset(image(0))
+    black = [np.zeros((H, W, 3), np.uint8)] * engine.frames_per_block
+    assert all(np.array_equal(f, image(0)) for f in engine.generate_block(black))
+    touched = [f.copy() for f in black]
+    touched[1][20, 30] = (0, 200, 0)  # the skeleton at frame 2 of the block only
+    frames = engine.generate_block(touched)
+    assert np.array_equal(frames[0], image(0))
+    for frame in frames[1:]:  # swept from frame 2 on
+        changed = np.nonzero((frame != image(0)).any(axis=-1))
+        assert len(changed[0]) > 0
+        assert ((changed[0] - 20) ** 2 + (changed[1] - 30) ** 2).max() <= 25
+    fresh = engine.generate_block(black)  # 9 frames reached: re-anchors first, on its own last frame (black cond.)
+    assert all(np.array_equal(f, fresh[0]) for f in fresh) and np.array_equal(fresh[0], frames[-1])
+
+
 def test_the_static_decode_streams_the_one_shot_static_video(short_model):
     """Block by block the engine's static decode is the one-shot decode of the anchor repeated; after
     re-anchoring it restarts from the new anchor (here the last generated frame)."""

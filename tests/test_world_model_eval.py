@@ -472,7 +472,8 @@ def test_cli_composite_scores_the_served_compositing(tmp_path, dataset, model_di
                               "--composite-low", "254", "--composite-high", "255"])
     assert ev.run_cli(args) == 0
     res = json.loads((out / ev.METRICS_FILE).read_text())
-    assert res["inputs"]["composite"] == {"low": 254.0, "high": 255.0, "blur_px": CompositeSettings().blur_px}
+    assert res["inputs"]["composite"] == {"low": 254.0, "high": 255.0, "blur_px": CompositeSettings().blur_px,
+                                          "reach_px": 0.0}
     scores = res["clips"][0]["scores"]
     for model in ("student", "reconstruction"):
         assert scores[model]["psnr"] == scores["baseline"]["psnr"], model
@@ -482,6 +483,27 @@ def test_cli_composite_scores_the_served_compositing(tmp_path, dataset, model_di
                                       str(model_dirs["weights_dir"]), "--prompt-file", str(model_dirs["prompt_file"]),
                                       "--out", str(out), "--composite", "--composite-low",
                                       str(CompositeSettings().high + 1)]))  # above the default high
+
+
+def test_the_reconstructions_reach_gate_follows_the_clips_condition_images(tmp_path, dataset, model_dirs):
+    """Every change counts, but only within reach of the condition images' sweep from frame 1 on (the clips'
+    conditions: a 10 px box at the moving square): the composited reconstruction is frame 0 exactly everywhere
+    farther than reach_px from every box drawn so far, and differs from it near the boxes."""
+    from rynn_teleop.world_model.diffusion.model import load_model
+    from rynn_teleop.world_model.diffusion.presets import TINY as preset
+
+    model = load_model(preset, model_dirs["base_dir"], model_dirs["weights_dir"], model_dirs["prompt_file"], "cpu",
+                       torch.float32)
+    clip = read_clip(dataset / "clips" / "val" / "000001.safetensors")
+    frames = ev.vae_round_trip(model.vae, clip, CompositeSettings(low=0.0, high=1e-3, blur_px=0.0, reach_px=3.0))
+    plain = ev.vae_round_trip(model.vae, clip, CompositeSettings(low=0.0, high=1e-3, blur_px=0.0))
+    for t in range(1, clip.length):
+        swept = (clip.conditions[1:t + 1] > 0).any(axis=(0, -1))
+        near = torch.nn.functional.max_pool2d(torch.from_numpy(swept).float()[None, None], 7, 1, 3)[0, 0].bool()
+        far = ~near.numpy()
+        assert np.array_equal(frames[t - 1][far], clip.frames[0][far])
+        assert np.array_equal(frames[t - 1][swept], plain[t - 1][swept])  # on the sweep: the ungated pixel
+    assert not np.array_equal(frames, np.repeat(clip.frames[:1], clip.length - 1, axis=0))
 
 
 def test_a_dataset_without_val_clips_is_refused(tmp_path, robot, model_dirs):

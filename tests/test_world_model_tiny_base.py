@@ -113,3 +113,41 @@ def test_an_ssim_weight_adds_its_term_to_the_fit_and_is_recorded(tmp_path):
     assert float(_ssim(video, video.flip(-1))) < 0.5
     with pytest.raises(ConfigurationError, match="ssim_weight"):
         fit_tiny_base(data, tmp_path / "neg", tmp_path / "neg.safetensors", max_steps=1, ssim_weight=-1.0, log=None)
+
+
+def test_a_change_weight_weights_the_fit_where_the_clip_moves_and_is_recorded(tmp_path):
+    """Each window's change map is 0 where it equals its clip's first frame and 1 where the moving square differs
+    from it by far more than the ramp's top; fits with and without the weight differ; tiny_base.json says which; a
+    negative weight is refused with its name."""
+    import json
+
+    from rynn_teleop.world_model.training.clips import ClipDataset
+    from rynn_teleop.world_model.training.tiny_base import WINDOW, _windows
+
+    torch.set_num_threads(2)
+    data = make_dataset(tmp_path / "data")
+    dataset = ClipDataset(data, "train")
+    x, change = _windows(dataset, np.random.default_rng(3), 4)
+    assert x.shape == (4, 3, WINDOW, TINY.height, TINY.width)
+    assert change.shape == (4, 1, WINDOW, TINY.height, TINY.width)
+    picks = np.random.default_rng(3)
+    for n in range(4):
+        clip = dataset[int(picks.integers(len(dataset)))]
+        start = int(picks.integers(clip.length - WINDOW + 1))
+        for t in range(WINDOW):
+            differs = (clip.frames[start + t] != clip.frames[0]).any(axis=-1)
+            near = torch.nn.functional.max_pool2d(  # within 6 px (4 sigma of the blur) of a change
+                torch.from_numpy(differs).float()[None, None], 13, 1, 6)[0, 0].bool()
+            assert float(change[n, 0, t][~near].abs().sum()) == 0.0
+            if differs.any():  # inside the square's 16 x 16 box, away from its edge: the full weight
+                assert float(change[n, 0, t].max()) == pytest.approx(1.0)
+    for name, weight in (("plain", 0.0), ("change", 4.0)):
+        fit_tiny_base(data, tmp_path / name, tmp_path / f"{name}.safetensors", seconds=1e9, max_steps=2, batch=1,
+                      change_weight=weight, log=None)
+        assert json.loads((tmp_path / name / "tiny_base.json").read_text())["change_weight"] == weight
+    from safetensors.torch import load_file
+
+    plain, weighted = (load_file(next((tmp_path / n / "vae").glob("*.safetensors"))) for n in ("plain", "change"))
+    assert any(not torch.equal(plain[k], weighted[k]) for k in plain)
+    with pytest.raises(ConfigurationError, match="change_weight"):
+        fit_tiny_base(data, tmp_path / "neg", tmp_path / "neg.safetensors", max_steps=1, change_weight=-1.0, log=None)

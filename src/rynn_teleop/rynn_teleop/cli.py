@@ -269,6 +269,9 @@ TRAINING_TOOLS = {
                 "pairs)"),
     "eval": ("evaluate", "PSNR/SSIM/LPIPS of weights on held-out clips against the render backend and the "
              "repeat-the-first-frame baseline; plots and a side-by-side video"),
+    "tune-composite": ("tune_composite", "choose a trained model's reference-compositing settings (thresholds, "
+                       "blur, reach) on its dataset's training clips: tune_composite.json and the diffusion "
+                       "backend's composite_* parameters"),
     "judge": ("judge", "replay digital episodes' commands on the twin and set its outcome beside what the generated "
               "video shows at the end (object in the target or not): judge.json and a strip per episode"),
 }

@@ -22,7 +22,7 @@ from rynn_teleop.core.params import Param
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.generator import WORLD_MODEL_BACKENDS, Generator, WorldModelContext, as_rgb
 
-from .composite import MAX_BLUR_PX, MAX_LEVEL, CompositeSettings
+from .composite import MAX_BLUR_PX, MAX_LEVEL, MAX_REACH_PX, CompositeSettings
 from .presets import PRESETS, get_preset
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class DiffusionGenerator(Generator):
             (the keyword's default, for library use): leave torch's as it is. The node's parameter defaults to 1.
         chunk_frames: frames per chunk, anchor included (re-anchoring period); default the preset's
             (81). Must be 1 + a whole number of blocks.
-        composite, composite_low, composite_high, composite_blur_px: reference compositing
+        composite, composite_low, composite_high, composite_blur_px, composite_reach_px: reference compositing
             (:mod:`.composite`; off by default).
         width, height: output frame size [px]; default the preset's.
 
@@ -98,6 +98,9 @@ class DiffusionGenerator(Generator):
               "blend between low and high)", "8-bit levels", min=0.0, max=MAX_LEVEL),
         Param("composite_blur_px", float, _COMPOSITE.blur_px, "Gaussian sigma smoothing the change before the "
               "blend", "px", min=0.0, max=MAX_BLUR_PX),
+        Param("composite_reach_px", float, _COMPOSITE.reach_px, "farther than this from everywhere the robot's "
+              "skeleton has been since the anchor, the anchor's pixel (0: no gate)", "px", min=0.0,
+              max=MAX_REACH_PX),
         Param("chunk_frames", int, 81, "frames per chunk; each chunk re-anchors on the newest real frame (else "
               "its own last frame)", "frames", min=5, max=100000),
     )
@@ -112,7 +115,8 @@ class DiffusionGenerator(Generator):
                  vae_dtype: str | torch.dtype = "float32", seed: int = 0, chunk_frames: int | None = None,
                  width: int | None = None, height: int | None = None, composite: bool = False,
                  composite_low: float = _COMPOSITE.low, composite_high: float = _COMPOSITE.high,
-                 composite_blur_px: float = _COMPOSITE.blur_px, threads: int = 0) -> None:
+                 composite_blur_px: float = _COMPOSITE.blur_px, composite_reach_px: float = _COMPOSITE.reach_px,
+                 threads: int = 0) -> None:
         from .engine import StreamEngine  # torch: only when a backend is built
         from .model import load_model, resolve_dtype
 
@@ -120,7 +124,8 @@ class DiffusionGenerator(Generator):
         config = get_preset(preset)
         if chunk_frames is not None:
             config = dataclasses.replace(config, chunk_frames=chunk_frames)  # validated by the preset
-        settings = CompositeSettings(composite_low, composite_high, composite_blur_px)  # checked even when off
+        # checked even when off
+        settings = CompositeSettings(composite_low, composite_high, composite_blur_px, composite_reach_px)
         resolved = resolve_dtype(dtype)
         if threads:
             import torch

@@ -16,6 +16,15 @@ else from the reference (anchor) frame:
 Where the model moves nothing the frame is the reference; where it moves the robot or an object the frame is
 the model's; where the whole scene changes (a moving camera, another light) ``m`` is 1 everywhere and the
 frame is the model's. The thresholds are settings of the ``diffusion`` backend (``composite*``).
+
+*Reach* (``reach_px`` > 0): only the robot changes the scene, directly or through what it touches, so a change
+the model draws far from everywhere the robot has been since the anchor is the model's invention (a small
+model paints blots on walls it has never seen). The condition (skeleton) images say where the robot is: a
+pixel's weight ``m`` is kept only within ``reach_px`` [px] of a skeleton pixel of the anchor's condition or of
+any condition image since (their running union, the *sweep*), and is 0 beyond. An object the hand carries stays
+inside the sweep; one that rolls or falls farther than ``reach_px`` from everywhere the hand has been is drawn
+where it rested in the anchor frame, and a changing scene (a moving camera) changes only near the robot: serve
+with ``reach_px`` 0 (no gate) there.
 """
 
 from __future__ import annotations
@@ -34,6 +43,11 @@ LEVEL = 1.0 / 127.5
 #: the largest change threshold [8-bit levels] and smoothing sigma [px] accepted
 MAX_LEVEL = 255.0
 MAX_BLUR_PX = 20.0
+#: the largest reach [px] accepted
+MAX_REACH_PX = 200.0
+#: a condition-image pixel brighter than this in any channel [8-bit levels] is the skeleton's (the condition
+#: image is black elsewhere)
+SKELETON_LEVEL = 0.5
 
 
 @dataclass(frozen=True)
@@ -54,11 +68,14 @@ class CompositeSettings:
         low: a pixel whose smoothed change is at most this is the reference's [8-bit levels, 0-255].
         high: at least this, the generated one [levels]; in between, linearly blended.
         blur_px: Gaussian sigma of the smoothing [px of the model's frames]; 0: none.
+        reach_px: farther than this from the robot's sweep [px of the model's frames], the reference's pixel
+            (see the module docstring); 0: no gate.
     """
 
     low: float = 14.0
     high: float = 45.0
     blur_px: float = 7.0
+    reach_px: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.low < self.high <= MAX_LEVEL:
@@ -66,11 +83,13 @@ class CompositeSettings:
                                      f"[levels]; got {self.low} and {self.high}")
         if not 0.0 <= self.blur_px <= MAX_BLUR_PX:
             raise ConfigurationError(f"composite_blur_px must be in [0, {MAX_BLUR_PX:g}] px; got {self.blur_px}")
+        if not 0.0 <= self.reach_px <= MAX_REACH_PX:
+            raise ConfigurationError(f"composite_reach_px must be in [0, {MAX_REACH_PX:g}] px; got {self.reach_px}")
 
     def backend_settings(self, enabled: bool = True) -> dict[str, float | bool]:
         """The ``diffusion`` backend's keyword arguments (``composite``, ``composite_low``, ...) for these."""
         return {"composite": enabled, "composite_low": self.low, "composite_high": self.high,
-                "composite_blur_px": self.blur_px}
+                "composite_blur_px": self.blur_px, "composite_reach_px": self.reach_px}
 
 
 def _gaussian_blur(images: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -90,12 +109,47 @@ def _gaussian_blur(images: torch.Tensor, sigma: float) -> torch.Tensor:
     return F.conv2d(rows, kernel.view(1, 1, -1, 1))
 
 
-def change_weight(decoded: torch.Tensor, static: torch.Tensor, settings: CompositeSettings) -> torch.Tensor:
+def skeleton_mask(conditions: torch.Tensor) -> torch.Tensor:
+    """(B, 1, T, H, W) bool: the pixels of the condition images ``conditions`` (B, 3, T, H, W) in [-1, 1] the
+    skeleton is drawn on (brighter than :data:`SKELETON_LEVEL` in any channel)."""
+    return (conditions.float() + 1.0 > SKELETON_LEVEL * LEVEL).any(dim=1, keepdim=True)
+
+
+def sweep(skeleton: torch.Tensor, previous: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, 1, T, H, W) bool: per frame, the union of ``skeleton`` (B, 1, T, H, W) bool up to that frame and
+    ``previous`` (B, 1, 1, H, W) bool, the sweep before the first frame (None: empty)."""
+    import torch
+
+    if previous is not None:
+        skeleton = torch.cat([previous.to(skeleton.device), skeleton], dim=2)
+    swept = torch.cummax(skeleton.to(torch.uint8), dim=2).values.bool()
+    return swept[:, :, 1:] if previous is not None else swept
+
+
+def reach(swept: torch.Tensor, radius_px: float) -> torch.Tensor:
+    """(B, 1, T, H, W) float32 in {0, 1}: the pixels within ``radius_px`` [px] (Euclidean) of a pixel of
+    ``swept`` (B, 1, T, H, W) bool, frame by frame."""
+    import torch
+    import torch.nn.functional as F
+
+    batch, _, frames, rows, cols = swept.shape
+    radius = int(math.floor(radius_px))
+    x = torch.arange(-radius, radius + 1, device=swept.device, dtype=torch.float32)
+    disk = ((x[:, None] ** 2 + x[None, :] ** 2) <= radius_px ** 2).float()
+    flat = swept.reshape(batch * frames, 1, rows, cols).float()
+    grown = F.conv2d(flat, disk.view(1, 1, *disk.shape), padding=radius) > 0.5
+    return grown.float().reshape(batch, 1, frames, rows, cols)
+
+
+def change_weight(decoded: torch.Tensor, static: torch.Tensor, settings: CompositeSettings,
+                  swept: torch.Tensor | None = None) -> torch.Tensor:
     """The generated pixels' weight ``m`` in [0, 1], (B, 1, T, H, W) float32.
 
     Args:
         decoded: (B, 3, T, H, W) generated video in [-1, 1].
         static: the static decode of the same frames, same shape.
+        swept: (B, 1, T, H, W) bool, the robot's sweep at each frame (:func:`sweep`), for ``settings.reach_px``;
+            None or ``reach_px`` 0: no gate.
     """
     if decoded.shape != static.shape:
         raise ValueError(f"decoded {tuple(decoded.shape)} and static {tuple(static.shape)} differ in shape")
@@ -104,21 +158,27 @@ def change_weight(decoded: torch.Tensor, static: torch.Tensor, settings: Composi
     if settings.blur_px > 0:
         change = _gaussian_blur(change.reshape(batch * frames, 1, rows, cols), settings.blur_px)
     change = change.reshape(batch, 1, frames, rows, cols)
-    return ((change - settings.low) / (settings.high - settings.low)).clamp(0.0, 1.0)
+    weight = ((change - settings.low) / (settings.high - settings.low)).clamp(0.0, 1.0)
+    if swept is not None and settings.reach_px > 0:
+        if swept.shape != weight.shape:
+            raise ValueError(f"swept {tuple(swept.shape)} is not the frames' mask shape {tuple(weight.shape)}")
+        weight = weight * reach(swept, settings.reach_px)
+    return weight
 
 
 def composite(decoded: torch.Tensor, static: torch.Tensor, reference: torch.Tensor,
-              settings: CompositeSettings) -> torch.Tensor:
+              settings: CompositeSettings, swept: torch.Tensor | None = None) -> torch.Tensor:
     """``m * decoded + (1 - m) * reference`` (see the module docstring), in ``decoded``'s dtype.
 
     Args:
         decoded: (B, 3, T, H, W) generated video in [-1, 1].
         static: (B, 3, T, H, W) the static decode of those frames.
         reference: (B, 3, 1, H, W) the reference (anchor) frame in [-1, 1].
+        swept: the robot's sweep per frame (:func:`change_weight`); None: no reach gate.
     """
     if reference.shape[:2] != decoded.shape[:2] or reference.shape[2] != 1 or reference.shape[3:] != decoded.shape[3:]:
         raise ValueError(f"reference {tuple(reference.shape)} is not one frame of decoded {tuple(decoded.shape)}")
-    weight = change_weight(decoded, static, settings)
+    weight = change_weight(decoded, static, settings, swept)
     out = weight * decoded.float() + (1.0 - weight) * reference.float()
     return out.to(decoded.dtype)
 

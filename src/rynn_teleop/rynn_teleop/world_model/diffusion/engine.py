@@ -17,6 +17,8 @@ One stream, as in the paper, on diffusers' Wan2.2 model (:class:`~.model.WanWorl
    streams encodes and decodes the anchor repeated (the static decode), and pixels the model left unchanged come
    from the anchor itself. Once :data:`STATIC_SETTLED_BLOCKS` consecutive static blocks each differ from the one
    before by less than :data:`STATIC_TOLERANCE` everywhere, the last is reused until the next anchoring.
+   With a ``reach_px``, the sweep of the robot's skeleton (the anchor's condition image and every block's since)
+   gates the blend: farther than ``reach_px`` from it every pixel is the anchor's.
 
 Shapes are static (the cache is allocated once); per-stage wall times go to a
 :class:`~rynn_teleop.world_model.generator.StageTimer` (on CUDA each stage ends with a synchronisation).
@@ -32,7 +34,7 @@ import torch
 
 from rynn_teleop.world_model.generator import StageTimer
 
-from .composite import LEVEL, CompositeSettings, composite
+from .composite import LEVEL, CompositeSettings, composite, skeleton_mask, sweep
 from .model import WanWorldModel, resolve_dtype
 from .sampler import FlowSampler
 from .vae import pixels_to_rgb, rgb_to_pixels
@@ -80,6 +82,7 @@ class StreamEngine:
         self._static_decoder = self.model.vae.new_stream()
         self._static_block: torch.Tensor | None = None  # the newest static block; reused once converged
         self._static_quiet = 0  # consecutive quiet static blocks (see STATIC_SETTLED_BLOCKS)
+        self._swept: torch.Tensor | None = None  # (1, 1, 1, H, W) bool: the robot's sweep since the anchor (reach)
         self._reference: torch.Tensor | None = None  # (1, 3, 1, H, W) the anchor frame, float32 in [-1, 1]
         self._position = 0  # absolute latent-frame position of the next committed frame (RoPE)
         self._frames_since_anchor = 0  # generated video frames since the anchor (the anchor not counted)
@@ -181,11 +184,15 @@ class StreamEngine:
                 decoded = self.model.vae.decode(latents, self._decoder_stream)
             if self._composite is not None:
                 with self._stage("composite"):
-                    decoded = composite(decoded, self._static(decoded.shape[2]), self._reference, self._composite)
+                    swept = sweep(skeleton_mask(condition_pixels), self._swept) if self._composite.reach_px else None
+                    decoded = composite(decoded, self._static(decoded.shape[2]), self._reference, self._composite,
+                                        swept)
             frames = pixels_to_rgb(decoded)  # uint8 on the host, outside the stages (a copy of one block)
             last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
         # only once the block succeeded: a failed block leaves the re-anchoring inputs as they were
         self._last_frame, self._last_condition = last_frame, condition_pixels[:, :, -1:]
+        if self._composite is not None and self._composite.reach_px:
+            self._swept = swept[:, :, -1:]
         self._frames_since_anchor += self.frames_per_block
         return frames
 
@@ -224,6 +231,7 @@ class StreamEngine:
             # exact uint8 levels in float32 (frame is in the DiT's dtype; bfloat16 is off by < half a level)
             self._reference = torch.round((frame.float() + 1.0) * 127.5) / 127.5 - 1.0
             self._static_block, self._static_quiet = None, 0
+            self._swept = skeleton_mask(condition)  # the reach gate's sweep starts at the anchor's skeleton
             self.model.vae.decode(self.model.vae.encode(self._reference, self._static_encoder).to(self.dtype),
                                   self._static_decoder)
         self._last_frame, self._last_condition = frame, condition

@@ -242,7 +242,8 @@ def vae_round_trip(vae: Any, clip: Clip, composite: CompositeSettings | None = N
     """Frames 1..T-1 of ``clip`` encoded and decoded by ``vae`` (a
     :class:`~rynn_teleop.world_model.diffusion.vae.StreamingVAE`; the whole clip as one one-shot stream, the
     posterior mean), (T - 1, H, W, 3) uint8: what a model that predicted the clip's latents exactly would show;
-    with ``composite``, composited over frame 0 as the backend serves it."""
+    with ``composite``, composited over frame 0 as the backend serves it (the reach gate's sweep from frame 1's
+    condition image on: the backend's stream starts from frame 0 without one)."""
     from rynn_teleop.world_model.diffusion import composite as compositing
     from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
 
@@ -250,8 +251,13 @@ def vae_round_trip(vae: Any, clip: Clip, composite: CompositeSettings | None = N
     decoded = vae.decode(vae.encode(pixels))
     if composite is not None:
         reference = pixels[:, :, :1]
+        swept = None
+        if composite.reach_px:
+            skeleton = compositing.skeleton_mask(rgb_to_pixels(clip.conditions, device=vae.device))
+            skeleton[:, :, 0] = False
+            swept = compositing.sweep(skeleton)
         decoded = compositing.composite(decoded, compositing.static_video(vae, reference, clip.length), reference,
-                                        composite)
+                                        composite, swept)
     return np.stack(pixels_to_rgb(decoded)[1:])
 
 
@@ -832,6 +838,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"change above which a pixel is the generated one (default {defaults.high})")
     parser.add_argument("--composite-blur-px", type=float, default=defaults.blur_px, metavar="PX",
                         help=f"Gaussian sigma smoothing the change (default {defaults.blur_px})")
+    parser.add_argument("--composite-reach-px", type=float, default=defaults.reach_px, metavar="PX",
+                        help="farther than this from the robot's skeleton sweep, frame 0's pixel (default "
+                             f"{defaults.reach_px}; 0: no gate)")
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -863,7 +872,8 @@ def run_cli(args: argparse.Namespace) -> int:
     """Run :func:`evaluate` from parsed :func:`add_arguments`; print the table and the JSON's path."""
     from tqdm import tqdm
 
-    composite = CompositeSettings(args.composite_low, args.composite_high, args.composite_blur_px)
+    composite = CompositeSettings(args.composite_low, args.composite_high, args.composite_blur_px,
+                                  args.composite_reach_px)
     result = evaluate(args.dataset, args.out, base_dir=args.base_dir, weights_dir=args.weights_dir,
                       prompt_file=args.prompt_file, preset=args.preset, split=args.split,
                       teacher_weights_dir=args.teacher_weights_dir, device=args.device, dtype=args.dtype,

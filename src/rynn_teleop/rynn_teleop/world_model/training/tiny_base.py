@@ -9,10 +9,16 @@ autoencoder on the dataset's training frames, and writes a folder in the release
 prompt embedding. Only the stand-in presets (``tiny``, ``small``): the ``paper`` preset uses the published release.
 
 Loss per step: L1 + MSE between a random 5-frame window (1 + 4: one latent frame of motion) of a training
-clip and its reconstruction through the posterior mean, plus ``ssim_weight`` times 1 - SSIM (the mean over the
-window's frames, with the evaluation's Gaussian window), plus ``stats_weight``
+clip and its reconstruction through the posterior mean, each pixel weighted by 1 + ``change_weight`` x the clip's
+change map there (the training loss's ramp, :data:`~.config.CHANGE_RAMP`, of the window's difference from the
+clip's first frame; the weighted means divided by the mean weight), plus ``ssim_weight`` times 1 - SSIM (the mean
+over the window's frames, with the evaluation's Gaussian window), plus ``stats_weight``
 times how far the normalised latents (the config's fixed ``latents_mean``/``latents_std``) are from zero mean and
 unit variance per channel, so that the DiT's flow-matching noise has the latents' scale.
+
+``change_weight`` serves reference compositing (:mod:`~rynn_teleop.world_model.diffusion.composite`): a
+composited model shows the anchor frame wherever nothing changed, so the VAE's capacity is spent where the robot
+and the objects move (docs: benchmarks, world model on twin episodes).
 """
 
 from __future__ import annotations
@@ -39,14 +45,20 @@ from .clips import ClipDataset
 WINDOW = 5  # frames per training sample: the first frame, then one latent frame of 4
 
 
-def _windows(dataset: ClipDataset, rng: np.random.Generator, batch: int) -> torch.Tensor:
-    """(batch, 3, WINDOW, H, W) pixels in [-1, 1]: random windows of random training clips."""
-    out = []
+def _windows(dataset: ClipDataset, rng: np.random.Generator, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch, 3, WINDOW, H, W) pixels in [-1, 1]: random windows of random training clips, and each window's
+    change map (batch, 1, WINDOW, H, W) in [0, 1] against its clip's first frame (:data:`~.config.CHANGE_RAMP`)."""
+    from ..diffusion.composite import change_weight
+    from .config import CHANGE_RAMP
+
+    out, changes = [], []
     for _ in range(batch):
         clip = dataset[int(rng.integers(len(dataset)))]
         start = int(rng.integers(clip.length - WINDOW + 1))
-        out.append(rgb_to_pixels(list(clip.frames[start:start + WINDOW])))
-    return torch.cat(out)
+        window = rgb_to_pixels(list(clip.frames[start:start + WINDOW]))
+        out.append(window)
+        changes.append(change_weight(window, rgb_to_pixels([clip.frames[0]]).expand_as(window), CHANGE_RAMP))
+    return torch.cat(out), torch.cat(changes)
 
 
 def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -68,7 +80,7 @@ def _ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, prompt_file: str | os.PathLike, *,
                   seconds: float = 120.0, max_steps: int | None = None, batch: int = 2, lr: float = 2e-3,
-                  stats_weight: float = 0.1, ssim_weight: float = 0.0, seed: int = 0,
+                  stats_weight: float = 0.1, ssim_weight: float = 0.0, change_weight: float = 0.0, seed: int = 0,
                   vae_overrides: Mapping[str, Any] | None = None,
                   log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Fit the tiny VAE to ``dataset_dir``'s training frames and write a tiny base release.
@@ -83,6 +95,7 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
         lr: AdamW learning rate.
         stats_weight: weight of the latent-statistics term.
         ssim_weight: weight of the 1 - SSIM term (>= 0; 0: L1 + MSE alone, the default).
+        change_weight: extra weight of the pixels where the clip changes (>= 0; 0: uniform, the default).
         seed: seeds the VAE's initialisation, the windows, the DiT and the prompt.
         vae_overrides: ``AutoencoderKLWan`` arguments replacing the preset's (widths, levels), for capacity
             experiments (``bench/world_model_vae.py``); such a base no longer loads as the preset's
@@ -98,10 +111,12 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
     Raises:
         DatasetError: no dataset or no training clips there.
         ConfigurationError: a dataset of another preset, clips shorter than 5 frames, a non-empty
-            ``base_dir``, or a negative ``ssim_weight``.
+            ``base_dir``, or a negative ``ssim_weight`` or ``change_weight``.
     """
     if not ssim_weight >= 0.0:
         raise ConfigurationError(f"tiny base: ssim_weight must be >= 0; got {ssim_weight}")
+    if not change_weight >= 0.0:
+        raise ConfigurationError(f"tiny base: change_weight must be >= 0; got {change_weight}")
     dataset = ClipDataset(dataset_dir, "train")
     if dataset.info.preset not in STAND_IN_PRESETS:
         raise ConfigurationError(f"{dataset_dir}: a {dataset.info.preset!r} dataset; a tiny base is fitted to a "
@@ -121,13 +136,19 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
     start = time.monotonic()
     step, recent, first = 0, [], []
     while time.monotonic() - start < seconds and (max_steps is None or step < max_steps):
-        x = _windows(dataset, rng, batch)
+        x, change = _windows(dataset, rng, batch)
         posterior = vae.encode(x).latent_dist.mode()
         reconstruction = vae.decode(posterior).sample
         latents = (posterior - mean) / std
         per_channel = latents.transpose(0, 1).flatten(1)
         stats = per_channel.mean(1).pow(2).mean() + (per_channel.std(1) - 1.0).pow(2).mean()
-        loss = (reconstruction - x).abs().mean() + (reconstruction - x).pow(2).mean() + stats_weight * stats
+        error = reconstruction - x
+        if change_weight:
+            weight = 1.0 + change_weight * change
+            loss = ((weight * error.abs()).mean() + (weight * error.pow(2)).mean()) / weight.mean()
+        else:
+            loss = error.abs().mean() + error.pow(2).mean()
+        loss = loss + stats_weight * stats
         if ssim_weight:
             loss = loss + ssim_weight * (1.0 - _ssim(reconstruction, x))
         optimiser.zero_grad(set_to_none=True)
@@ -152,7 +173,7 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
               "first_psnr": float(np.mean(first)) if first else None,
               "train_psnr": float(np.mean([r[0] for r in recent])) if recent else None,
               "latent_mean": recent[-1][1] if recent else None, "latent_std": recent[-1][2] if recent else None,
-              "ssim_weight": ssim_weight,
+              "ssim_weight": ssim_weight, "change_weight": change_weight,
               "base_dir": str(base), "prompt_file": str(prompt_file)}
     (base / "tiny_base.json").write_text(json.dumps(result, indent=1) + "\n")
     return result

@@ -1,0 +1,255 @@
+"""Choosing a trained model's compositing settings on training clips (``rynn-teleop world-model tune-composite``).
+
+Reference compositing (:mod:`~rynn_teleop.world_model.diffusion.composite`) has four settings (``low``, ``high``,
+``blur_px``, ``reach_px``) whose best values depend on the VAE and the model: runs of the same recipe have chosen
+different ones (docs: benchmarks, world model on twin episodes). This tool chooses them for one model, on clips of
+the dataset's ``train`` split only, so that the held-out clips the evaluation scores play no part in the choice.
+
+Steps:
+
+1. ``decode``: every ``every``-th training clip, its frames 1..T-1 generated as the backend serves them (the
+   serving loop of :func:`~.evaluate.stream`) without compositing, beside the static decode of its frame 0
+   (:func:`~rynn_teleop.world_model.diffusion.composite.static_video`, which the engine's block-wise static
+   decode equals), its condition images' skeleton sweep from frame 1 on, the ``render`` backend's frames and the
+   clip's own frames;
+2. ``score``: each candidate of ``grid`` composited over frame 0, scored against the truth: whole-frame PSNR
+   [dB] and SSIM, and the moved objects' box PSNR [dB] from their first move on (``object_psnr_after``, as
+   :mod:`~.evaluate` defines it), each the mean over the frames; the render backend the same way;
+3. ``choose``: the candidate with the highest SSIM among those whose ``object_psnr_after`` is at least
+   ``object_margin_db`` over the render backend's on the same frames (the interaction goal's margin); when none
+   is, the one with the highest ``object_psnr_after``.
+
+Output: ``tune_composite.json`` in ``out_dir`` (the chosen settings, the criterion, every candidate's scores,
+the render backend's and the clips used), and the chosen settings as ``diffusion`` backend parameters.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from rynn_teleop.core.robot_model import RobotModel
+from rynn_teleop.errors import ConfigurationError
+from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME
+from rynn_teleop.world_model.diffusion.composite import CompositeSettings
+
+from .clips import ClipDataset, read_clip
+from .evaluate import _diffusion, _joint_order, dataset_intrinsics, object_scores, stream
+from .metrics import psnr, ssim
+from .objects import read_clip_objects
+
+TUNE_FORMAT = "rynn_teleop.world_model.tune_composite/1"
+TUNE_FILE = "tune_composite.json"
+#: (low, high) [8-bit levels] pairs tried, each with every blur [px] and reach [px] below
+THRESHOLDS = ((9.0, 30.0), (14.0, 45.0), (20.0, 60.0), (30.0, 80.0))
+BLURS_PX = (3.0, 7.0, 10.0)
+REACHES_PX = (0.0, 8.0, 14.0)
+#: the default grid: 36 candidates
+GRID: tuple[CompositeSettings, ...] = tuple(CompositeSettings(low, high, blur, reach) for (low, high), blur, reach
+                                            in itertools.product(THRESHOLDS, BLURS_PX, REACHES_PX))
+OBJECT_MARGIN_DB = 1.0  # [dB] the interaction goal's margin of object_psnr_after over the render backend
+
+
+class DecodedClip(NamedTuple):
+    """One clip's inputs to :func:`score` (step ``decode``); frames are (T - 1, H, W, 3) uint8 for 1..T-1."""
+
+    file: str
+    truth: np.ndarray
+    decoded: np.ndarray  # the model's frames, not composited
+    static: np.ndarray  # the static decode of frame 0
+    reference: np.ndarray  # (H, W, 3) frame 0
+    swept: np.ndarray  # (T - 1, H, W) bool, the skeleton's sweep from frame 1 on
+    render: np.ndarray
+    objects: Any  # ClipObjects of frames 1..T-1, or None
+    resting_at_anchor: np.ndarray | None
+
+
+class Scores(NamedTuple):
+    """Means over the scored frames (:func:`score`): PSNR [dB], SSIM, box PSNR after the first move [dB]."""
+
+    psnr: float
+    ssim: float
+    object_psnr_after: float | None
+
+    def to_json(self) -> dict[str, float | None]:
+        return {k: (None if v is None else round(float(v), 4)) for k, v in self._asdict().items()}
+
+
+def decode(dataset_dir: str | os.PathLike, *, base_dir, weights_dir, prompt_file, every: int = 4,
+           device: str = "cpu", dtype: str = "float32", seed: int = 0,
+           log: Callable[[str], None] | None = None) -> list[DecodedClip]:
+    """Step ``decode`` (see the module docstring) on every ``every``-th clip of the ``train`` split.
+
+    Raises:
+        DatasetError: no dataset or no training clips.
+        ConfigurationError: ``every`` < 1; a model that does not load (see :func:`~.evaluate.evaluate`).
+    """
+    import torch
+
+    from rynn_teleop.world_model.diffusion import composite as compositing
+    from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
+    from rynn_teleop.world_model.render import RenderGenerator
+
+    if every < 1:
+        raise ConfigurationError(f"tune-composite: every must be at least 1; got {every}")
+    dataset = ClipDataset(dataset_dir, "train")
+    info = dataset.info
+    robot = RobotModel.default()
+    columns = _joint_order(info, robot)
+    intrinsics, _ = dataset_intrinsics(info)
+    camera_frame = str(info.condition.get("camera_frame", DEFAULT_CAMERA_FRAME))
+    render = RenderGenerator(robot, intrinsics, width=info.width, height=info.height, camera_frame=camera_frame)
+    out: list[DecodedClip] = []
+    with _diffusion(info.preset, base_dir, weights_dir, prompt_file, device, dtype, seed, "weights_dir") as model:
+        vae = model.engine.model.vae
+        for file in dataset.files[::every]:
+            clip = read_clip(dataset.root / file)
+            actions = clip.actions[:, columns].astype(np.float64)
+            model.engine.generator.manual_seed(seed)
+            decoded = stream(model, clip, actions)
+            with torch.no_grad():
+                reference = rgb_to_pixels(clip.frames[:1], device=vae.device)
+                static = np.stack(pixels_to_rgb(compositing.static_video(vae, reference, clip.length))[1:])
+            skeleton = compositing.skeleton_mask(rgb_to_pixels(clip.conditions[1:]))
+            objects = read_clip_objects(dataset.root / file)
+            out.append(DecodedClip(
+                file, clip.frames[1:], decoded, static, clip.frames[0],
+                compositing.sweep(skeleton)[0, 0].numpy(), stream(render, clip, actions),
+                None if objects is None else objects.slice(1, clip.length),
+                None if objects is None else ~objects.moved[0]))
+            if log:
+                log(f"tune-composite: decoded {file} ({len(out)} clips)")
+    return out
+
+
+def composited(clip: DecodedClip, settings: CompositeSettings) -> np.ndarray:
+    """``clip``'s model frames composited over its frame 0 under ``settings``, (T - 1, H, W, 3) uint8."""
+    import torch
+
+    from rynn_teleop.world_model.diffusion import composite as compositing
+    from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
+
+    swept = torch.from_numpy(clip.swept)[None, None]
+    frames = compositing.composite(rgb_to_pixels(clip.decoded), rgb_to_pixels(clip.static),
+                                   rgb_to_pixels([clip.reference]), settings, swept)
+    return np.stack(pixels_to_rgb(frames))
+
+
+def score(clips: Sequence[DecodedClip], frames_of: Callable[[DecodedClip], np.ndarray]) -> Scores:
+    """Step ``score``: the means over ``clips``' frames of ``frames_of(clip)`` against the truth."""
+    p, s, boxes = [], [], []
+    for clip in clips:
+        frames = frames_of(clip)
+        p.append(psnr(frames, clip.truth))
+        s.append(ssim(frames, clip.truth))
+        if clip.objects is not None:
+            movers = (clip.objects.first_move >= 0) & ~np.array([o.fixed for o in clip.objects.objects], dtype=bool)
+            after = object_scores(frames, clip.truth, clip.objects.boxes, clip.objects.moved, movers,
+                                  clip.resting_at_anchor).psnr_after
+            boxes.append(after[np.isfinite(after)])
+    box = np.concatenate(boxes) if boxes else np.empty(0)
+    return Scores(float(np.concatenate(p).mean()), float(np.concatenate(s).mean()),
+                  float(box.mean()) if len(box) else None)
+
+
+def choose(candidates: Sequence[tuple[CompositeSettings, Scores]], render: Scores,
+           object_margin_db: float = OBJECT_MARGIN_DB) -> tuple[CompositeSettings, str]:
+    """Step ``choose`` (see the module docstring): the chosen settings and why.
+
+    Raises:
+        ValueError: no candidates.
+    """
+    if not candidates:
+        raise ValueError("tune-composite: no candidates to choose from")
+    if render.object_psnr_after is not None:
+        keeping = [c for c in candidates if c[1].object_psnr_after is not None
+                   and c[1].object_psnr_after >= render.object_psnr_after + object_margin_db]
+        if keeping:
+            best = max(keeping, key=lambda c: c[1].ssim)
+            return best[0], (f"highest SSIM of the {len(keeping)} candidates whose object_psnr_after is at least "
+                             f"{object_margin_db:g} dB over the render backend's")
+        best = max((c for c in candidates if c[1].object_psnr_after is not None),
+                   key=lambda c: c[1].object_psnr_after, default=None)
+        if best is not None:
+            return best[0], (f"no candidate keeps object_psnr_after {object_margin_db:g} dB over the render "
+                             "backend's: the highest object_psnr_after")
+    best = max(candidates, key=lambda c: c[1].ssim)
+    return best[0], "no moved objects in the clips: the highest SSIM"
+
+
+def tune_composite(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base_dir, weights_dir,
+                   prompt_file, every: int = 4, grid: Sequence[CompositeSettings] = GRID,
+                   object_margin_db: float = OBJECT_MARGIN_DB, device: str = "cpu", dtype: str = "float32",
+                   seed: int = 0, log: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """Run the three steps (see the module docstring); write and return ``tune_composite.json``'s content.
+
+    Returns:
+        ``format``, ``chosen`` (a :class:`CompositeSettings` as a dict), ``backend_settings`` (the ``diffusion``
+        backend's ``composite*`` parameters for it), ``criterion`` (why it was chosen), ``candidates`` (each
+        candidate's settings and :class:`Scores`), ``render`` and ``baseline`` (frame 0 repeated) scores,
+        ``clips`` (the files used), ``frames`` (scored), ``inputs``.
+
+    Raises:
+        ConfigurationError: an empty grid; see :func:`decode`.
+    """
+    if not grid:
+        raise ConfigurationError("tune-composite: the grid of candidates is empty")
+    clips = decode(dataset_dir, base_dir=base_dir, weights_dir=weights_dir, prompt_file=prompt_file, every=every,
+                   device=device, dtype=dtype, seed=seed, log=log)
+    render = score(clips, lambda c: c.render)
+    baseline = score(clips, lambda c: np.repeat(c.reference[None], len(c.truth), axis=0))
+    candidates = []
+    for settings in grid:
+        candidates.append((settings, score(clips, lambda c, s=settings: composited(c, s))))
+        if log:
+            log(f"tune-composite: {settings}: {candidates[-1][1]}")
+    chosen, criterion = choose(candidates, render, object_margin_db)
+    result = {
+        "format": TUNE_FORMAT, "chosen": dataclasses.asdict(chosen),
+        "backend_settings": chosen.backend_settings(), "criterion": criterion,
+        "candidates": [{**dataclasses.asdict(s), **sc.to_json()} for s, sc in candidates],
+        "render": render.to_json(), "baseline": baseline.to_json(),
+        "clips": [c.file for c in clips], "frames": int(sum(len(c.truth) for c in clips)),
+        "inputs": {"dataset": str(Path(dataset_dir).resolve()), "split": "train", "every": every,
+                   "base_dir": str(base_dir), "weights_dir": str(weights_dir), "prompt_file": str(prompt_file),
+                   "object_margin_db": object_margin_db, "device": device, "dtype": dtype, "seed": seed},
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / TUNE_FILE).write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """``rynn-teleop world-model tune-composite DATASET --base-dir B --weights-dir W --prompt-file P --out DIR``."""
+    parser.add_argument("dataset", help="the dataset folder the model was trained on (its train split is used)")
+    parser.add_argument("--out", required=True, help="folder for tune_composite.json")
+    parser.add_argument("--base-dir", required=True, help="the base release (as the diffusion backend's base_dir)")
+    parser.add_argument("--weights-dir", required=True, help="the trained weights (the student)")
+    parser.add_argument("--prompt-file", required=True, help="the prompt embedding (.safetensors)")
+    parser.add_argument("--every", type=int, default=4, help="use every N-th training clip (default 4)")
+    parser.add_argument("--object-margin-db", type=float, default=OBJECT_MARGIN_DB,
+                        help=f"object_psnr_after margin over render a candidate must keep [dB] (default "
+                             f"{OBJECT_MARGIN_DB:g})")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Tune and print the chosen settings as the diffusion backend's parameters (and the JSON's path)."""
+    result = tune_composite(args.dataset, args.out, base_dir=args.base_dir, weights_dir=args.weights_dir,
+                            prompt_file=args.prompt_file, every=args.every, grid=GRID,
+                            object_margin_db=args.object_margin_db,
+                            device=args.device, dtype=args.dtype, seed=args.seed)
+    print(f"chosen ({result['criterion']}): " + json.dumps(result["backend_settings"]))
+    print(Path(args.out) / TUNE_FILE)
+    return 0
