@@ -180,17 +180,23 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``rynn-teleop world-model tiny-base DATASET --out BASE_DIR --prompt-file FILE [--seconds S]``."""
+    """``rynn-teleop world-model tiny-base DATASET --out BASE_DIR --prompt-file FILE [--seconds S] [--max-steps N]
+    [--change-weight W]``."""
     parser.add_argument("dataset", help="a dataset folder of a stand-in preset (rynn-teleop world-model dataset "
                         "--preset tiny or small)")
     parser.add_argument("--out", required=True, help="the base folder to write (vae/, transformer/)")
     parser.add_argument("--prompt-file", required=True, help="the prompt embedding to write (.safetensors)")
     parser.add_argument("--seconds", type=float, default=120.0, help="VAE training time [s]")
+    parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (default: the time "
+                        "budget alone)")
+    parser.add_argument("--change-weight", type=float, default=0.0, help="extra loss weight where a clip changes "
+                        "(for a model served with reference compositing; 0: uniform)")
     parser.add_argument("--seed", type=int, default=0)
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Fit and write the tiny base; prints the result as JSON."""
-    result = fit_tiny_base(args.dataset, args.out, args.prompt_file, seconds=args.seconds, seed=args.seed)
+    result = fit_tiny_base(args.dataset, args.out, args.prompt_file, seconds=args.seconds, max_steps=args.max_steps,
+                           change_weight=args.change_weight, seed=args.seed)
     print(json.dumps(result))
     return 0
