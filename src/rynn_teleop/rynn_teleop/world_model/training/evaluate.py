@@ -81,7 +81,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import cv2
 import numpy as np
@@ -107,6 +107,9 @@ from .metrics import (
     ssim_map,
 )
 from .objects import ClipObjects, box_visible, read_clip_objects, read_objects_doc
+
+if TYPE_CHECKING:
+    import torch
 
 EVAL_FORMAT = "rynn_teleop.world_model.eval/1"
 METRICS_FILE = "metrics.json"
@@ -238,12 +241,22 @@ def stream(generator: Generator, clip: Clip, actions: np.ndarray) -> np.ndarray:
     return np.stack(out)
 
 
+def served_sweep(clip: Clip, device: Any = "cpu") -> torch.Tensor:
+    """(1, 1, T, H, W) bool: the reach gate's sweep over ``clip`` as the backend serves it here, from frame 1's
+    condition image on (the stream starts from frame 0 without one; :func:`stream`)."""
+    from rynn_teleop.world_model.diffusion import composite as compositing
+    from rynn_teleop.world_model.diffusion.vae import rgb_to_pixels
+
+    skeleton = compositing.skeleton_mask(rgb_to_pixels(clip.conditions, device=device))
+    skeleton[:, :, 0] = False
+    return compositing.sweep(skeleton)
+
+
 def vae_round_trip(vae: Any, clip: Clip, composite: CompositeSettings | None = None) -> np.ndarray:
     """Frames 1..T-1 of ``clip`` encoded and decoded by ``vae`` (a
     :class:`~rynn_teleop.world_model.diffusion.vae.StreamingVAE`; the whole clip as one one-shot stream, the
     posterior mean), (T - 1, H, W, 3) uint8: what a model that predicted the clip's latents exactly would show;
-    with ``composite``, composited over frame 0 as the backend serves it (the reach gate's sweep from frame 1's
-    condition image on: the backend's stream starts from frame 0 without one)."""
+    with ``composite``, composited over frame 0 as the backend serves it (the reach gate's :func:`served_sweep`)."""
     from rynn_teleop.world_model.diffusion import composite as compositing
     from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
 
@@ -251,11 +264,7 @@ def vae_round_trip(vae: Any, clip: Clip, composite: CompositeSettings | None = N
     decoded = vae.decode(vae.encode(pixels))
     if composite is not None:
         reference = pixels[:, :, :1]
-        swept = None
-        if composite.reach_px:
-            skeleton = compositing.skeleton_mask(rgb_to_pixels(clip.conditions, device=vae.device))
-            skeleton[:, :, 0] = False
-            swept = compositing.sweep(skeleton)
+        swept = served_sweep(clip, vae.device) if composite.reach_px else None
         decoded = compositing.composite(decoded, compositing.static_video(vae, reference, clip.length), reference,
                                         composite, swept)
     return np.stack(pixels_to_rgb(decoded)[1:])
@@ -408,8 +417,7 @@ def score(pred: np.ndarray, truth: np.ndarray, masks: np.ndarray, lpips: Lpips |
     shifts = None if hands is None else hand_shifts(pred, truth, hands, search_px)
     objs = None
     if objects is not None:
-        movers = (objects.first_move >= 0) & ~np.array([o.fixed for o in objects.objects], dtype=bool)
-        objs = object_scores(pred, truth, objects.boxes, objects.moved, movers, resting_at_anchor)
+        objs = object_scores(pred, truth, objects.boxes, objects.moved, objects.movers, resting_at_anchor)
     return ClipScores(psnr, ssim, lp, hand,
                       None if shifts is None else shifts.shift_px, None if shifts is None else shifts.within,
                       *((None,) * len(OBJECT_METRICS) if objs is None else objs))
@@ -806,12 +814,21 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
 # ---- command line -------------------------------------------------------------------------------------------
 
 
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model as the node loads it, and how it runs: ``--base-dir``, ``--weights-dir``, ``--prompt-file``,
+    ``--device``, ``--dtype``, ``--seed`` (``eval`` and ``tune-composite``)."""
+    parser.add_argument("--base-dir", required=True, help="the base release folder (Wan2.2-TI2V-5B-Diffusers layout)")
+    parser.add_argument("--weights-dir", required=True, help="the weights folder (train or distill output)")
+    parser.add_argument("--prompt-file", required=True, help="the prompt embedding (encode-prompt output)")
+    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
+    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
+    parser.add_argument("--seed", type=int, default=0, help="sampler noise seed of every clip")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``rynn-teleop world-model eval``."""
     parser.add_argument("dataset", help="dataset folder (rynn-teleop world-model dataset ... --out DIR)")
-    parser.add_argument("--base-dir", required=True, help="the base release folder (Wan2.2-TI2V-5B-Diffusers layout)")
-    parser.add_argument("--weights-dir", required=True, help="the weights folder to score (train or distill output)")
-    parser.add_argument("--prompt-file", required=True, help="the prompt embedding (encode-prompt output)")
+    add_model_arguments(parser)
     parser.add_argument("--out", required=True, help="output folder: metrics.json, PNG plots, side_by_side.mp4")
     parser.add_argument("--teacher-weights-dir", default=None,
                         help="a second weights folder (e.g. the stage-1 teacher), run through the same streaming "
@@ -821,9 +838,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lpips-backbone", default=None, metavar="PATH",
                         help="AlexNet ImageNet weights (torchvision's alexnet-owt-7be5be79.pth); without it LPIPS "
                              "is not measured")
-    parser.add_argument("--device", default="cpu", help="torch device (cpu, cuda, cuda:1, ...)")
-    parser.add_argument("--dtype", default="float32", choices=("float32", "bfloat16", "float16"))
-    parser.add_argument("--seed", type=int, default=0, help="sampler noise seed of every clip")
     parser.add_argument("--max-clips", type=int, default=None, help="score only the first N clips")
     parser.add_argument("--no-render", action="store_true", help="do not score the render backend")
     parser.add_argument("--no-reconstruction", action="store_true",

@@ -375,6 +375,11 @@ class ClipObjects(NamedTuple):
                                    f"({t} frames, {n} objects)")
         return self
 
+    @property
+    def movers(self) -> np.ndarray:
+        """(N,) bool: the objects that move during their episode (``first_move`` >= 0) and are not fixed."""
+        return (self.first_move >= 0) & ~np.array([o.fixed for o in self.objects], dtype=bool)
+
     def slice(self, start: int, stop: int) -> ClipObjects:
         """Frames ``start:stop`` (first_move stays an episode frame index)."""
         s = slice(start, stop)

@@ -45,20 +45,23 @@ from .clips import ClipDataset
 WINDOW = 5  # frames per training sample: the first frame, then one latent frame of 4
 
 
-def _windows(dataset: ClipDataset, rng: np.random.Generator, batch: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _windows(dataset: ClipDataset, rng: np.random.Generator, batch: int,
+             changes: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(batch, 3, WINDOW, H, W) pixels in [-1, 1]: random windows of random training clips, and each window's
-    change map (batch, 1, WINDOW, H, W) in [0, 1] against its clip's first frame (:data:`~.config.CHANGE_RAMP`)."""
+    change map (batch, 1, WINDOW, H, W) in [0, 1] against its clip's first frame (:data:`~.config.CHANGE_RAMP`;
+    None when not ``changes``)."""
     from ..diffusion.composite import change_weight
     from .config import CHANGE_RAMP
 
-    out, changes = [], []
+    out, maps = [], []
     for _ in range(batch):
         clip = dataset[int(rng.integers(len(dataset)))]
         start = int(rng.integers(clip.length - WINDOW + 1))
         window = rgb_to_pixels(list(clip.frames[start:start + WINDOW]))
         out.append(window)
-        changes.append(change_weight(window, rgb_to_pixels([clip.frames[0]]).expand_as(window), CHANGE_RAMP))
-    return torch.cat(out), torch.cat(changes)
+        if changes:
+            maps.append(change_weight(window, rgb_to_pixels([clip.frames[0]]).expand_as(window), CHANGE_RAMP))
+    return torch.cat(out), torch.cat(maps) if changes else None
 
 
 def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -136,7 +139,7 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
     start = time.monotonic()
     step, recent, first = 0, [], []
     while time.monotonic() - start < seconds and (max_steps is None or step < max_steps):
-        x, change = _windows(dataset, rng, batch)
+        x, change = _windows(dataset, rng, batch, changes=bool(change_weight))
         posterior = vae.encode(x).latent_dist.mode()
         reconstruction = vae.decode(posterior).sample
         latents = (posterior - mean) / std

@@ -42,7 +42,15 @@ from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME
 from rynn_teleop.world_model.diffusion.composite import CompositeSettings
 
 from .clips import ClipDataset, read_clip
-from .evaluate import _diffusion, _joint_order, dataset_intrinsics, object_scores, stream
+from .evaluate import (
+    _diffusion,
+    _joint_order,
+    add_model_arguments,
+    dataset_intrinsics,
+    object_scores,
+    served_sweep,
+    stream,
+)
 from .metrics import psnr, ssim
 from .objects import read_clip_objects
 
@@ -118,11 +126,10 @@ def decode(dataset_dir: str | os.PathLike, *, base_dir, weights_dir, prompt_file
             with torch.no_grad():
                 reference = rgb_to_pixels(clip.frames[:1], device=vae.device)
                 static = np.stack(pixels_to_rgb(compositing.static_video(vae, reference, clip.length))[1:])
-            skeleton = compositing.skeleton_mask(rgb_to_pixels(clip.conditions[1:]))
             objects = read_clip_objects(dataset.root / file)
             out.append(DecodedClip(
                 file, clip.frames[1:], decoded, static, clip.frames[0],
-                compositing.sweep(skeleton)[0, 0].numpy(), stream(render, clip, actions),
+                served_sweep(clip)[0, 0, 1:].numpy(), stream(render, clip, actions),
                 None if objects is None else objects.slice(1, clip.length),
                 None if objects is None else ~objects.moved[0]))
             if log:
@@ -151,8 +158,7 @@ def score(clips: Sequence[DecodedClip], frames_of: Callable[[DecodedClip], np.nd
         p.append(psnr(frames, clip.truth))
         s.append(ssim(frames, clip.truth))
         if clip.objects is not None:
-            movers = (clip.objects.first_move >= 0) & ~np.array([o.fixed for o in clip.objects.objects], dtype=bool)
-            after = object_scores(frames, clip.truth, clip.objects.boxes, clip.objects.moved, movers,
+            after = object_scores(frames, clip.truth, clip.objects.boxes, clip.objects.moved, clip.objects.movers,
                                   clip.resting_at_anchor).psnr_after
             boxes.append(after[np.isfinite(after)])
     box = np.concatenate(boxes) if boxes else np.empty(0)
@@ -232,16 +238,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``rynn-teleop world-model tune-composite DATASET --base-dir B --weights-dir W --prompt-file P --out DIR``."""
     parser.add_argument("dataset", help="the dataset folder the model was trained on (its train split is used)")
     parser.add_argument("--out", required=True, help="folder for tune_composite.json")
-    parser.add_argument("--base-dir", required=True, help="the base release (as the diffusion backend's base_dir)")
-    parser.add_argument("--weights-dir", required=True, help="the trained weights (the student)")
-    parser.add_argument("--prompt-file", required=True, help="the prompt embedding (.safetensors)")
+    add_model_arguments(parser)
     parser.add_argument("--every", type=int, default=4, help="use every N-th training clip (default 4)")
     parser.add_argument("--object-margin-db", type=float, default=OBJECT_MARGIN_DB,
                         help=f"object_psnr_after margin over render a candidate must keep [dB] (default "
                              f"{OBJECT_MARGIN_DB:g})")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--seed", type=int, default=0)
 
 
 def run_cli(args: argparse.Namespace) -> int:
