@@ -104,6 +104,16 @@ def test_reach_is_a_disc_of_the_radius_around_the_sweep():
     assert int(reach(swept, 0.5).sum()) == 1
 
 
+def test_the_cpu_dilation_equals_the_convolution_used_on_other_devices():
+    from rynn_teleop.world_model.diffusion.composite import _disk, _reach_convolved
+
+    swept = torch.rand((2, 1, 3, H, W)) > 0.97
+    swept[0, 0, 0, 0, 0] = swept[1, 0, 2, H - 1, W - 1] = True  # at the borders too
+    for radius in (0.5, 3.0, 7.5):
+        convolved = _reach_convolved(swept.reshape(6, H, W), _disk(radius)).reshape(2, 1, 3, H, W)
+        assert torch.equal(reach(swept, radius), convolved)
+
+
 def test_a_change_out_of_reach_of_the_sweep_is_the_reference():
     settings = CompositeSettings(low=0.0, high=1e-3, blur_px=0.0, reach_px=4.0)  # every change counts ...
     static, reference = video(0.0), video(-0.5, 1)

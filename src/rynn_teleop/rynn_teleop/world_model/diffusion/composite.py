@@ -33,6 +33,9 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import cv2
+import numpy as np
+
 from rynn_teleop.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -126,19 +129,38 @@ def sweep(skeleton: torch.Tensor, previous: torch.Tensor | None = None) -> torch
     return swept[:, :, 1:] if previous is not None else swept
 
 
+def _disk(radius_px: float) -> np.ndarray:
+    """(2r + 1, 2r + 1) uint8, r = floor(``radius_px``): 1 where the offset is within ``radius_px`` [px]."""
+    radius = int(math.floor(radius_px))
+    x = np.arange(-radius, radius + 1, dtype=np.float64)
+    return ((x[:, None] ** 2 + x[None, :] ** 2) <= radius_px ** 2).astype(np.uint8)
+
+
 def reach(swept: torch.Tensor, radius_px: float) -> torch.Tensor:
     """(B, 1, T, H, W) float32 in {0, 1}: the pixels within ``radius_px`` [px] (Euclidean) of a pixel of
-    ``swept`` (B, 1, T, H, W) bool, frame by frame."""
+    ``swept`` (B, 1, T, H, W) bool, frame by frame, on ``swept``'s device (on the CPU OpenCV's dilation, which
+    torch's single-channel convolution there is far slower than; elsewhere a convolution with the disc)."""
+    import torch
+
+    disk = _disk(radius_px)
+    batch, _, frames, rows, cols = swept.shape
+    flat = swept.reshape(batch * frames, rows, cols)
+    if swept.device.type == "cpu":
+        grown = np.stack([cv2.dilate(f, disk, borderType=cv2.BORDER_CONSTANT, borderValue=0)
+                          for f in flat.to(torch.uint8).numpy()])
+        return torch.from_numpy(grown).float().reshape(batch, 1, frames, rows, cols)
+    return _reach_convolved(flat, disk).reshape(batch, 1, frames, rows, cols)
+
+
+def _reach_convolved(flat: torch.Tensor, disk: np.ndarray) -> torch.Tensor:
+    """(N, H, W) float32 in {0, 1}: ``flat`` (N, H, W) bool dilated by ``disk`` with a convolution."""
     import torch
     import torch.nn.functional as F
 
-    batch, _, frames, rows, cols = swept.shape
-    radius = int(math.floor(radius_px))
-    x = torch.arange(-radius, radius + 1, device=swept.device, dtype=torch.float32)
-    disk = ((x[:, None] ** 2 + x[None, :] ** 2) <= radius_px ** 2).float()
-    flat = swept.reshape(batch * frames, 1, rows, cols).float()
-    grown = F.conv2d(flat, disk.view(1, 1, *disk.shape), padding=radius) > 0.5
-    return grown.float().reshape(batch, 1, frames, rows, cols)
+    kernel = torch.from_numpy(disk).to(flat.device, torch.float32)
+    radius = kernel.shape[0] // 2
+    grown = F.conv2d(flat[:, None].float(), kernel[None, None], padding=radius) > 0.5
+    return grown[:, 0].float()
 
 
 def change_weight(decoded: torch.Tensor, static: torch.Tensor, settings: CompositeSettings,
