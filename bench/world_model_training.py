@@ -45,7 +45,8 @@ composites the VAE round trip the same way, so it stays their ceiling; the line'
 the trained student on every 4th training clip (``rynn-teleop world-model tune-composite``: the highest SSIM among
 the candidates keeping the object region 1 dB over ``render``; the held-out clips play no part); the line's
 ``composite_tuning`` says what was chosen and why. ``--vae-change-weight W`` fits the VAE with the pixels where a clip
-changes weighted 1 + W (``tiny_base``'s ``change_weight``: with compositing, the anchor shows the rest).
+changes weighted 1 + W (``tiny_base``'s ``change_weight``: with compositing, the anchor shows the rest);
+``--vae-object-weight W`` adds W inside the boxes of the objects that move (``object_weight``).
 
 ``--from STEP`` (with ``--out DIR``) starts at STEP and reuses the earlier steps' outputs in DIR, as recorded in
 its ``bench_state.json`` (e.g. ``--from eval`` re-scores trained models; ``--from base`` refits the VAE on the same
@@ -192,6 +193,8 @@ def main() -> int:
                         "settings for the trained student on training clips (step tune) instead of the defaults")
     parser.add_argument("--vae-change-weight", type=float, default=0.0, help="fit the VAE with the pixels where a "
                         "clip changes weighted 1 + this (0: uniform)")
+    parser.add_argument("--vae-object-weight", type=float, default=0.0, help="fit the VAE with the pixels inside "
+                        "the boxes of the objects that move weighted this much more (0: not)")
     parser.add_argument("--from", dest="from_step", choices=STEPS, default=STEPS[0],
                         help="start at this step, reusing the earlier steps' outputs in --out (its bench_state.json)")
     parser.add_argument("--held-out", action="append", default=None, metavar="KEY",
@@ -271,7 +274,8 @@ def main() -> int:
 
         if not reused("base"):
             base = fit_tiny_base(work / "dataset", work / "base", work / "prompt.safetensors", seconds=float("inf"),
-                                 max_steps=args.vae_steps, change_weight=args.vae_change_weight, log=None)
+                                 max_steps=args.vae_steps, change_weight=args.vae_change_weight,
+                                 object_weight=args.vae_object_weight, log=None)
             times["tiny_base_s"] = time.monotonic() - last
             save("base", base)
             last = _stamp(f"tiny base: VAE {base['steps']} steps, reconstruction {base['train_psnr']:.1f} dB", t0)
@@ -370,7 +374,7 @@ def main() -> int:
         "lpips": "measured" if args.lpips_backbone else "null: no AlexNet backbone weights on this machine",
         "seconds": {k: round(v, 1) for k, v in times.items()}, "threads": torch.get_num_threads(),
         "preset": preset, "composite": metrics["inputs"].get("composite"), "composite_tuning": tuning,
-        "vae_change_weight": base.get("change_weight", 0.0),
+        "vae_change_weight": base.get("change_weight", 0.0), "vae_object_weight": base.get("object_weight", 0.0),
         "change_loss_weight": trained.get("change_loss_weight", 0.0),
     })
     if args.twin:

@@ -328,3 +328,26 @@ def test_a_scripted_twin_episode_gives_clips_whose_cube_moves_when_grasped(tmp_p
     assert np.allclose(poses[0], start, atol=1e-3)  # the layout pose: the first frame's
     doc = json.loads((tmp_path / "ds" / ob.OBJECTS_FILE).read_text())
     assert doc["split_by"] == "layout" and doc["layouts"]["train"] == ["pick_place/seed=0"]
+
+
+def test_the_mover_mask_is_the_union_of_the_moving_objects_boxes_grown_and_clipped():
+    """Per frame: the boxes of the objects that move (not the still one, not the fixed one, nothing for a box out
+    of view), grown by the margin and clipped to the frame."""
+    t, h, w = 3, 20, 30
+    objects = (CUBE, CUBE._replace(name="still"), CUBE._replace(name="fixed", fixed=True))
+    boxes = np.zeros((t, 3, 4), np.int32)
+    boxes[0, 0] = (2, 3, 6, 5)
+    boxes[1, 0] = (26, 17, 30, 20)  # at the frame's corner: the margin is clipped
+    boxes[2, 0] = (0, 0, 0, 0)  # out of view
+    boxes[:, 1] = (10, 10, 12, 12)
+    boxes[:, 2] = (14, 2, 18, 6)
+    first_move = np.array([1, -1, 0])
+    flags = np.zeros((t, 3), bool)
+    clip_objects = ob.ClipObjects(objects, "s/seed=1", np.zeros((t, 3, 7)), boxes, flags, flags, flags, first_move)
+    mask = clip_objects.mover_mask(h, w, margin_px=1)
+    expected = np.zeros((t, h, w), bool)
+    expected[0, 2:6, 1:7] = True
+    expected[1, 16:20, 25:30] = True
+    np.testing.assert_array_equal(mask, expected)
+    np.testing.assert_array_equal(clip_objects.mover_mask(h, w)[0], expected[0] & np.pad(
+        np.ones((2, 4), bool), ((3, h - 5), (2, w - 6))))

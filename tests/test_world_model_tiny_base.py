@@ -127,7 +127,8 @@ def test_a_change_weight_weights_the_fit_where_the_clip_moves_and_is_recorded(tm
     torch.set_num_threads(2)
     data = make_dataset(tmp_path / "data")
     dataset = ClipDataset(data, "train")
-    x, change = _windows(dataset, np.random.default_rng(3), 4)
+    x, change, movers = _windows(dataset, np.random.default_rng(3), 4)
+    assert movers is None
     assert x.shape == (4, 3, WINDOW, TINY.height, TINY.width)
     assert change.shape == (4, 1, WINDOW, TINY.height, TINY.width)
     picks = np.random.default_rng(3)
@@ -151,3 +152,53 @@ def test_a_change_weight_weights_the_fit_where_the_clip_moves_and_is_recorded(tm
     assert any(not torch.equal(plain[k], weighted[k]) for k in plain)
     with pytest.raises(ConfigurationError, match="change_weight"):
         fit_tiny_base(data, tmp_path / "neg", tmp_path / "neg.safetensors", max_steps=1, change_weight=-1.0, log=None)
+
+
+def test_an_object_weight_weights_the_fit_inside_the_moving_objects_boxes_and_is_recorded(tmp_path):
+    """With objects in the clip files, each window's mover mask is its clip's moving box grown by the margin (and
+    zero for a clip without objects); a fit with the weight differs from one without; tiny_base.json says which; a
+    negative weight is refused with its name."""
+    import json
+
+    from rynn_teleop.world_model.training import objects as ob
+    from rynn_teleop.world_model.training.clips import ClipDataset
+    from rynn_teleop.world_model.training.tiny_base import OBJECT_MARGIN_PX, WINDOW, _windows
+
+    torch.set_num_threads(2)
+    data = make_dataset(tmp_path / "data")
+    dataset = ClipDataset(data, "train")
+    frames = dataset[0].length
+    boxes = np.zeros((frames, 1, 4), np.int32)
+    for t in range(frames):  # clip 0's square (square_clip(0)): its box as the object's
+        boxes[t, 0] = (5 * t % (TINY.width - 16), 20, 5 * t % (TINY.width - 16) + 16, 36)
+    flags = np.zeros((frames, 1), bool)
+    ob.add_to_clip_file(data / dataset.files[0], ob.ClipObjects(
+        (ob.SceneObject("square", "box", (0.05, 0.05, 0.05), False),), "test/seed=0", np.zeros((frames, 1, 7)),
+        boxes, flags, flags, flags, np.array([0])))
+    cache: dict = {}
+    x, change, movers = _windows(dataset, np.random.default_rng(5), 6, changes=False, objects=cache)
+    assert change is None and movers.shape == (6, 1, WINDOW, TINY.height, TINY.width)
+    assert set(cache) == {0, 1} and cache[1] is None  # both clips drawn, clip 1 without objects
+    picks = np.random.default_rng(5)
+    for n in range(6):
+        index = int(picks.integers(len(dataset)))
+        start = int(picks.integers(frames - WINDOW + 1))
+        if index == 1:
+            assert float(movers[n].sum()) == 0.0
+            continue
+        for t in range(WINDOW):
+            u0, v0, u1, v1 = boxes[start + t, 0]
+            expected = torch.zeros(TINY.height, TINY.width)
+            m = OBJECT_MARGIN_PX
+            expected[v0 - m:v1 + m, max(u0 - m, 0):u1 + m] = 1
+            assert torch.equal(movers[n, 0, t], expected)
+    for name, weight in (("plain", 0.0), ("objects", 8.0)):
+        fit_tiny_base(data, tmp_path / name, tmp_path / f"{name}.safetensors", seconds=1e9, max_steps=2, batch=2,
+                      object_weight=weight, seed=1, log=None)
+        assert json.loads((tmp_path / name / "tiny_base.json").read_text())["object_weight"] == weight
+    from safetensors.torch import load_file
+
+    plain, weighted = (load_file(next((tmp_path / n / "vae").glob("*.safetensors"))) for n in ("plain", "objects"))
+    assert any(not torch.equal(plain[k], weighted[k]) for k in plain)
+    with pytest.raises(ConfigurationError, match="object_weight"):
+        fit_tiny_base(data, tmp_path / "neg", tmp_path / "neg.safetensors", max_steps=1, object_weight=-1.0, log=None)

@@ -32,6 +32,19 @@ def test_the_highest_ssim_among_the_candidates_keeping_the_object_margin_is_chos
         tc.choose([], render)
 
 
+def test_candidates_keeping_the_margin_on_the_moving_frames_too_come_first():
+    """Where the clips have frames after a first move inside the clip, the highest SSIM among the candidates
+    keeping the margin there as well as after the first move; when none does, the rule without it."""
+    render = tc.Scores(20.0, 0.90, 12.0, 11.0)
+    candidates = [(A, tc.Scores(21.0, 0.88, 14.0, 12.5)), (B, tc.Scores(21.0, 0.89, 13.0, 11.5)),
+                  (C, tc.Scores(22.0, 0.95, 12.5, 14.0))]  # C: the best SSIM, but only 0.5 dB over render after
+    chosen, why = tc.choose(candidates, render)
+    assert chosen == A and "object_psnr_after and object_psnr_moving" in why and "of the 1 candidates" in why
+    chosen, why = tc.choose(candidates, render._replace(object_psnr_moving=13.0))  # none keeps both: B, as before
+    assert chosen == B and "highest SSIM of the 2 candidates whose object_psnr_after is" in why
+    assert tc.choose(candidates, render._replace(object_psnr_moving=None))[0] == B  # no moving frames
+
+
 def test_the_default_grid_holds_the_backend_defaults_and_gated_candidates():
     assert CompositeSettings() in tc.GRID and len(set(tc.GRID)) == len(tc.GRID) == 36
     assert {s.reach_px for s in tc.GRID} == {0.0, 8.0, 14.0}
@@ -61,6 +74,7 @@ def test_tuning_a_tiny_model_writes_the_choice_and_every_candidates_scores(
     assert [c["low"] for c in result["candidates"]] == [254.0, 0.0, 0.0]
     assert result["candidates"][0]["psnr"] == result["baseline"]["psnr"]
     assert result["candidates"][0]["object_psnr_after"] == result["baseline"]["object_psnr_after"] is not None
+    assert result["candidates"][0]["object_psnr_moving"] == result["baseline"]["object_psnr_moving"]
     assert result["render"]["object_psnr_after"] is not None
     chosen = CompositeSettings(**result["chosen"])
     assert chosen in grid and result["backend_settings"] == chosen.backend_settings()

@@ -380,6 +380,15 @@ class ClipObjects(NamedTuple):
         """(N,) bool: the objects that move during their episode (``first_move`` >= 0) and are not fixed."""
         return (self.first_move >= 0) & ~np.array([o.fixed for o in self.objects], dtype=bool)
 
+    def mover_mask(self, height: int, width: int, margin_px: int = 0) -> np.ndarray:
+        """(T, height, width) bool: per frame, the union of the :attr:`movers`' boxes, each grown by ``margin_px``
+        on every side and clipped to the frame (boxes out of view add nothing)."""
+        mask = np.zeros((len(self.boxes), height, width), dtype=bool)
+        for t, k in zip(*np.nonzero(box_visible(self.boxes) & self.movers[None]), strict=True):
+            u0, v0, u1, v1 = (int(v) for v in self.boxes[t, k])
+            mask[t, max(v0 - margin_px, 0):max(v1 + margin_px, 0), max(u0 - margin_px, 0):max(u1 + margin_px, 0)] = True
+        return mask
+
     def slice(self, start: int, stop: int) -> ClipObjects:
         """Frames ``start:stop`` (first_move stays an episode frame index)."""
         s = slice(start, stop)

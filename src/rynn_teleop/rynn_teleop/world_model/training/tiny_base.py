@@ -16,7 +16,8 @@ over the window's frames, with the evaluation's Gaussian window), plus ``stats_w
 times how far the normalised latents (the config's fixed ``latents_mean``/``latents_std``) are from zero mean and
 unit variance per channel, so that the DiT's flow-matching noise has the latents' scale.
 
-``change_weight`` serves reference compositing (:mod:`~rynn_teleop.world_model.diffusion.composite`): a
+``change_weight`` (and ``object_weight``, the same for the boxes of the objects that move: a twin dataset's
+:mod:`~.objects`) serves reference compositing (:mod:`~rynn_teleop.world_model.diffusion.composite`): a
 composited model shows the anchor frame wherever nothing changed, so the VAE's capacity is spent where the robot
 and the objects move (docs: benchmarks, world model on twin episodes).
 """
@@ -43,25 +44,40 @@ from ..diffusion.weights import save_prompt
 from .clips import ClipDataset
 
 WINDOW = 5  # frames per training sample: the first frame, then one latent frame of 4
+OBJECT_MARGIN_PX = 2  # the moved objects' boxes are grown by this much for ``object_weight`` [px]
 
 
-def _windows(dataset: ClipDataset, rng: np.random.Generator, batch: int,
-             changes: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(batch, 3, WINDOW, H, W) pixels in [-1, 1]: random windows of random training clips, and each window's
+def _windows(dataset: ClipDataset, rng: np.random.Generator, batch: int, changes: bool = True,
+             objects: dict[int, np.ndarray | None] | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(batch, 3, WINDOW, H, W) pixels in [-1, 1]: random windows of random training clips; each window's
     change map (batch, 1, WINDOW, H, W) in [0, 1] against its clip's first frame (:data:`~.config.CHANGE_RAMP`;
-    None when not ``changes``)."""
+    None when not ``changes``); and, when ``objects`` is given (a cache: clip index -> that clip's
+    :meth:`~.objects.ClipObjects.mover_mask`, filled on first use; None for a clip without objects), each window's
+    moved-object mask (batch, 1, WINDOW, H, W) in {0, 1} (0 where its clip has no objects)."""
     from ..diffusion.composite import change_weight
     from .config import CHANGE_RAMP
+    from .objects import read_clip_objects
 
-    out, maps = [], []
+    out, maps, boxes = [], [], []
     for _ in range(batch):
-        clip = dataset[int(rng.integers(len(dataset)))]
+        index = int(rng.integers(len(dataset)))
+        clip = dataset[index]
         start = int(rng.integers(clip.length - WINDOW + 1))
         window = rgb_to_pixels(list(clip.frames[start:start + WINDOW]))
         out.append(window)
         if changes:
             maps.append(change_weight(window, rgb_to_pixels([clip.frames[0]]).expand_as(window), CHANGE_RAMP))
-    return torch.cat(out), torch.cat(maps) if changes else None
+        if objects is not None:
+            if index not in objects:
+                clip_objects = read_clip_objects(dataset.root / dataset.files[index])
+                objects[index] = None if clip_objects is None else clip_objects.mover_mask(
+                    clip.frames.shape[1], clip.frames.shape[2], OBJECT_MARGIN_PX)
+            mask = objects[index]
+            boxes.append(torch.zeros_like(window[:, :1]) if mask is None
+                         else torch.from_numpy(mask[start:start + WINDOW]).to(window.dtype)[None, None])
+    return (torch.cat(out), torch.cat(maps) if changes else None,
+            torch.cat(boxes) if objects is not None else None)
 
 
 def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -83,7 +99,8 @@ def _ssim(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, prompt_file: str | os.PathLike, *,
                   seconds: float = 120.0, max_steps: int | None = None, batch: int = 2, lr: float = 2e-3,
-                  stats_weight: float = 0.1, ssim_weight: float = 0.0, change_weight: float = 0.0, seed: int = 0,
+                  stats_weight: float = 0.1, ssim_weight: float = 0.0, change_weight: float = 0.0,
+                  object_weight: float = 0.0, seed: int = 0,
                   vae_overrides: Mapping[str, Any] | None = None,
                   log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Fit the tiny VAE to ``dataset_dir``'s training frames and write a tiny base release.
@@ -99,6 +116,9 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
         stats_weight: weight of the latent-statistics term.
         ssim_weight: weight of the 1 - SSIM term (>= 0; 0: L1 + MSE alone, the default).
         change_weight: extra weight of the pixels where the clip changes (>= 0; 0: uniform, the default).
+        object_weight: extra weight of the pixels inside the boxes of the objects that move in the clip's episode
+            (grown by :data:`OBJECT_MARGIN_PX`; clips without objects add nothing), added to ``change_weight``'s
+            (>= 0; 0: none, the default).
         seed: seeds the VAE's initialisation, the windows, the DiT and the prompt.
         vae_overrides: ``AutoencoderKLWan`` arguments replacing the preset's (widths, levels), for capacity
             experiments (``bench/world_model_vae.py``); such a base no longer loads as the preset's
@@ -114,12 +134,14 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
     Raises:
         DatasetError: no dataset or no training clips there.
         ConfigurationError: a dataset of another preset, clips shorter than 5 frames, a non-empty
-            ``base_dir``, or a negative ``ssim_weight`` or ``change_weight``.
+            ``base_dir``, or a negative ``ssim_weight``, ``change_weight`` or ``object_weight``.
     """
     if not ssim_weight >= 0.0:
         raise ConfigurationError(f"tiny base: ssim_weight must be >= 0; got {ssim_weight}")
     if not change_weight >= 0.0:
         raise ConfigurationError(f"tiny base: change_weight must be >= 0; got {change_weight}")
+    if not object_weight >= 0.0:
+        raise ConfigurationError(f"tiny base: object_weight must be >= 0; got {object_weight}")
     dataset = ClipDataset(dataset_dir, "train")
     if dataset.info.preset not in STAND_IN_PRESETS:
         raise ConfigurationError(f"{dataset_dir}: a {dataset.info.preset!r} dataset; a tiny base is fitted to a "
@@ -138,16 +160,18 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
     optimiser = torch.optim.AdamW(vae.parameters(), lr=lr, weight_decay=0.0)
     start = time.monotonic()
     step, recent, first = 0, [], []
+    mover_masks: dict[int, np.ndarray | None] | None = {} if object_weight else None
     while time.monotonic() - start < seconds and (max_steps is None or step < max_steps):
-        x, change = _windows(dataset, rng, batch, changes=bool(change_weight))
+        x, change, movers = _windows(dataset, rng, batch, changes=bool(change_weight), objects=mover_masks)
         posterior = vae.encode(x).latent_dist.mode()
         reconstruction = vae.decode(posterior).sample
         latents = (posterior - mean) / std
         per_channel = latents.transpose(0, 1).flatten(1)
         stats = per_channel.mean(1).pow(2).mean() + (per_channel.std(1) - 1.0).pow(2).mean()
         error = reconstruction - x
-        if change_weight:
-            weight = 1.0 + change_weight * change
+        if change_weight or object_weight:
+            weight = 1.0 + (change_weight * change if change_weight else 0.0) \
+                + (object_weight * movers if object_weight else 0.0)
             loss = ((weight * error.abs()).mean() + (weight * error.pow(2)).mean()) / weight.mean()
         else:
             loss = error.abs().mean() + error.pow(2).mean()
@@ -176,7 +200,7 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
               "first_psnr": float(np.mean(first)) if first else None,
               "train_psnr": float(np.mean([r[0] for r in recent])) if recent else None,
               "latent_mean": recent[-1][1] if recent else None, "latent_std": recent[-1][2] if recent else None,
-              "ssim_weight": ssim_weight, "change_weight": change_weight,
+              "ssim_weight": ssim_weight, "change_weight": change_weight, "object_weight": object_weight,
               "base_dir": str(base), "prompt_file": str(prompt_file)}
     (base / "tiny_base.json").write_text(json.dumps(result, indent=1) + "\n")
     return result
@@ -184,7 +208,7 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """``rynn-teleop world-model tiny-base DATASET --out BASE_DIR --prompt-file FILE [--seconds S] [--max-steps N]
-    [--change-weight W]``."""
+    [--change-weight W] [--object-weight W]``."""
     parser.add_argument("dataset", help="a dataset folder of a stand-in preset (rynn-teleop world-model dataset "
                         "--preset tiny or small)")
     parser.add_argument("--out", required=True, help="the base folder to write (vae/, transformer/)")
@@ -194,12 +218,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "budget alone)")
     parser.add_argument("--change-weight", type=float, default=0.0, help="extra loss weight where a clip changes "
                         "(for a model served with reference compositing; 0: uniform)")
+    parser.add_argument("--object-weight", type=float, default=0.0, help="extra loss weight inside the boxes of "
+                        "the objects that move (twin datasets; added to --change-weight's; 0: none)")
     parser.add_argument("--seed", type=int, default=0)
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Fit and write the tiny base; prints the result as JSON."""
     result = fit_tiny_base(args.dataset, args.out, args.prompt_file, seconds=args.seconds, max_steps=args.max_steps,
-                           change_weight=args.change_weight, seed=args.seed)
+                           change_weight=args.change_weight, object_weight=args.object_weight, seed=args.seed)
     print(json.dumps(result))
     return 0

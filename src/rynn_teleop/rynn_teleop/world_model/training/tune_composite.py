@@ -13,11 +13,14 @@ Steps:
    decode equals), its condition images' skeleton sweep from frame 1 on, the ``render`` backend's frames and the
    clip's own frames;
 2. ``score``: each candidate of ``grid`` composited over frame 0, scored against the truth: whole-frame PSNR
-   [dB] and SSIM, and the moved objects' box PSNR [dB] from their first move on (``object_psnr_after``, as
-   :mod:`~.evaluate` defines it), each the mean over the frames; the render backend the same way;
-3. ``choose``: the candidate with the highest SSIM among those whose ``object_psnr_after`` is at least
-   ``object_margin_db`` over the render backend's on the same frames (the interaction goal's margin); when none
-   is, the one with the highest ``object_psnr_after``.
+   [dB] and SSIM, and the moved objects' box PSNR [dB] from their first move on (``object_psnr_after``) and
+   from a first move inside the clip on (``object_psnr_moving``), as :mod:`~.evaluate` defines them, each the
+   mean over the frames; the render backend the same way;
+3. ``choose``: the candidate with the highest SSIM among those whose ``object_psnr_after`` and
+   ``object_psnr_moving`` are both at least ``object_margin_db`` over the render backend's on the same frames
+   (the interaction goal's margin; ``object_psnr_moving`` only where the clips have such frames); when none
+   keeps both, the highest SSIM among those keeping ``object_psnr_after``'s; when none keeps that, the one with
+   the highest ``object_psnr_after``.
 
 Output: ``tune_composite.json`` in ``out_dir`` (the chosen settings, the criterion, every candidate's scores,
 the render backend's and the clips used), and the chosen settings as ``diffusion`` backend parameters.
@@ -81,11 +84,13 @@ class DecodedClip(NamedTuple):
 
 
 class Scores(NamedTuple):
-    """Means over the scored frames (:func:`score`): PSNR [dB], SSIM, box PSNR after the first move [dB]."""
+    """Means over the scored frames (:func:`score`): PSNR [dB], SSIM, box PSNR after the first move and after a
+    first move inside the clip [dB] (None: no such frames)."""
 
     psnr: float
     ssim: float
     object_psnr_after: float | None
+    object_psnr_moving: float | None = None
 
     def to_json(self) -> dict[str, float | None]:
         return {k: (None if v is None else round(float(v), 4)) for k, v in self._asdict().items()}
@@ -152,18 +157,22 @@ def composited(clip: DecodedClip, settings: CompositeSettings) -> np.ndarray:
 
 def score(clips: Sequence[DecodedClip], frames_of: Callable[[DecodedClip], np.ndarray]) -> Scores:
     """Step ``score``: the means over ``clips``' frames of ``frames_of(clip)`` against the truth."""
-    p, s, boxes = [], [], []
+    p, s, after, moving = [], [], [], []
     for clip in clips:
         frames = frames_of(clip)
         p.append(psnr(frames, clip.truth))
         s.append(ssim(frames, clip.truth))
         if clip.objects is not None:
-            after = object_scores(frames, clip.truth, clip.objects.boxes, clip.objects.moved, clip.objects.movers,
-                                  clip.resting_at_anchor).psnr_after
-            boxes.append(after[np.isfinite(after)])
-    box = np.concatenate(boxes) if boxes else np.empty(0)
-    return Scores(float(np.concatenate(p).mean()), float(np.concatenate(s).mean()),
-                  float(box.mean()) if len(box) else None)
+            scores = object_scores(frames, clip.truth, clip.objects.boxes, clip.objects.moved, clip.objects.movers,
+                                   clip.resting_at_anchor)
+            after.append(scores.psnr_after[np.isfinite(scores.psnr_after)])
+            moving.append(scores.psnr_moving[np.isfinite(scores.psnr_moving)])
+
+    def mean(values: list[np.ndarray]) -> float | None:
+        joined = np.concatenate(values) if values else np.empty(0)
+        return float(joined.mean()) if len(joined) else None
+
+    return Scores(float(np.concatenate(p).mean()), float(np.concatenate(s).mean()), mean(after), mean(moving))
 
 
 def choose(candidates: Sequence[tuple[CompositeSettings, Scores]], render: Scores,
@@ -175,9 +184,17 @@ def choose(candidates: Sequence[tuple[CompositeSettings, Scores]], render: Score
     """
     if not candidates:
         raise ValueError("tune-composite: no candidates to choose from")
+
+    def keeps(value: float | None, reference: float | None) -> bool:
+        return value is not None and reference is not None and value >= reference + object_margin_db
+
     if render.object_psnr_after is not None:
-        keeping = [c for c in candidates if c[1].object_psnr_after is not None
-                   and c[1].object_psnr_after >= render.object_psnr_after + object_margin_db]
+        keeping = [c for c in candidates if keeps(c[1].object_psnr_after, render.object_psnr_after)]
+        both = [c for c in keeping if keeps(c[1].object_psnr_moving, render.object_psnr_moving)]
+        if both:
+            best = max(both, key=lambda c: c[1].ssim)
+            return best[0], (f"highest SSIM of the {len(both)} candidates whose object_psnr_after and "
+                             f"object_psnr_moving are at least {object_margin_db:g} dB over the render backend's")
         if keeping:
             best = max(keeping, key=lambda c: c[1].ssim)
             return best[0], (f"highest SSIM of the {len(keeping)} candidates whose object_psnr_after is at least "
