@@ -43,7 +43,8 @@ records N pick-and-place episodes in the digital mode with the trained student g
 composites the VAE round trip the same way, so it stays their ceiling; the line's ``composite`` holds the settings
 (null without it). They are the backend's defaults, or with ``--tune-composite`` those a ``tune`` step chooses for
 the trained student on every 4th training clip (``rynn-teleop world-model tune-composite``: the highest SSIM among
-the candidates keeping the object region 1 dB over ``render``; the held-out clips play no part); the line's
+the candidates keeping the object region 1 dB over ``render``, after the first move and after a first move inside
+the clip where it can; the held-out clips play no part); the line's
 ``composite_tuning`` says what was chosen and why. ``--vae-change-weight W`` fits the VAE with the pixels where a clip
 changes weighted 1 + W (``tiny_base``'s ``change_weight``: with compositing, the anchor shows the rest);
 ``--vae-object-weight W`` adds W inside the boxes of the objects that move (``object_weight``).
