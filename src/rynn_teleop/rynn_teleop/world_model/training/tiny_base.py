@@ -169,12 +169,12 @@ def fit_tiny_base(dataset_dir: str | os.PathLike, base_dir: str | os.PathLike, p
         per_channel = latents.transpose(0, 1).flatten(1)
         stats = per_channel.mean(1).pow(2).mean() + (per_channel.std(1) - 1.0).pow(2).mean()
         error = reconstruction - x
-        if change_weight or object_weight:
-            weight = 1.0 + (change_weight * change if change_weight else 0.0) \
-                + (object_weight * movers if object_weight else 0.0)
-            loss = ((weight * error.abs()).mean() + (weight * error.pow(2)).mean()) / weight.mean()
-        else:
-            loss = error.abs().mean() + error.pow(2).mean()
+        weight = torch.ones_like(error[:, :1])  # 1 + the weights that are on, per pixel
+        if change_weight:
+            weight = weight + change_weight * change
+        if object_weight:
+            weight = weight + object_weight * movers
+        loss = ((weight * error.abs()).mean() + (weight * error.pow(2)).mean()) / weight.mean()
         loss = loss + stats_weight * stats
         if ssim_weight:
             loss = loss + ssim_weight * (1.0 - _ssim(reconstruction, x))
