@@ -365,17 +365,20 @@ def test_the_hands_follow_the_emulated_finger_curl(headset, stack):
     time.sleep(1.0)
     open_hand = watcher.hand_since("left", t)[:, curl].mean(axis=0)
     page.evaluate("xrDevice.hands.left.poseId = 'point'")  # middle, ring and pinky curl into the palm
-    time.sleep(1.5)
+
+    def latest(t: float) -> np.ndarray | None:
+        """The mean of the newest five commands [rad] of the nine joints received since ``t`` (None: fewer)."""
+        q = watcher.hand_since("left", t)
+        return q[-5:, curl].mean(axis=0) if len(q) >= 5 else None
+
+    # functional waits: the curl reaches the hand at its limited speed, later on a loaded machine
     t = time.monotonic()
-    time.sleep(1.0)
-    pointing = watcher.hand_since("left", t)[:, curl].mean(axis=0)
-    assert (pointing - open_hand).sum() > 1.0, (open_hand, pointing)  # [rad] flexed, over the nine joints
+    assert wait_for(lambda: (q := latest(t)) is not None and (q - open_hand).sum() > 1.0, 10.0), (
+        open_hand, latest(t))  # flexed [rad], over the nine joints
     page.evaluate("xrDevice.hands.left.poseId = 'default'")
-    time.sleep(1.5)
     t = time.monotonic()
-    time.sleep(1.0)
-    again = watcher.hand_since("left", t)[:, curl].mean(axis=0)
-    np.testing.assert_allclose(again, open_hand, atol=0.1)
+    assert wait_for(lambda: (q := latest(t)) is not None and np.abs(q - open_hand).max() < 0.1, 10.0), (
+        open_hand, latest(t))  # open again
 
 
 def test_lost_tracking_holds_the_arm_and_the_hand_and_resumes_without_a_jump(headset, stack):
@@ -400,10 +403,22 @@ def test_lost_tracking_holds_the_arm_and_the_hand_and_resumes_without_a_jump(hea
     time.sleep(1.5)
     # re-anchored where it is seen again: the hand stays where it held (only the elbow's swivel may settle)
     assert np.linalg.norm(ik.forward(watcher.arm("right"))[:3, 3] - ik.forward(held)[:3, 3]) < 0.01
-    headset.glide_wrist("right", HOME_WRIST["right"])  # the next motion (12 cm) is followed again, relative to it
-    # a functional wait: the arm reaches it at its limited speed, later on a loaded machine
-    assert wait_for(lambda: np.linalg.norm(ik.forward(watcher.arm("right"))[:3, 3] - ik.forward(held)[:3, 3]) > 0.05,
-                    10.0)
+    # the next motion (12 cm) is followed again, relative to it; a functional wait: the arm gets there at its
+    # limited speed, later on a loaded machine. A browser stall longer than the freshness timeout mid-glide
+    # re-anchors the arm (the rest of that glide is not followed, by design): then glide back and try again.
+    tries = []
+    for k in range(4):
+        stale_before, before = _stale_events(watcher, "right"), ik.forward(watcher.arm("right"))[:3, 3]
+        headset.glide_wrist("right", HOME_WRIST["right"] + ([0.0, 0.0, 0.0], [0.0, 0.12, 0.0])[k % 2])
+        moved = wait_for(lambda b=before: np.linalg.norm(ik.forward(watcher.arm("right"))[:3, 3] - b) > 0.05, 10.0)
+        time.sleep(1.2)  # the diagnostics of the motion
+        tries.append((moved, _stale_events(watcher, "right") - stale_before))
+        if moved:
+            break
+        assert tries[-1][1] > 0, tries  # not followed, and no stall to explain it
+    else:
+        pytest.skip(f"the emulated headset stalled longer than {SLOW_BROWSER_TIMEOUT_S} s in every try (a loaded "
+                    f"machine): (followed, stale events) {tries}")
 
 
 def test_a_second_headset_is_refused_and_disturbs_nothing(headset, stack):
