@@ -206,7 +206,7 @@ def main() -> int:
     parser.add_argument("--twin", action="store_true", help="interaction: twin episodes of both tasks, objects in "
                         "the dataset, layouts held out, object-region goals (see the module doc)")
     parser.add_argument("--layouts", type=int, default=6, help="with --twin: layouts recorded per task")
-    parser.add_argument("--preset", choices=("tiny", "small"), default=None,
+    parser.add_argument("--preset", choices=("tiny", "small", "small8"), default=None,
                         help="model size (default: tiny; small with --twin, where the objects are >= 10 px)")
     parser.add_argument("--judge-threads", type=int, default=None, help="with --judge-layouts: the world model "
                         "node's torch threads (diffusion.threads; default the node's; 0: torch's default)")

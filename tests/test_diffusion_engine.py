@@ -389,3 +389,27 @@ def test_a_chunk_beyond_the_rotary_table_is_refused():
     longest = TINY.transformer_config["rope_max_seq_len"]
     with pytest.raises(WanPresetError, match="rope_max_seq_len"):
         dataclasses.replace(TINY, chunk_frames=1 + 4 * longest)
+
+
+def test_the_small8_preset_streams_its_frame_size_through_an_8x_vae():
+    """``small8``: 8x VAE latents (20x12 per latent frame, 10x6 tokens); the engine streams 160x96 frames and a
+    block does not depend on later conditions."""
+    from rynn_teleop.world_model.diffusion.presets import SMALL8
+
+    assert SMALL8.latent_grid == (12, 20) and SMALL8.token_grid == (6, 10)
+    model = make_model(SMALL8)
+    assert model.vae.spatial_compression == 8
+    rng = np.random.default_rng(3)
+
+    def frames(n: int) -> list[np.ndarray]:
+        return [rng.integers(0, 256, (SMALL8.height, SMALL8.width, 3), dtype=np.uint8) for _ in range(n)]
+
+    anchor, first, second, other = frames(1)[0], frames(4), frames(4), frames(4)
+    outputs = []
+    for later in (second, other):
+        engine = StreamEngine(model, seed=0)
+        engine.reset(anchor)
+        outputs.append([engine.generate_block(first), engine.generate_block(later)])
+    assert all(f.shape == (SMALL8.height, SMALL8.width, 3) for f in outputs[0][0])
+    assert all(np.array_equal(x, y) for x, y in zip(outputs[0][0], outputs[1][0]))
+    assert not all(np.array_equal(x, y) for x, y in zip(outputs[0][1], outputs[1][1]))

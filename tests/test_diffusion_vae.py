@@ -216,6 +216,44 @@ def test_paper_config_builds_the_wan22_vae():
     assert paper.vae.encoder.conv_in.out_channels == 160 and paper.vae.decoder.conv_in.out_channels == 1024
 
 
+@pytest.fixture(scope="module")
+def svae8() -> StreamingVAE:
+    """One 2x level fewer (``dim_mult`` (1, 2, 2)): 8x8 spatial compression, still 4x in time."""
+    torch.manual_seed(0)
+    config = {**tiny_vae_config(), "dim_mult": [1, 2, 2], "temperal_downsample": [True, True],
+              "scale_factor_spatial": 8}
+    return StreamingVAE(AutoencoderKLWan(**config).eval().requires_grad_(False))
+
+
+def test_an_8x_vae_streams_like_its_one_shot_and_like_diffusers(svae8):
+    assert svae8.spatial_compression == 8 and svae8.latent_channels == Z
+    clip = video(1 + 4 * 3, seed=7)
+    whole = svae8.encode(clip)
+    assert whole.shape == (1, Z, 4, H // 8, W // 8)
+    mean, std = config_stats(svae8.vae)
+    with torch.no_grad():
+        reference = (svae8.vae.encode(clip).latent_dist.mean - mean) / std
+    torch.testing.assert_close(whole, reference, **TOL)
+    stream = svae8.new_stream()
+    parts = [svae8.encode(clip[:, :, :5], stream), svae8.encode(clip[:, :, 5:], stream)]
+    torch.testing.assert_close(torch.cat(parts, dim=2), whole, **TOL)
+    decoded = svae8.decode(whole)
+    assert decoded.shape == (1, 3, 13, H, W)
+    stream = svae8.new_stream()
+    frames = [svae8.decode(whole[:, :, i:i + 1], stream) for i in range(4)]
+    torch.testing.assert_close(torch.cat(frames, dim=2), decoded, **TOL)
+    with pytest.raises(ValueError, match="multiples of 8"):
+        svae8.encode(torch.zeros(1, 3, 1, H + 4, W))
+    svae8.encode(torch.zeros(1, 3, 1, H + 8, W))  # 40 rows: a multiple of 8, not of 16
+
+
+def test_a_vae_of_another_spatial_compression_is_refused():
+    config = {**tiny_vae_config(), "dim_mult": [1, 2, 4, 4, 4], "temperal_downsample": [False, False, True, True],
+              "scale_factor_spatial": 32}
+    with pytest.raises(ValueError, match=r"8x or 16x spatial.*got patch_size=2, 32x spatial, 4x temporal"):
+        StreamingVAE(AutoencoderKLWan(**config))
+
+
 def test_a_wan21_layout_vae_is_refused():
     wan21 = AutoencoderKLWan(base_dim=4, z_dim=4, latents_mean=[0.0] * 4, latents_std=[1.0] * 4)
     with pytest.raises(ValueError, match="Wan2.2-layout VAE"):

@@ -56,6 +56,18 @@ def test_the_small_preset_gets_a_base_of_its_own_size(tmp_path):
     assert (SMALL.width, SMALL.height) == (160, 96) and SMALL.token_grid == (3, 5)  # rows, columns
 
 
+def test_the_small8_preset_gets_an_8x_base_that_loads_as_its_own(tmp_path):
+    from rynn_teleop.world_model.diffusion.presets import SMALL8
+
+    torch.set_num_threads(2)
+    data = make_dataset(tmp_path / "data", preset="small8")
+    fit_tiny_base(data, tmp_path / "b", tmp_path / "p.safetensors", seconds=1e9, max_steps=1, batch=1, log=None)
+    model = load_model(SMALL8, tmp_path / "b", None, tmp_path / "p.safetensors")  # the preset's checks pass
+    assert model.vae.spatial_compression == 8 and model.vae.latent_channels == 48
+    with pytest.raises(ConfigurationError, match="dim_mult"):  # and not as small's (16x)
+        load_model(SMALL, tmp_path / "b", None, tmp_path / "p.safetensors")
+
+
 def test_a_used_folder_or_a_dataset_of_another_preset_is_refused(tmp_path):
     data = make_dataset(tmp_path / "data")
     (tmp_path / "used").mkdir()

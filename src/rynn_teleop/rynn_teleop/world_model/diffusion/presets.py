@@ -5,7 +5,8 @@ A :class:`WanPreset` holds the constructor arguments of diffusers' ``Autoencoder
 streaming dimensions (block, sink and window of the key/value cache, chunk between re-anchorings), the
 sampler's steps and the prompt embedding's shape. ``paper`` is Wan2.2 TI2V-5B as released in
 ``Wan2.2-TI2V-5B-Diffusers`` at 832x480; ``tiny`` has the same structure at a size that runs the tests on
-a CPU in seconds; ``small`` is ``tiny``'s networks at 160x96, where the twin's objects are 10 px across.
+a CPU in seconds; ``small`` is ``tiny``'s networks at 160x96, where the twin's objects are 10 px across;
+``small8`` is ``small`` with an 8x (not 16x) VAE, whose latents can show such an object move.
 
 Token arithmetic of ``paper``: 480x832 px / 16 = 30x52 latents per latent frame, the (1, 2, 2) patch makes
 that 15x26 = 390 tokens; 81 frames = 1 + 4*20 frames = 21 latent frames.
@@ -343,6 +344,13 @@ TINY = WanPreset(
 #: so that training and distilling it on a 2-core CPU fits in the interaction bench's budget
 SMALL = replace(TINY, name="small", width=160, height=96)
 
+#: ``small`` with a VAE of 8x spatial compression (one 2x level fewer: ``dim_mult`` (1, 2, 2), both levels
+#: downsampling in time): 20x12 latents of 48 channels per latent frame, 10x6 = 60 tokens (4x ``small``'s, the
+#: same DiT). At 16x one latent covers 16x16 px and the stand-in VAE does not draw a moved 10-15 px object; at 8x
+#: its round trip follows the object (docs/benchmarks/components.md, "World model on twin episodes")
+SMALL8 = replace(SMALL, name="small8", vae_config={
+    **TINY_VAE_CONFIG, "dim_mult": [1, 2, 2], "temperal_downsample": [True, True], "scale_factor_spatial": 8})
+
 PAPER = WanPreset(
     name="paper",
     width=832,
@@ -358,10 +366,10 @@ PAPER = WanPreset(
     text_dim=4096,  # UMT5-XXL d_model
 )
 
-PRESETS: dict[str, WanPreset] = {p.name: p for p in (TINY, SMALL, PAPER)}
+PRESETS: dict[str, WanPreset] = {p.name: p for p in (TINY, SMALL, SMALL8, PAPER)}
 #: presets with no published release: their base (VAE fitted to a dataset, a seeded DiT, a random prompt) is made
 #: here by ``rynn-teleop world-model tiny-base`` (:mod:`rynn_teleop.world_model.training.tiny_base`)
-STAND_IN_PRESETS: tuple[str, ...] = (TINY.name, SMALL.name)
+STAND_IN_PRESETS: tuple[str, ...] = (TINY.name, SMALL.name, SMALL8.name)
 
 
 def get_preset(name: str) -> WanPreset:

@@ -5,8 +5,9 @@
 decode: one latent frame per step), but keeps the causal-convolution caches in a :class:`VAEStream` owned by
 the caller, so a video can be encoded or decoded call by call and gives the one-shot result.
 
-Shapes: pixels (B, 3, T, H, W) in [-1, 1] with H, W multiples of 16; latents (B, z, t, H/16, W/16) with
-z = the config's ``z_dim`` (48 for Wan2.2), normalised per channel with the config's ``latents_mean`` and
+Shapes: pixels (B, 3, T, H, W) in [-1, 1] with H, W multiples of s; latents (B, z, t, H/s, W/s) with s the
+VAE's spatial compression (16 for Wan2.2's layout; 8 with one 2x level fewer, the stand-in ``small8`` preset's)
+and z the config's ``z_dim`` (48 for Wan2.2), normalised per channel with the config's ``latents_mean`` and
 ``latents_std`` as diffusers' Wan pipelines do.
 A stream starts with 1 + 4k frames (-> 1 + k latent frames) and continues with 4k frames (-> k).
 :func:`rgb_to_pixels`/:func:`pixels_to_rgb` convert from/to RGB uint8 (H, W, 3) frames.
@@ -26,6 +27,8 @@ from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, pa
 from .presets import json_like
 
 SPATIAL_COMPRESSION = 16  # [pixels per latent cell] along rows and columns (patch 2, then three 2x levels)
+#: the spatial compressions a StreamingVAE takes [pixels per latent cell]: Wan2.2's, and one 2x level fewer
+SPATIAL_COMPRESSIONS = (8, SPATIAL_COMPRESSION)
 TEMPORAL_COMPRESSION = 4  # [frames per latent frame] after the first frame
 LATENT_CHANNELS = 48  # z_dim of the Wan2.2 VAE
 
@@ -66,21 +69,23 @@ class StreamingVAE:
     Encoding and decoding run without autograd (the VAE is frozen here) and without diffusers' spatial tiling.
 
     Raises:
-        ValueError: ``vae`` does not compress 16x16 in space, 4x in time, or uses the Wan2.1 layout
-            (``patch_size`` None).
+        ValueError: ``vae`` does not compress 16x16 or 8x8 (:data:`SPATIAL_COMPRESSIONS`) in space, 4x in time,
+            or uses the Wan2.1 layout (``patch_size`` None).
     """
 
     def __init__(self, vae: AutoencoderKLWan) -> None:
         config = vae.config
         spatial = (config.patch_size or 1) * 2 ** (len(config.dim_mult) - 1)
         temporal = 2 ** sum(bool(flag) for flag in config.temperal_downsample)
-        if config.patch_size is None or spatial != SPATIAL_COMPRESSION or temporal != TEMPORAL_COMPRESSION:
+        if config.patch_size is None or spatial not in SPATIAL_COMPRESSIONS or temporal != TEMPORAL_COMPRESSION:
             raise ValueError(
-                f"StreamingVAE needs a Wan2.2-layout VAE (patch_size set, {SPATIAL_COMPRESSION}x spatial, "
+                f"StreamingVAE needs a Wan2.2-layout VAE (patch_size set, "
+                f"{' or '.join(f'{s}x' for s in SPATIAL_COMPRESSIONS)} spatial, "
                 f"{TEMPORAL_COMPRESSION}x temporal compression); got patch_size={config.patch_size}, "
                 f"{spatial}x spatial, {temporal}x temporal"
             )
         self.vae = vae
+        self.spatial_compression: int = spatial  # [pixels per latent cell], each axis
         self.latent_channels: int = config.z_dim
         self.patch_size: int = config.patch_size
         self._conv_counts: dict[Role, int] = {
@@ -135,12 +140,13 @@ class StreamingVAE:
         """Normalised posterior mean of ``pixels`` (no sampling).
 
         Args:
-            pixels: (B, 3, T, H, W) in [-1, 1], H and W multiples of 16; cast to the VAE's device and dtype.
+            pixels: (B, 3, T, H, W) in [-1, 1], H and W multiples of s (``spatial_compression``); cast to the
+                VAE's device and dtype.
                 T = 1 + 4k (k >= 0) on a new stream, T = 4k (k >= 1) on a continuing one.
             stream: an encoder stream, updated in place; None encodes a one-shot clip.
 
         Returns:
-            (B, z, 1 + k or k, H/16, W/16) latents in the VAE's dtype (z = ``z_dim``, 48 for Wan2.2).
+            (B, z, 1 + k or k, H/s, W/s) latents in the VAE's dtype (z = ``z_dim``, 48 for Wan2.2).
 
         Raises:
             ValueError: the shape or frame count breaks the rules above, or ``stream`` belongs to the
@@ -149,7 +155,7 @@ class StreamingVAE:
         if pixels.ndim != 5 or pixels.shape[1] != 3:
             raise ValueError(f"encode takes pixels of shape (B, 3, T, H, W); got {tuple(pixels.shape)}")
         batch, _, frames, rows, cols = pixels.shape
-        _check_image_size(rows, cols)
+        _check_image_size(rows, cols, self.spatial_compression)
         stream = VAEStream() if stream is None else stream
         step = TEMPORAL_COMPRESSION
         if not stream.started:
@@ -181,7 +187,7 @@ class StreamingVAE:
             stream: a decoder stream, updated in place; None decodes a one-shot clip.
 
         Returns:
-            (B, 3, T, 16h, 16w) in [-1, 1] (clamped), T = 1 + 4(n - 1) on a new stream, 4n on a continuing one.
+            (B, 3, T, s h, s w) in [-1, 1] (clamped), T = 1 + 4(n - 1) on a new stream, 4n on a continuing one.
 
         Raises:
             ValueError: the shape breaks the rules above, or ``stream`` belongs to the encoder, to another
@@ -220,10 +226,10 @@ class StreamingVAE:
             )
 
 
-def _check_image_size(rows: int, cols: int) -> None:
-    if rows <= 0 or cols <= 0 or rows % SPATIAL_COMPRESSION or cols % SPATIAL_COMPRESSION:
+def _check_image_size(rows: int, cols: int, multiple: int = SPATIAL_COMPRESSION) -> None:
+    if rows <= 0 or cols <= 0 or rows % multiple or cols % multiple:
         raise ValueError(
-            f"image rows and columns must be positive multiples of {SPATIAL_COMPRESSION} "
+            f"image rows and columns must be positive multiples of {multiple} "
             f"(the VAE's spatial compression); got {rows} x {cols}"
         )
 
