@@ -35,6 +35,8 @@ import time
 
 import numpy as np
 
+from rynn_teleop.world_model.diffusion.presets import PRESETS  # torch-free
+
 PAPER_FPS = 40.0  # RynnWorld-Teleop, 832x480, one H100 (shared/docs/world-model.md)
 RENDER_GOAL_FPS = 60.0
 
@@ -121,8 +123,7 @@ def bench_diffusion(preset: str, device: str, dtype: str, frames: int, attention
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frames", type=int, default=300, help="render frames to time")
-    parser.add_argument("--preset", default="tiny", choices=("tiny", "small", "small8", "paper"),
-                        help="diffusion preset")
+    parser.add_argument("--preset", default="tiny", choices=tuple(PRESETS), help="diffusion preset")
     parser.add_argument("--composite", action="store_true", help="also time the stream with reference compositing")
     parser.add_argument("--composite-reach-px", type=float, default=0.0, help="with --composite: the reach gate's "
                         "radius (composite_reach_px; 0: no gate)")

@@ -67,6 +67,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rynn_teleop.world_model.diffusion.presets import STAND_IN_PRESETS  # torch-free
+
 ROOT = Path(__file__).resolve().parents[1]
 GOAL_DB = 2.0  # issue 17: the student beats repeat-the-first-frame by at least 2 dB PSNR
 TWIN_GOAL_DB = 1.0  # the interaction issue: object-region PSNR after the first move, over both baselines [dB]
@@ -206,7 +208,7 @@ def main() -> int:
     parser.add_argument("--twin", action="store_true", help="interaction: twin episodes of both tasks, objects in "
                         "the dataset, layouts held out, object-region goals (see the module doc)")
     parser.add_argument("--layouts", type=int, default=6, help="with --twin: layouts recorded per task")
-    parser.add_argument("--preset", choices=("tiny", "small", "small8"), default=None,
+    parser.add_argument("--preset", choices=STAND_IN_PRESETS, default=None,
                         help="model size (default: tiny; small with --twin, where the objects are >= 10 px)")
     parser.add_argument("--judge-threads", type=int, default=None, help="with --judge-layouts: the world model "
                         "node's torch threads (diffusion.threads; default the node's; 0: torch's default)")

@@ -6,7 +6,7 @@ world model generating in its latents), against repeating the clip's first frame
 
 DATASET: a dataset of the ``small`` (or ``tiny``) preset built from twin episodes with ``--objects --split-by
 layout`` (``bench/world_model_training.py --twin --out DIR`` leaves one in ``DIR/dataset``). The VAE is the preset's
-``AutoencoderKLWan`` with the widths given (``--spatial 8``: one level fewer, ``dim_mult`` [1, 2, 2]), fitted by
+``AutoencoderKLWan`` with the widths given (``--spatial 8``: the ``small8`` preset's levels, one fewer), fitted by
 :func:`~rynn_teleop.world_model.training.tiny_base.fit_tiny_base` (its ``vae_overrides``), then every held-out clip
 (up to its first 41 frames) is encoded and decoded whole. Scores, over frames 1..: whole-frame PSNR, and PSNR inside
 the projected box of each object in view (moving or not). The baseline is frame 0 repeated. One JSON line: both,
@@ -18,7 +18,7 @@ their differences, the settings and the seconds. ``--ssim-weight W`` adds W x (1
 backend's default thresholds, with ``evaluate.score``; beside it the ``render`` backend and repeat-first on the same
 frames. Keys ``<model>_<metric>`` for ``vae``, ``render``, ``baseline`` and ``psnr``, ``ssim``,
 ``object_psnr_after``, ``object_psnr_moving``, and each goal's margin of the VAE over the better baseline
-(``vae_margin_*``). 16x spatial compression only (the backend's streaming VAE).
+(``vae_margin_*``).
 """
 
 from __future__ import annotations
@@ -108,14 +108,13 @@ def main() -> int:
                         "clips only (a quick check; the numbers need all)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    if args.as_eval and args.spatial != 16:
-        parser.error("--as-eval needs --spatial 16 (the diffusion backend's streaming VAE)")
 
     import tempfile
     from pathlib import Path
 
     from diffusers import AutoencoderKLWan
 
+    from rynn_teleop.world_model.diffusion.presets import SMALL8, json_like
     from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
     from rynn_teleop.world_model.training.clips import ClipDataset
     from rynn_teleop.world_model.training.metrics import box_psnr, psnr
@@ -124,8 +123,9 @@ def main() -> int:
 
     held_out = ClipDataset(args.dataset, "val")
     overrides = {"base_dim": args.base_dim, "decoder_base_dim": args.decoder_dim}
-    if args.spatial == 8:
-        overrides.update(dim_mult=[1, 2, 2], temperal_downsample=[True, True], scale_factor_spatial=8)
+    if args.spatial == 8:  # the small8 preset's levels
+        overrides.update({k: json_like(SMALL8.vae_config[k])
+                          for k in ("dim_mult", "temperal_downsample", "scale_factor_spatial")})
     with tempfile.TemporaryDirectory(prefix="wm_vae_") as tmp:
         fitted = fit_tiny_base(args.dataset, Path(tmp) / "base", Path(tmp) / "prompt.safetensors",
                                seconds=float("inf"), max_steps=args.steps, seed=args.seed, vae_overrides=overrides,
