@@ -46,8 +46,9 @@ def test_candidates_keeping_the_margin_on_the_moving_frames_too_come_first():
 
 
 def test_the_default_grid_holds_the_backend_defaults_and_gated_candidates():
-    assert CompositeSettings() in tc.GRID and len(set(tc.GRID)) == len(tc.GRID) == 36
-    assert {s.reach_px for s in tc.GRID} == {0.0, 8.0, 14.0}
+    assert CompositeSettings() in tc.GRID and len(set(tc.GRID)) == len(tc.GRID) == 45
+    assert {s.reach_px for s in tc.GRID} == {0.0, 10.0, 20.0}
+    assert min(s.low for s in tc.GRID) == 3.0  # the low thresholds an 8x VAE's moved object needs
 
 
 @pytest.fixture(scope="module")

@@ -60,10 +60,10 @@ from .objects import read_clip_objects
 TUNE_FORMAT = "rynn_teleop.world_model.tune_composite/1"
 TUNE_FILE = "tune_composite.json"
 #: (low, high) [8-bit levels] pairs tried, each with every blur [px] and reach [px] below
-THRESHOLDS = ((9.0, 30.0), (14.0, 45.0), (20.0, 60.0), (30.0, 80.0))
+THRESHOLDS = ((3.0, 12.0), (6.0, 20.0), (9.0, 30.0), (14.0, 45.0), (20.0, 60.0))
 BLURS_PX = (3.0, 7.0, 10.0)
-REACHES_PX = (0.0, 8.0, 14.0)
-#: the default grid: 36 candidates
+REACHES_PX = (0.0, 10.0, 20.0)
+#: the default grid: 45 candidates
 GRID: tuple[CompositeSettings, ...] = tuple(CompositeSettings(low, high, blur, reach) for (low, high), blur, reach
                                             in itertools.product(THRESHOLDS, BLURS_PX, REACHES_PX))
 OBJECT_MARGIN_DB = 1.0  # [dB] the interaction goal's margin of object_psnr_after over the render backend
