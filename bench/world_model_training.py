@@ -83,9 +83,12 @@ STRIP_OFFSETS = (-8, -4, 0, 4, 8, 12, 16)  # [frames] around an object's first m
 
 
 def _run_summary(run) -> dict:
-    """What the JSON line needs of a training run (train/distill's RunResult), kept in STATE_FILE."""
-    return {"steps": run.step, "seconds": run.seconds, "loss_first": run.losses[0],
-            "loss_last20": sum(run.losses[-20:]) / len(run.losses[-20:])}
+    """What the JSON line needs of a training run (train/distill's RunResult), kept in STATE_FILE.
+
+    A run resumed from a checkpoint at its last step trains no step and has no losses: its losses are None."""
+    last = run.losses[-20:]
+    return {"steps": run.step, "seconds": run.seconds, "loss_first": run.losses[0] if run.losses else None,
+            "loss_last20": sum(last) / len(last) if last else None}
 
 
 def _stamp(label: str, t0: float) -> float:
@@ -305,8 +308,10 @@ def main() -> int:
             for name, run, config in stages:
                 trained[name] = _run_summary(run(config))
                 times[f"{name}_s"] = time.monotonic() - last
-                last = _stamp(f"{name}: {trained[name]['steps']} steps, loss {trained[name]['loss_first']:.3f} -> "
-                              f"{trained[name]['loss_last20']:.3f}", t0)
+                summary = trained[name]
+                losses = ("no step trained (resumed at its last step)" if summary["loss_first"] is None else
+                          f"loss {summary['loss_first']:.3f} -> {summary['loss_last20']:.3f}")
+                last = _stamp(f"{name}: {summary['steps']} steps, {losses}", t0)
             save("train", trained)
         trained = state["train"]
         student_dir = Path(trained["student_dir"])
