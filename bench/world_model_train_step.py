@@ -31,6 +31,8 @@ from pathlib import Path
 
 import torch
 
+ODE_GUIDANCE = 1.5  # config/world_model_distill.yaml's guidance_scale: != 1, so each step runs both passes
+
 
 def _median_seconds(fn, reps: int) -> float:
     fn()  # warm-up: kernel selection, allocator
@@ -63,7 +65,7 @@ def main() -> int:
     from rynn_teleop.world_model.diffusion.model import untrained_model
     from rynn_teleop.world_model.diffusion.presets import get_preset
     from rynn_teleop.world_model.diffusion.presets import latent_frames as to_latent_frames
-    from rynn_teleop.world_model.training.flow import anchored_sigmas, euler_grid, model_timesteps
+    from rynn_teleop.world_model.training.flow import teacher_ode
     from rynn_teleop.world_model.training.train import teacher_loss
 
     torch.set_num_threads(args.threads or os.cpu_count() or 1)
@@ -88,16 +90,11 @@ def main() -> int:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    one = clean[:1]
-    both_condition = torch.cat([condition[:1], torch.zeros_like(condition[:1])])
-    sigma = float(euler_grid(48, preset.shift)[24])
-    t = model_timesteps(anchored_sigmas(torch.full((2,), sigma), latent_frames))
-
     @torch.no_grad()
-    def ode_step(bf16: bool) -> None:  # one Euler step of teacher_ode with guidance != 1 (cond + uncond batched)
+    def ode_step(bf16: bool) -> None:  # teacher_ode over one Euler step (sigma 1 -> 0): one guided pass
         dit.eval()
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            dit.forward_full(torch.cat([one, one]), both_condition, t, [latent_frames])
+            teacher_ode(dit, clean[:1, :, :1], condition[:1], clean[:1], [1.0, 0.0], ODE_GUIDANCE)
 
     dit.set_prompt(prompt)
     results: dict[str, dict[str, list[float]]] = {"fp32": {"train": [], "ode": []}, "bf16": {"train": [], "ode": []}}
