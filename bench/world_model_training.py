@@ -200,6 +200,9 @@ def main() -> int:
                         "compositing (the diffusion backend's composite: true) in eval and judge")
     parser.add_argument("--tune-composite", action="store_true", help="with --composite: choose the compositing "
                         "settings for the trained student on training clips (step tune) instead of the defaults")
+    parser.add_argument("--composite-reference", choices=("anchor", "render"), default="anchor",
+                        help="with --composite: composite over the anchor frame or, per frame, the render backend's "
+                        "drawing of the action (the diffusion backend's composite_reference)")
     parser.add_argument("--vae-change-weight", type=float, default=0.0, help="fit the VAE with the pixels where a "
                         "clip changes weighted 1 + this (0: uniform)")
     parser.add_argument("--vae-object-weight", type=float, default=0.0, help="fit the VAE with the pixels inside "
@@ -336,7 +339,8 @@ def main() -> int:
                 from rynn_teleop.world_model.training.tune_composite import tune_composite
 
                 tuned = tune_composite(work / "dataset", work / "tune", base_dir=work / "base",
-                                       weights_dir=student_dir, prompt_file=work / "prompt.safetensors", log=None)
+                                       weights_dir=student_dir, prompt_file=work / "prompt.safetensors",
+                                       reference=args.composite_reference, log=None)
                 tuning = {"chosen": tuned["chosen"], "criterion": tuned["criterion"], "clips": len(tuned["clips"]),
                           "frames": tuned["frames"], "file": str(work / "tune" / "tune_composite.json")}
                 times["tune_s"] = time.monotonic() - last
@@ -347,7 +351,8 @@ def main() -> int:
         if not reused("eval"):
             composite = None
             if args.composite:
-                composite = CompositeSettings(**tuning["chosen"]) if tuning else CompositeSettings()
+                composite = (CompositeSettings(**tuning["chosen"]) if tuning
+                             else CompositeSettings(reference=args.composite_reference))
             metrics = evaluate(work / "dataset", work / "eval", base_dir=work / "base", weights_dir=student_dir,
                                prompt_file=work / "prompt.safetensors", teacher_weights_dir=work / "teacher",
                                lpips_backbone=args.lpips_backbone, composite=composite)

@@ -67,6 +67,31 @@ def test_compositing_settings(weights):
     assert make(weights).engine.composite is None  # off by default
 
 
+def test_the_render_reference_composites_over_the_robot_painted_at_each_action(weights):
+    """composite_reference render: where nothing reaches the thresholds each frame is the render backend's
+    drawing of that step's action over the anchor, at the output size."""
+    from rynn_teleop.world_model.render import RenderGenerator
+
+    with pytest.raises(ConfigurationError, match="composite_reference must be one of anchor, render"):
+        make(weights, composite=True, composite_reference="robot")
+    generator = make(weights, composite=True, composite_low=254.0, composite_high=255.0,
+                     composite_reference="render")
+    render = RenderGenerator(width=TINY.width, height=TINY.height)
+    anchor = as_rgb(frame(0), TINY.width, TINY.height)
+    render.reset(anchor)
+    generator.reset(frame(0))
+    from rynn_teleop.sim.rollout import home_posture
+
+    home = home_posture()  # the arms in the head camera's view
+    actions = [home + np.r_[np.full(14, 0.15 * t), np.zeros(40)] for t in range(generator.engine.frames_per_block)]
+    out = [f for t, q in enumerate(actions) for f in generator.step(q, frame(10 + t))]
+    assert len(out) == len(actions)
+    for f, q in zip(out, actions):
+        expected = as_rgb(render.step(q)[0], generator.width, generator.height)
+        assert np.array_equal(f, expected)
+    assert not np.array_equal(out[0], anchor) and not np.array_equal(out[0], out[-1])  # drawn, and moved
+
+
 def test_threads_sets_torchs_pool_of_the_process_and_zero_leaves_it(weights):
     before = torch.get_num_threads()
     try:

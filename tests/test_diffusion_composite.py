@@ -135,5 +135,25 @@ def test_a_change_out_of_reach_of_the_sweep_is_the_reference():
 def test_shapes_must_match():
     with pytest.raises(ValueError, match="differ in shape"):
         change_weight(video(0.0), video(0.0, T + 1), CompositeSettings())
-    with pytest.raises(ValueError, match="not one frame"):
+    with pytest.raises(ValueError, match="neither one frame nor every frame"):
         composite(video(0.0), video(0.0), video(0.0, 2), CompositeSettings())
+
+
+def test_a_reference_per_frame_gives_each_frame_its_own_unchanged_pixels():
+    # the render reference: frame t's unchanged pixels are reference frame t's, its changed ones the model's
+    static = video(0.0)
+    reference = torch.stack([torch.full((1, 3, H, W), 0.1 * t) for t in range(T)], dim=2)
+    decoded = static.clone()
+    decoded[:, :, 2, 8:24, 16:40] = 0.8  # frame 2 changed in a box, the others as the static decode
+    out = composite(decoded, static, reference, CompositeSettings(low=9.0, high=30.0, blur_px=0.0))
+    for t in range(T):
+        if t != 2:
+            assert torch.equal(out[:, :, t], reference[:, :, t])
+    assert torch.allclose(out[:, :, 2, 8:24, 16:40], torch.full((1, 3, 16, 24), 0.8))
+    assert torch.allclose(out[:, :, 2, :8], reference[:, :, 2, :8])
+
+
+def test_an_unknown_reference_is_refused_naming_the_key():
+    with pytest.raises(ConfigurationError, match="composite_reference must be one of anchor, render; got 'camera'"):
+        CompositeSettings(reference="camera")
+    assert CompositeSettings(reference="render").backend_settings()["composite_reference"] == "render"

@@ -156,6 +156,53 @@ def test_the_static_decode_streams_the_one_shot_static_video(short_model):
 UNREACHABLE = CompositeSettings(low=254.0, high=255.0, blur_px=1.5)  # no change reaches it: frames are the anchor
 
 
+class Painter:
+    """A stand-in renderer: the canvas with a bar of the action's first value [levels] painted on it; keeps
+    each call's canvas."""
+
+    def __init__(self) -> None:
+        self.canvases: list[np.ndarray] = []
+
+    def __call__(self, canvas: np.ndarray, action: np.ndarray) -> np.ndarray:
+        self.canvases.append(canvas.copy())
+        out = canvas.copy()
+        out[10:20, 5:40] = int(action[0])
+        return out
+
+
+def test_the_render_reference_shows_the_painted_frames_where_the_model_changes_nothing(short_model):
+    """Nothing counts as change: each frame is the painter's drawing of its own action over the anchor; after
+    re-anchoring (9 frames) the painter draws over the new anchor (the last generated frame)."""
+    painter = Painter()
+    engine = StreamEngine(short_model, composite=dataclasses.replace(UNREACHABLE, reference="render"),
+                          painter=painter)
+    engine.reset(image(0))
+    n = engine.frames_per_block
+    frames = []
+    for b in (1, 2):
+        actions = [np.full(54, 10.0 * (n * b + i)) for i in range(n)]
+        out = engine.generate_block(block(b), actions)
+        for frame, action in zip(out, actions):
+            assert np.array_equal(frame, painter(image(0), action))
+        frames += out
+    assert all(np.array_equal(c, image(0)) for c in painter.canvases)
+    painter.canvases.clear()
+    engine.generate_block(block(3), [np.full(54, 7.0)] * n)  # re-anchors on its own last frame first
+    assert painter.canvases and all(np.array_equal(c, frames[-1]) for c in painter.canvases)
+
+
+def test_the_render_reference_needs_a_painter_and_the_actions(short_model):
+    settings = dataclasses.replace(UNREACHABLE, reference="render")
+    with pytest.raises(ValueError, match="needs a painter"):
+        StreamEngine(short_model, composite=settings)
+    engine = StreamEngine(short_model, composite=settings, painter=Painter())
+    engine.reset(image(0))
+    with pytest.raises(ValueError, match="needs the block's 4 actions; got none"):
+        engine.generate_block(block(1))
+    with pytest.raises(ValueError, match="needs the block's 4 actions; got 3"):
+        engine.generate_block(block(1), [np.zeros(54)] * 3)
+
+
 def test_compositing_re_anchors_on_the_observed_real_frame(short_model):
     engine = StreamEngine(short_model, composite=UNREACHABLE)
     engine.reset(image(0))

@@ -473,7 +473,7 @@ def test_cli_composite_scores_the_served_compositing(tmp_path, dataset, model_di
     assert ev.run_cli(args) == 0
     res = json.loads((out / ev.METRICS_FILE).read_text())
     assert res["inputs"]["composite"] == {"low": 254.0, "high": 255.0, "blur_px": CompositeSettings().blur_px,
-                                          "reach_px": 0.0}
+                                          "reach_px": 0.0, "reference": "anchor"}
     scores = res["clips"][0]["scores"]
     for model in ("student", "reconstruction"):
         assert scores[model]["psnr"] == scores["baseline"]["psnr"], model
@@ -483,6 +483,26 @@ def test_cli_composite_scores_the_served_compositing(tmp_path, dataset, model_di
                                       str(model_dirs["weights_dir"]), "--prompt-file", str(model_dirs["prompt_file"]),
                                       "--out", str(out), "--composite", "--composite-low",
                                       str(CompositeSettings().high + 1)]))  # above the default high
+
+
+def test_cli_composite_over_the_render_reference_scores_as_the_render_backend(tmp_path, dataset, model_dirs):
+    """--composite-reference render with thresholds no change reaches: the student and the reconstruction show
+    the render backend's frame for each action exactly, so they score as render on every frame."""
+    parser = argparse.ArgumentParser()
+    ev.add_arguments(parser)
+    out = tmp_path / "eval"
+    args = parser.parse_args([str(dataset), "--base-dir", str(model_dirs["base_dir"]), "--weights-dir",
+                              str(model_dirs["weights_dir"]), "--prompt-file", str(model_dirs["prompt_file"]),
+                              "--out", str(out), "--max-clips", "1", "--composite", "--composite-low", "254",
+                              "--composite-high", "255", "--composite-reference", "render"])
+    assert ev.run_cli(args) == 0
+    res = json.loads((out / ev.METRICS_FILE).read_text())
+    assert res["inputs"]["composite"]["reference"] == "render"
+    scores = res["clips"][0]["scores"]
+    assert scores["render"]["psnr"] != scores["baseline"]["psnr"]  # the robot is drawn
+    for model in ("student", "reconstruction"):
+        assert scores[model]["psnr"] == scores["render"]["psnr"], model
+        assert scores[model]["ssim"] == scores["render"]["ssim"], model
 
 
 def test_the_reconstructions_reach_gate_follows_the_clips_condition_images(tmp_path, dataset, model_dirs):

@@ -86,6 +86,25 @@ def test_tuning_a_tiny_model_writes_the_choice_and_every_candidates_scores(
                           log=None)
 
 
+def test_tuning_over_the_render_reference_gives_every_candidate_that_reference(
+        tmp_path, train_dataset, model_dirs):  # noqa: F811 - the fixture
+    """reference render: every candidate is composited over the render backend's frames (an unreachable ramp
+    scores exactly as render) and the choice carries the reference to the backend."""
+    grid = (CompositeSettings(254.0, 255.0, 0.0), CompositeSettings(0.0, 1e-3, 0.0))
+    result = tc.tune_composite(train_dataset, tmp_path / "tune", base_dir=model_dirs["base_dir"],
+                               weights_dir=model_dirs["weights_dir"], prompt_file=model_dirs["prompt_file"],
+                               every=1, grid=grid, reference="render", log=None)
+    assert [c["reference"] for c in result["candidates"]] == ["render", "render"]
+    unreachable = result["candidates"][0]
+    assert (unreachable["psnr"], unreachable["ssim"]) == (result["render"]["psnr"], result["render"]["ssim"])
+    assert unreachable["psnr"] != result["baseline"]["psnr"]
+    assert result["backend_settings"]["composite_reference"] == "render" and result["inputs"]["reference"] == "render"
+    with pytest.raises(ConfigurationError, match="composite_reference"):
+        tc.tune_composite(train_dataset, tmp_path / "bad", base_dir=model_dirs["base_dir"],
+                          weights_dir=model_dirs["weights_dir"], prompt_file=model_dirs["prompt_file"],
+                          grid=grid, reference="camera", log=None)
+
+
 def test_the_cli_prints_the_backend_parameters(tmp_path, train_dataset, model_dirs, capsys,  # noqa: F811
                                                monkeypatch):
     monkeypatch.setattr(tc, "GRID", (CompositeSettings(), CompositeSettings(reach_px=8.0)))

@@ -3,7 +3,9 @@ over the :class:`~.engine.StreamEngine`.
 
 The network sees the action only through its condition image (the depth-aware
 skeleton drawn from the action), so :meth:`DiffusionGenerator.step` needs the
-condition and does not read the action itself. Condition images are buffered
+condition; it reads the action itself only to composite over the ``render``
+reference (``composite_reference: render``: the robot's primitives painted at
+the action over the anchor, :mod:`.composite`). Condition images are buffered
 (resized to the preset's size) until a block is complete; that block's frames
 are then returned at once (resized to the output size), oldest first, one per
 buffered action.
@@ -22,7 +24,7 @@ from rynn_teleop.core.params import Param
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.generator import WORLD_MODEL_BACKENDS, Generator, WorldModelContext, as_rgb
 
-from .composite import MAX_BLUR_PX, MAX_LEVEL, MAX_REACH_PX, CompositeSettings
+from .composite import MAX_BLUR_PX, MAX_LEVEL, MAX_REACH_PX, REFERENCES, CompositeSettings
 from .presets import PRESETS, get_preset
 
 if TYPE_CHECKING:
@@ -57,8 +59,11 @@ class DiffusionGenerator(Generator):
             (the keyword's default, for library use): leave torch's as it is. The node's parameter defaults to 1.
         chunk_frames: frames per chunk, anchor included (re-anchoring period); default the preset's
             (81). Must be 1 + a whole number of blocks.
-        composite, composite_low, composite_high, composite_blur_px, composite_reach_px: reference compositing
-            (:mod:`.composite`; off by default).
+        composite, composite_low, composite_high, composite_blur_px, composite_reach_px, composite_reference:
+            reference compositing (:mod:`.composite`; off by default).
+        robot, intrinsics, camera_frame: the robot and the camera the ``render`` reference paints through
+            (default: :meth:`RobotModel.default`, the D435-like intrinsics of the preset's size, the head
+            camera's optical frame); read only with ``composite_reference`` ``render``.
         width, height: output frame size [px]; default the preset's.
 
     Raises:
@@ -101,6 +106,10 @@ class DiffusionGenerator(Generator):
         Param("composite_reach_px", float, _COMPOSITE.reach_px, "farther than this from everywhere the robot's "
               "skeleton has been since the anchor, the anchor's pixel (0: no gate)", "px", min=0.0,
               max=MAX_REACH_PX),
+        Param("composite_reference", str, _COMPOSITE.reference, "what the generated frames are composited over: "
+              "anchor (the anchor frame) or render (per frame, the robot's primitives painted at the action over "
+              "the anchor, as the render backend draws it: the robot sharp where the model draws it the same; "
+              "docs: concepts, world model, reference compositing)", choices=REFERENCES),
         Param("chunk_frames", int, 81, "frames per chunk; each chunk re-anchors on the newest real frame (else "
               "its own last frame)", "frames", min=5, max=100000),
     )
@@ -108,7 +117,8 @@ class DiffusionGenerator(Generator):
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any], context: WorldModelContext) -> DiffusionGenerator:
         """The model on the node's camera size (loads the model: imports torch)."""
-        return cls(**settings, width=context.intrinsics.width, height=context.intrinsics.height)
+        return cls(**settings, width=context.intrinsics.width, height=context.intrinsics.height,
+                   robot=context.robot, intrinsics=context.intrinsics)
 
     def __init__(self, preset: str, base_dir: str | os.PathLike | None, weights_dir: str | os.PathLike | None,
                  prompt_file: str | os.PathLike | None, device: str = "cpu", dtype: str | torch.dtype = "float32",
@@ -116,7 +126,8 @@ class DiffusionGenerator(Generator):
                  width: int | None = None, height: int | None = None, composite: bool = False,
                  composite_low: float = _COMPOSITE.low, composite_high: float = _COMPOSITE.high,
                  composite_blur_px: float = _COMPOSITE.blur_px, composite_reach_px: float = _COMPOSITE.reach_px,
-                 threads: int = 0) -> None:
+                 composite_reference: str = _COMPOSITE.reference, threads: int = 0, robot: Any = None,
+                 intrinsics: Any = None, camera_frame: str | None = None) -> None:
         from .engine import StreamEngine  # torch: only when a backend is built
         from .model import load_model, resolve_dtype
 
@@ -125,7 +136,8 @@ class DiffusionGenerator(Generator):
         if chunk_frames is not None:
             config = dataclasses.replace(config, chunk_frames=chunk_frames)  # validated by the preset
         # checked even when off
-        settings = CompositeSettings(composite_low, composite_high, composite_blur_px, composite_reach_px)
+        settings = CompositeSettings(composite_low, composite_high, composite_blur_px, composite_reach_px,
+                                     composite_reference)
         resolved = resolve_dtype(dtype)
         if threads:
             import torch
@@ -134,13 +146,23 @@ class DiffusionGenerator(Generator):
         for name, value in (("base_dir", base_dir), ("prompt_file", prompt_file)):
             if not value:
                 raise ConfigurationError(f"diffusion backend: {name} is required (see the README, World model)")
+        painter = None
+        if composite and settings.reference == "render":
+            from rynn_teleop.core.camera_view import DEFAULT_CAMERA_FRAME
+            from rynn_teleop.world_model.render import RenderGenerator
+
+            renderer = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
+                                       camera_frame=camera_frame or DEFAULT_CAMERA_FRAME)
+            def painter(anchor: np.ndarray, action: np.ndarray) -> np.ndarray:
+                return renderer.render(action, anchor)
         model = load_model(config, base_dir, weights_dir, prompt_file, device, resolved)
         self.engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=self.timer,
-                                   vae_dtype=vae_dtype, composite=settings if composite else None)
+                                   vae_dtype=vae_dtype, composite=settings if composite else None, painter=painter)
         self.preset = config
         self.width = width if width is not None else config.width
         self.height = height if height is not None else config.height
         self._conditions: list[np.ndarray] = []
+        self._actions: list[np.ndarray] = []  # beside the conditions (the render reference's)
 
     @property
     def pending(self) -> int:
@@ -149,10 +171,12 @@ class DiffusionGenerator(Generator):
     def reset(self, reference: np.ndarray) -> None:
         """Start a stream from ``reference``; actions still pending are dropped."""
         self._conditions.clear()
+        self._actions.clear()
         self.engine.reset(as_rgb(reference, self.preset.width, self.preset.height))
 
     def step(self, action: np.ndarray, condition: np.ndarray | None = None) -> list[np.ndarray]:
-        """Buffer ``condition`` (the action is carried by it and not read); return a block's frames when complete.
+        """Buffer ``condition`` (and ``action``, read only by the ``render`` reference); return a block's frames
+        when complete.
 
         Raises:
             ValueError: no condition image (this backend cannot draw one).
@@ -163,14 +187,17 @@ class DiffusionGenerator(Generator):
         if not self.engine.started:
             raise RuntimeError("no stream: call reset(reference) first")
         self._conditions.append(as_rgb(condition, self.preset.width, self.preset.height))
+        self._actions.append(np.array(action, dtype=np.float64, copy=True))
         if len(self._conditions) < self.engine.frames_per_block:
             return []
         n = self.engine.frames_per_block
         block, self._conditions = self._conditions[:n], self._conditions[n:]
+        actions, self._actions = self._actions[:n], self._actions[n:]
         try:
-            frames = self.engine.generate_block(block)
+            frames = self.engine.generate_block(block, actions)
         except BaseException:
             self._conditions = block + self._conditions  # kept: the next step retries (the engine re-anchors first)
+            self._actions = actions + self._actions
             raise
         return [as_rgb(frame, self.width, self.height) for frame in frames]
 

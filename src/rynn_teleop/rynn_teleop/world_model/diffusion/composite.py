@@ -25,6 +25,15 @@ any condition image since (their running union, the *sweep*), and is 0 beyond. A
 inside the sweep; one that rolls or falls farther than ``reach_px`` from everywhere the hand has been is drawn
 where it rested in the anchor frame, and a changing scene (a moving camera) changes only near the robot: serve
 with ``reach_px`` 0 (no gate) there.
+
+*Reference* (``reference``): ``anchor`` (the default) is the anchor frame, as above. ``render`` is, per frame, the
+``render`` backend's frame for that frame's action (:class:`~rynn_teleop.world_model.render.RenderGenerator`: the
+robot's primitives painted at the action over the anchor), and the static decode is the VAE's drawing of those
+frames (their own encoder/decoder streams, the anchor first). The robot where the model draws it as the renderer
+does comes from the renderer, drawn sharp from the kinematics; what the renderer cannot know comes from the model:
+an object moved or carried, the table it uncovered, the anchor's robot the renderer paints over but does not erase.
+Where the camera does not show the renderer's primitives (a real robot), the model's drawing differs from theirs
+and the frame is the model's there.
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ MAX_LEVEL = 255.0
 MAX_BLUR_PX = 20.0
 #: the largest reach [px] accepted
 MAX_REACH_PX = 200.0
+#: what the model's frames are composited over (see the module docstring)
+REFERENCES = ("anchor", "render")
 #: a condition-image pixel brighter than this in any channel [8-bit levels] is the skeleton's (the condition
 #: image is black elsewhere)
 SKELETON_LEVEL = 0.5
@@ -73,12 +84,14 @@ class CompositeSettings:
         blur_px: Gaussian sigma of the smoothing [px of the model's frames]; 0: none.
         reach_px: farther than this from the robot's sweep [px of the model's frames], the reference's pixel
             (see the module docstring); 0: no gate.
+        reference: ``anchor`` or ``render`` (:data:`REFERENCES`; see the module docstring).
     """
 
     low: float = 14.0
     high: float = 45.0
     blur_px: float = 7.0
     reach_px: float = 0.0
+    reference: str = "anchor"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.low < self.high <= MAX_LEVEL:
@@ -88,11 +101,15 @@ class CompositeSettings:
             raise ConfigurationError(f"composite_blur_px must be in [0, {MAX_BLUR_PX:g}] px; got {self.blur_px}")
         if not 0.0 <= self.reach_px <= MAX_REACH_PX:
             raise ConfigurationError(f"composite_reach_px must be in [0, {MAX_REACH_PX:g}] px; got {self.reach_px}")
+        if self.reference not in REFERENCES:
+            raise ConfigurationError(f"composite_reference must be one of {', '.join(REFERENCES)}; got "
+                                     f"{self.reference!r}")
 
-    def backend_settings(self, enabled: bool = True) -> dict[str, float | bool]:
+    def backend_settings(self, enabled: bool = True) -> dict[str, float | bool | str]:
         """The ``diffusion`` backend's keyword arguments (``composite``, ``composite_low``, ...) for these."""
         return {"composite": enabled, "composite_low": self.low, "composite_high": self.high,
-                "composite_blur_px": self.blur_px, "composite_reach_px": self.reach_px}
+                "composite_blur_px": self.blur_px, "composite_reach_px": self.reach_px,
+                "composite_reference": self.reference}
 
 
 def _gaussian_blur(images: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -194,12 +211,15 @@ def composite(decoded: torch.Tensor, static: torch.Tensor, reference: torch.Tens
 
     Args:
         decoded: (B, 3, T, H, W) generated video in [-1, 1].
-        static: (B, 3, T, H, W) the static decode of those frames.
-        reference: (B, 3, 1, H, W) the reference (anchor) frame in [-1, 1].
+        static: (B, 3, T, H, W) the static decode of those frames (of the reference's frames).
+        reference: (B, 3, 1, H, W) the anchor frame, or (B, 3, T, H, W) a reference per frame (the ``render``
+            reference), in [-1, 1].
         swept: the robot's sweep per frame (:func:`change_weight`); None: no reach gate.
     """
-    if reference.shape[:2] != decoded.shape[:2] or reference.shape[2] != 1 or reference.shape[3:] != decoded.shape[3:]:
-        raise ValueError(f"reference {tuple(reference.shape)} is not one frame of decoded {tuple(decoded.shape)}")
+    if (reference.shape[:2] != decoded.shape[:2] or reference.shape[2] not in (1, decoded.shape[2])
+            or reference.shape[3:] != decoded.shape[3:]):
+        raise ValueError(f"reference {tuple(reference.shape)} is neither one frame nor every frame of decoded "
+                         f"{tuple(decoded.shape)}")
     weight = change_weight(decoded, static, settings, swept)
     out = weight * decoded.float() + (1.0 - weight) * reference.float()
     return out.to(decoded.dtype)

@@ -18,7 +18,9 @@ One stream, as in the paper, on diffusers' Wan2.2 model (:class:`~.model.WanWorl
    from the anchor itself. Once :data:`STATIC_SETTLED_BLOCKS` consecutive static blocks each differ from the one
    before by less than :data:`STATIC_TOLERANCE` everywhere, the last is reused until the next anchoring.
    With a ``reach_px``, the sweep of the robot's skeleton (the anchor's condition image and every block's since)
-   gates the blend: farther than ``reach_px`` from it every pixel is the anchor's.
+   gates the blend: farther than ``reach_px`` from it every pixel is the anchor's. With the ``render`` reference
+   the block's actions are painted over the anchor (the engine's ``painter``, the render backend's drawing) and
+   the static decode is those frames' own (never reused): the model's frames are composited over them.
 
 Shapes are static (the cache is allocated once); per-stage wall times go to a
 :class:`~rynn_teleop.world_model.generator.StageTimer` (on CUDA each stage ends with a synchronisation).
@@ -26,7 +28,7 @@ Shapes are static (the cache is allocated once); per-stage wall times go to a
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -59,11 +61,20 @@ class StreamEngine:
         seed: seed of the sampler's noise (same seed and inputs -> same frames).
         timer: where the stage times go (a new one if None).
         composite: reference compositing (:mod:`.composite`); None: the decoded frames as they are.
+        painter: with the ``render`` reference (required then): ``painter(anchor, action)``, the anchor (H, W, 3)
+            uint8 at the preset's size with the robot painted at ``action`` (54,) [rad], same shape and type
+            (:meth:`~rynn_teleop.world_model.render.RenderGenerator.render`).
+
+    Raises:
+        ValueError: the ``render`` reference without a painter.
     """
 
     def __init__(self, model: WanWorldModel, device: torch.device | str = "cpu",
                  dtype: torch.dtype | str = torch.float32, seed: int = 0, timer: StageTimer | None = None,
-                 vae_dtype: torch.dtype | str = torch.float32, composite: CompositeSettings | None = None) -> None:
+                 vae_dtype: torch.dtype | str = torch.float32, composite: CompositeSettings | None = None,
+                 painter: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None) -> None:
+        if composite is not None and composite.reference == "render" and painter is None:
+            raise ValueError("compositing over the render reference needs a painter (the robot's renderer)")
         self.device = torch.device(device)
         self.dtype = resolve_dtype(dtype)
         self.vae_dtype = resolve_dtype(vae_dtype)
@@ -78,12 +89,14 @@ class StreamEngine:
         self._condition_stream = self.model.vae.new_stream()
         self._decoder_stream = self.model.vae.new_stream()
         self._composite = composite
+        self._painter = painter
         self._static_encoder = self.model.vae.new_stream()  # the anchor repeated (compositing only)
         self._static_decoder = self.model.vae.new_stream()
         self._static_block: torch.Tensor | None = None  # the newest static block; reused once converged
         self._static_quiet = 0  # consecutive quiet static blocks (see STATIC_SETTLED_BLOCKS)
         self._swept: torch.Tensor | None = None  # (1, 1, 1, H, W) bool: the robot's sweep since the anchor (reach)
         self._reference: torch.Tensor | None = None  # (1, 3, 1, H, W) the anchor frame, float32 in [-1, 1]
+        self._anchor_rgb: np.ndarray | None = None  # (H, W, 3) uint8, the anchor frame (the painter's canvas)
         self._position = 0  # absolute latent-frame position of the next committed frame (RoPE)
         self._frames_since_anchor = 0  # generated video frames since the anchor (the anchor not counted)
         self._last_frame: torch.Tensor | None = None  # (1, 3, 1, H, W), the newest frame as returned (uint8 values)
@@ -144,31 +157,43 @@ class StreamEngine:
         with torch.no_grad(), self._stage("reanchor"):
             self._reanchor(frame)
 
-    def generate_block(self, condition_frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:
+    def generate_block(self, condition_frames: Sequence[np.ndarray] | np.ndarray,
+                       actions: Sequence[np.ndarray] | np.ndarray | None = None) -> list[np.ndarray]:
         """The next block's frames from its condition frames.
 
         Args:
             condition_frames: ``frames_per_block`` RGB uint8 (H, W, 3) images at the preset's size, oldest first.
+            actions: the block's (54,) joint vectors [rad], one per condition frame; read (and required) only
+                when compositing over the ``render`` reference.
 
         Returns:
             ``frames_per_block`` generated RGB uint8 (H, W, 3) frames, oldest first.
 
         Raises:
             RuntimeError: no stream was started (call :meth:`reset`).
-            ValueError: another number or size of condition frames.
+            ValueError: another number or size of condition frames; missing actions (``render`` reference).
         """
         self._require_started()
         if len(condition_frames) != self.frames_per_block:
             raise ValueError(f"a block takes {self.frames_per_block} condition frames; got {len(condition_frames)}")
+        if self._painted and (actions is None or len(actions) != self.frames_per_block):
+            raise ValueError(f"compositing over the render reference needs the block's {self.frames_per_block} "
+                             f"actions; got {'none' if actions is None else len(actions)}")
         for frame in condition_frames:
             self._check_image(frame)
         try:
-            return self._generate_block(condition_frames)
+            return self._generate_block(condition_frames, actions)
         except BaseException:
             self._broken = True  # the cache or a VAE stream may hold part of the block: re-anchor before the next
             raise
 
-    def _generate_block(self, condition_frames: Sequence[np.ndarray] | np.ndarray) -> list[np.ndarray]:
+    @property
+    def _painted(self) -> bool:
+        """Whether the frames are composited over the render reference."""
+        return self._composite is not None and self._composite.reference == "render"
+
+    def _generate_block(self, condition_frames: Sequence[np.ndarray] | np.ndarray,
+                        actions: Sequence[np.ndarray] | np.ndarray | None) -> list[np.ndarray]:
         with torch.no_grad():
             if self._broken or self._frames_since_anchor >= self.preset.chunk_frames - 1:
                 with self._stage("reanchor"):
@@ -185,8 +210,12 @@ class StreamEngine:
             if self._composite is not None:
                 with self._stage("composite"):
                     swept = sweep(skeleton_mask(condition_pixels), self._swept) if self._composite.reach_px else None
-                    decoded = composite(decoded, self._static(decoded.shape[2]), self._reference, self._composite,
-                                        swept)
+                    if self._painted:
+                        reference = self._painted_reference(actions)
+                        static = self._static_of(reference)
+                    else:
+                        reference, static = self._reference, self._static(decoded.shape[2])
+                    decoded = composite(decoded, static, reference, self._composite, swept)
             frames = pixels_to_rgb(decoded)  # uint8 on the host, outside the stages (a copy of one block)
             last_frame = rgb_to_pixels(frames[-1:], self.device, self.dtype)  # as returned, in uint8
         # only once the block succeeded: a failed block leaves the re-anchoring inputs as they were
@@ -230,6 +259,7 @@ class StreamEngine:
             self._static_decoder.reset()
             # exact uint8 levels in float32 (frame is in the DiT's dtype; bfloat16 is off by < half a level)
             self._reference = torch.round((frame.float() + 1.0) * 127.5) / 127.5 - 1.0
+            self._anchor_rgb = pixels_to_rgb(self._reference)[0]
             self._static_block, self._static_quiet = None, 0
             self._swept = skeleton_mask(condition)  # the reach gate's sweep starts at the anchor's skeleton
             self.model.vae.decode(self.model.vae.encode(self._reference, self._static_encoder).to(self.dtype),
@@ -243,6 +273,18 @@ class StreamEngine:
         self._observed = None
         pixels = self._image(chosen) if chosen is not None else self._last_frame
         self._anchor(pixels, self._last_condition)
+
+    def _painted_reference(self, actions: Sequence[np.ndarray] | np.ndarray) -> torch.Tensor:
+        """The render reference of a block: the robot painted at each action over the anchor, (1, 3, T, H, W)
+        float32 in [-1, 1]."""
+        painted = [self._painter(self._anchor_rgb, np.asarray(a, dtype=np.float64)) for a in actions]
+        return rgb_to_pixels(painted, self.device, torch.float32)
+
+    def _static_of(self, reference: torch.Tensor) -> torch.Tensor:
+        """The static decode of a block's render reference (its own VAE streams, which began at the anchor)."""
+        vae = self.model.vae
+        return vae.decode(vae.encode(reference, self._static_encoder).to(self.dtype),
+                          self._static_decoder)
 
     def _static(self, frames: int) -> torch.Tensor:
         """The static decode of the next ``frames`` video frames (the anchor repeated), (1, 3, frames, H, W)."""

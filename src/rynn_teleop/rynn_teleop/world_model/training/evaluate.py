@@ -25,7 +25,9 @@ compared with the recorded ones (the "held-out frames"):
 With ``composite`` settings the student, the teacher and the reconstruction are composited over frame 0 as the
 backend serves them with ``composite: true`` (:mod:`~rynn_teleop.world_model.diffusion.composite`: pixels whose
 decode differs from the VAE's drawing of the unchanged frame 0 by at most ``low`` come from frame 0 itself,
-blended up to ``high``), so the reconstruction stays the ceiling of the models as served.
+blended up to ``high``), so the reconstruction stays the ceiling of the models as served. With the ``render``
+reference (``composite.reference``) the reference is the render backend's frame for each action instead of frame 0,
+and the reconstruction is composited over the same frames.
 
 Metrics (:mod:`.metrics`): per frame PSNR [dB] (capped at :data:`~.metrics.PSNR_CAP_DB` for identical frames),
 SSIM and LPIPS (null, with the reason, unless the user gives AlexNet's ImageNet trunk weights); means over all
@@ -90,7 +92,7 @@ from rynn_teleop.core.camera import CameraIntrinsics, default_intrinsics
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME, Conditioner
-from rynn_teleop.world_model.diffusion.composite import CompositeSettings
+from rynn_teleop.world_model.diffusion.composite import REFERENCES, CompositeSettings
 from rynn_teleop.world_model.generator import Generator
 
 from .clips import SPLITS, Clip, ClipDataset, DatasetError, DatasetInfo, read_clip
@@ -252,21 +254,35 @@ def served_sweep(clip: Clip, device: Any = "cpu") -> torch.Tensor:
     return compositing.sweep(skeleton)
 
 
-def vae_round_trip(vae: Any, clip: Clip, composite: CompositeSettings | None = None) -> np.ndarray:
+def vae_round_trip(vae: Any, clip: Clip, composite: CompositeSettings | None = None,
+                   rendered: np.ndarray | None = None) -> np.ndarray:
     """Frames 1..T-1 of ``clip`` encoded and decoded by ``vae`` (a
     :class:`~rynn_teleop.world_model.diffusion.vae.StreamingVAE`; the whole clip as one one-shot stream, the
     posterior mean), (T - 1, H, W, 3) uint8: what a model that predicted the clip's latents exactly would show;
-    with ``composite``, composited over frame 0 as the backend serves it (the reach gate's :func:`served_sweep`)."""
+    with ``composite``, composited over frame 0 as the backend serves it (the reach gate's :func:`served_sweep`),
+    or with its ``render`` reference over ``rendered`` (T - 1, H, W, 3) uint8, the render backend's frames 1..T-1
+    (their static decode streamed after frame 0, as the engine does).
+
+    Raises:
+        ValueError: the ``render`` reference without ``rendered``.
+    """
     from rynn_teleop.world_model.diffusion import composite as compositing
     from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
 
     pixels = rgb_to_pixels(clip.frames, device=vae.device, dtype=vae.dtype)
     decoded = vae.decode(vae.encode(pixels))
     if composite is not None:
-        reference = pixels[:, :, :1]
         swept = served_sweep(clip, vae.device) if composite.reach_px else None
-        decoded = compositing.composite(decoded, compositing.static_video(vae, reference, clip.length), reference,
-                                        composite, swept)
+        if composite.reference == "render":
+            if rendered is None or len(rendered) != clip.length - 1:
+                raise ValueError("the render reference needs the render backend's frames 1..T-1")
+            reference = rgb_to_pixels(np.concatenate([clip.frames[:1], rendered]), device=vae.device,
+                                      dtype=vae.dtype)
+            static = vae.decode(vae.encode(reference))
+        else:
+            reference = pixels[:, :, :1]
+            static = compositing.static_video(vae, reference, clip.length)
+        decoded = compositing.composite(decoded, static, reference, composite, swept)
     return np.stack(pixels_to_rgb(decoded)[1:])
 
 
@@ -587,14 +603,16 @@ def plot_curves(path: str | os.PathLike, metric: str, models: dict[str, dict[str
 
 @contextmanager
 def _diffusion(preset: str, base_dir, weights_dir, prompt_file, device: str, dtype: str, seed: int, what: str,
-               composite: CompositeSettings | None = None) -> Iterator[Generator]:
+               composite: CompositeSettings | None = None, **camera: Any) -> Iterator[Generator]:
+    """The diffusion backend as served; ``camera``: its ``robot``, ``intrinsics``, ``camera_frame`` (the render
+    reference's)."""
     from rynn_teleop.world_model.diffusion.backend import DiffusionGenerator  # imports torch and diffusers
 
     if not weights_dir:
         raise ConfigurationError(f"eval: {what} is required (a weights folder written by train or distill)")
     serving = composite.backend_settings() if composite is not None else {}
     generator = DiffusionGenerator(preset, base_dir, weights_dir, prompt_file, device=device, dtype=dtype, seed=seed,
-                                   **serving)
+                                   **serving, **camera)
     try:
         yield generator
     finally:
@@ -705,13 +723,14 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
     scores: dict[str, list[ClipScores]] = {m: [] for m in MODELS}
     clip_rows: list[dict[str, Any]] = []
     with ExitStack() as stack:
+        camera = {"robot": robot, "intrinsics": intrinsics, "camera_frame": camera_frame}
         generators: dict[str, Generator] = {
             "student": stack.enter_context(_diffusion(name, base_dir, weights_dir, prompt_file, device, dtype, seed,
-                                                      "weights_dir", composite))}
+                                                      "weights_dir", composite, **camera))}
         if teacher_weights_dir:
             generators["teacher"] = stack.enter_context(_diffusion(
                 name, base_dir, teacher_weights_dir, prompt_file, device, dtype, seed, "teacher_weights_dir",
-                composite))
+                composite, **camera))
         inputs["weights_manifest"] = _manifest(weights_dir)
         inputs["teacher_weights_manifest"] = _manifest(teacher_weights_dir)
         if render:
@@ -719,6 +738,12 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
 
             generators["render"] = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
                                                    camera_frame=camera_frame)
+        painter = None  # the render reference's frames for the reconstruction
+        if reconstruction and composite is not None and composite.reference == "render":
+            from rynn_teleop.world_model.render import RenderGenerator
+
+            painter = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
+                                      camera_frame=camera_frame)
         vae = generators["student"].engine.model.vae if reconstruction else None
         run = [m for m in MODELS if m in generators or m == "baseline" or (m == "reconstruction" and vae is not None)]
         writer = SideBySideWriter(out / VIDEO_FILE, [LABELS["truth"]] + [LABELS[m] for m in run], config.width,
@@ -740,7 +765,8 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
                     predictions[model] = repeat_first(clip)
                     continue
                 if model == "reconstruction":
-                    predictions[model] = vae_round_trip(vae, clip, composite)
+                    predictions[model] = vae_round_trip(
+                        vae, clip, composite, None if painter is None else stream(painter, clip, actions))
                     continue
                 generator = generators[model]
                 engine = getattr(generator, "engine", None)
@@ -855,6 +881,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--composite-reach-px", type=float, default=defaults.reach_px, metavar="PX",
                         help="farther than this from the robot's skeleton sweep, frame 0's pixel (default "
                              f"{defaults.reach_px}; 0: no gate)")
+    parser.add_argument("--composite-reference", choices=REFERENCES, default=defaults.reference,
+                        help="composite over frame 0 (anchor) or the render backend's frames (render; default "
+                             f"{defaults.reference})")
 
 
 def format_table(result: dict[str, Any]) -> str:
@@ -887,7 +916,7 @@ def run_cli(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     composite = CompositeSettings(args.composite_low, args.composite_high, args.composite_blur_px,
-                                  args.composite_reach_px)
+                                  args.composite_reach_px, args.composite_reference)
     result = evaluate(args.dataset, args.out, base_dir=args.base_dir, weights_dir=args.weights_dir,
                       prompt_file=args.prompt_file, preset=args.preset, split=args.split,
                       teacher_weights_dir=args.teacher_weights_dir, device=args.device, dtype=args.dtype,

@@ -11,8 +11,10 @@ Steps:
    serving loop of :func:`~.evaluate.stream`) without compositing, beside the static decode of its frame 0
    (:func:`~rynn_teleop.world_model.diffusion.composite.static_video`, which the engine's block-wise static
    decode equals), its condition images' skeleton sweep from frame 1 on, the ``render`` backend's frames and the
-   clip's own frames;
-2. ``score``: each candidate of ``grid`` composited over frame 0, scored against the truth: whole-frame PSNR
+   clip's own frames; with the ``render`` reference also the static decode of the render backend's frames (frame 0
+   first, as the engine streams them);
+2. ``score``: each candidate of ``grid`` composited over its reference (frame 0, or the render backend's frames
+   with ``reference`` ``render``: every candidate takes the run's reference), scored against the truth: whole-frame PSNR
    [dB] and SSIM, and the moved objects' box PSNR [dB] from their first move on (``object_psnr_after``) and
    from a first move inside the clip on (``object_psnr_moving``), as :mod:`~.evaluate` defines them, each the
    mean over the frames; the render backend the same way;
@@ -42,7 +44,7 @@ import numpy as np
 from rynn_teleop.core.robot_model import RobotModel
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.conditioning import DEFAULT_CAMERA_FRAME
-from rynn_teleop.world_model.diffusion.composite import CompositeSettings
+from rynn_teleop.world_model.diffusion.composite import REFERENCES, CompositeSettings
 
 from .clips import ClipDataset, read_clip
 from .evaluate import (
@@ -81,6 +83,7 @@ class DecodedClip(NamedTuple):
     render: np.ndarray
     objects: Any  # ClipObjects of frames 1..T-1, or None
     resting_at_anchor: np.ndarray | None
+    static_render: np.ndarray | None = None  # the static decode of the render frames (``render`` reference only)
 
 
 class Scores(NamedTuple):
@@ -97,9 +100,10 @@ class Scores(NamedTuple):
 
 
 def decode(dataset_dir: str | os.PathLike, *, base_dir, weights_dir, prompt_file, every: int = 4,
-           device: str = "cpu", dtype: str = "float32", seed: int = 0,
+           device: str = "cpu", dtype: str = "float32", seed: int = 0, reference: str = "anchor",
            log: Callable[[str], None] | None = None) -> list[DecodedClip]:
-    """Step ``decode`` (see the module docstring) on every ``every``-th clip of the ``train`` split.
+    """Step ``decode`` (see the module docstring) on every ``every``-th clip of the ``train`` split; with
+    ``reference`` ``render`` each clip also carries the static decode of its render frames.
 
     Raises:
         DatasetError: no dataset or no training clips.
@@ -128,30 +132,45 @@ def decode(dataset_dir: str | os.PathLike, *, base_dir, weights_dir, prompt_file
             actions = clip.actions[:, columns].astype(np.float64)
             model.engine.generator.manual_seed(seed)
             decoded = stream(model, clip, actions)
+            rendered = stream(render, clip, actions)
             with torch.no_grad():
-                reference = rgb_to_pixels(clip.frames[:1], device=vae.device)
-                static = np.stack(pixels_to_rgb(compositing.static_video(vae, reference, clip.length))[1:])
+                anchor = rgb_to_pixels(clip.frames[:1], device=vae.device)
+                static = np.stack(pixels_to_rgb(compositing.static_video(vae, anchor, clip.length))[1:])
+                static_render = None
+                if reference == "render":
+                    painted = rgb_to_pixels(np.concatenate([clip.frames[:1], rendered]), device=vae.device)
+                    static_render = np.stack(pixels_to_rgb(vae.decode(vae.encode(painted)))[1:])
             objects = read_clip_objects(dataset.root / file)
             out.append(DecodedClip(
                 file, clip.frames[1:], decoded, static, clip.frames[0],
-                served_sweep(clip)[0, 0, 1:].numpy(), stream(render, clip, actions),
+                served_sweep(clip)[0, 0, 1:].numpy(), rendered,
                 None if objects is None else objects.slice(1, clip.length),
-                None if objects is None else ~objects.moved[0]))
+                None if objects is None else ~objects.moved[0], static_render))
             if log:
                 log(f"tune-composite: decoded {file} ({len(out)} clips)")
     return out
 
 
 def composited(clip: DecodedClip, settings: CompositeSettings) -> np.ndarray:
-    """``clip``'s model frames composited over its frame 0 under ``settings``, (T - 1, H, W, 3) uint8."""
+    """``clip``'s model frames composited over its frame 0 (or its render frames: ``settings.reference``
+    ``render``, which needs :func:`decode`'s ``reference`` ``render``) under ``settings``, (T - 1, H, W, 3) uint8.
+
+    Raises:
+        ValueError: the ``render`` reference on a clip decoded without its static decode.
+    """
     import torch
 
     from rynn_teleop.world_model.diffusion import composite as compositing
     from rynn_teleop.world_model.diffusion.vae import pixels_to_rgb, rgb_to_pixels
 
     swept = torch.from_numpy(clip.swept)[None, None]
-    frames = compositing.composite(rgb_to_pixels(clip.decoded), rgb_to_pixels(clip.static),
-                                   rgb_to_pixels([clip.reference]), settings, swept)
+    if settings.reference == "render":
+        if clip.static_render is None:
+            raise ValueError(f"{clip.file}: decoded without the render reference's static decode")
+        static, reference = rgb_to_pixels(clip.static_render), rgb_to_pixels(clip.render)
+    else:
+        static, reference = rgb_to_pixels(clip.static), rgb_to_pixels([clip.reference])
+    frames = compositing.composite(rgb_to_pixels(clip.decoded), static, reference, settings, swept)
     return np.stack(pixels_to_rgb(frames))
 
 
@@ -211,8 +230,10 @@ def choose(candidates: Sequence[tuple[CompositeSettings, Scores]], render: Score
 def tune_composite(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base_dir, weights_dir,
                    prompt_file, every: int = 4, grid: Sequence[CompositeSettings] = GRID,
                    object_margin_db: float = OBJECT_MARGIN_DB, device: str = "cpu", dtype: str = "float32",
-                   seed: int = 0, log: Callable[[str], None] | None = print) -> dict[str, Any]:
+                   seed: int = 0, reference: str = "anchor",
+                   log: Callable[[str], None] | None = print) -> dict[str, Any]:
     """Run the three steps (see the module docstring); write and return ``tune_composite.json``'s content.
+    ``reference`` (``anchor`` or ``render``) replaces every candidate's.
 
     Returns:
         ``format``, ``chosen`` (a :class:`CompositeSettings` as a dict), ``backend_settings`` (the ``diffusion``
@@ -225,8 +246,9 @@ def tune_composite(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *
     """
     if not grid:
         raise ConfigurationError("tune-composite: the grid of candidates is empty")
+    grid = [dataclasses.replace(s, reference=reference) for s in grid]  # validates the reference
     clips = decode(dataset_dir, base_dir=base_dir, weights_dir=weights_dir, prompt_file=prompt_file, every=every,
-                   device=device, dtype=dtype, seed=seed, log=log)
+                   device=device, dtype=dtype, seed=seed, reference=reference, log=log)
     render = score(clips, lambda c: c.render)
     baseline = score(clips, lambda c: np.repeat(c.reference[None], len(c.truth), axis=0))
     candidates = []
@@ -243,7 +265,8 @@ def tune_composite(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *
         "clips": [c.file for c in clips], "frames": int(sum(len(c.truth) for c in clips)),
         "inputs": {"dataset": str(Path(dataset_dir).resolve()), "split": "train", "every": every,
                    "base_dir": str(base_dir), "weights_dir": str(weights_dir), "prompt_file": str(prompt_file),
-                   "object_margin_db": object_margin_db, "device": device, "dtype": dtype, "seed": seed},
+                   "object_margin_db": object_margin_db, "device": device, "dtype": dtype, "seed": seed,
+                   "reference": reference},
     }
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -260,13 +283,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--object-margin-db", type=float, default=OBJECT_MARGIN_DB,
                         help=f"object_psnr_after margin over render a candidate must keep [dB] (default "
                              f"{OBJECT_MARGIN_DB:g})")
+    parser.add_argument("--reference", choices=REFERENCES, default="anchor",
+                        help="composite over the anchor frame or the render backend's frames (the diffusion "
+                             "backend's composite_reference; default anchor)")
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Tune and print the chosen settings as the diffusion backend's parameters (and the JSON's path)."""
     result = tune_composite(args.dataset, args.out, base_dir=args.base_dir, weights_dir=args.weights_dir,
                             prompt_file=args.prompt_file, every=args.every, grid=GRID,
-                            object_margin_db=args.object_margin_db,
+                            object_margin_db=args.object_margin_db, reference=args.reference,
                             device=args.device, dtype=args.dtype, seed=args.seed)
     print(f"chosen ({result['criterion']}): " + json.dumps(result["backend_settings"]))
     print(Path(args.out) / TUNE_FILE)
