@@ -45,9 +45,11 @@ composites the VAE round trip the same way, so it stays their ceiling; the line'
 the trained student on every 4th training clip (``rynn-teleop world-model tune-composite``: the highest SSIM among
 the candidates keeping the object region 1 dB over ``render``, after the first move and after a first move inside
 the clip where it can; the held-out clips play no part); the line's
-``composite_tuning`` says what was chosen and why. ``--vae-change-weight W`` fits the VAE with the pixels where a clip
-changes weighted 1 + W (``tiny_base``'s ``change_weight``: with compositing, the anchor shows the rest);
-``--vae-object-weight W`` adds W inside the boxes of the objects that move (``object_weight``).
+``composite_tuning`` says what was chosen and why. ``--composite-reference render`` composites over the render
+backend's frame for each action instead of the anchor (the backend's ``composite_reference``; the tuning, the
+evaluation, the ceiling and the judged episodes all take it). ``--vae-change-weight W`` fits the VAE with the
+pixels where a clip changes weighted 1 + W (``tiny_base``'s ``change_weight``: with compositing, the anchor shows
+the rest); ``--vae-object-weight W`` adds W inside the boxes of the objects that move (``object_weight``).
 
 ``--from STEP`` (with ``--out DIR``) starts at STEP and reuses the earlier steps' outputs in DIR, as recorded in
 its ``bench_state.json`` (e.g. ``--from eval`` re-scores trained models; ``--from base`` refits the VAE on the same
@@ -57,6 +59,7 @@ dataset).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -67,6 +70,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rynn_teleop.world_model.diffusion.composite import REFERENCES  # torch-free
 from rynn_teleop.world_model.diffusion.presets import STAND_IN_PRESETS  # torch-free
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -200,7 +204,7 @@ def main() -> int:
                         "compositing (the diffusion backend's composite: true) in eval and judge")
     parser.add_argument("--tune-composite", action="store_true", help="with --composite: choose the compositing "
                         "settings for the trained student on training clips (step tune) instead of the defaults")
-    parser.add_argument("--composite-reference", choices=("anchor", "render"), default="anchor",
+    parser.add_argument("--composite-reference", choices=REFERENCES, default="anchor",
                         help="with --composite: composite over the anchor frame or, per frame, the render backend's "
                         "drawing of the action (the diffusion backend's composite_reference)")
     parser.add_argument("--vae-change-weight", type=float, default=0.0, help="fit the VAE with the pixels where a "
@@ -351,8 +355,9 @@ def main() -> int:
         if not reused("eval"):
             composite = None
             if args.composite:
-                composite = (CompositeSettings(**tuning["chosen"]) if tuning
-                             else CompositeSettings(reference=args.composite_reference))
+                # the flag's reference, whatever an earlier tuning state holds (one without the key: anchor)
+                composite = dataclasses.replace(CompositeSettings(**tuning["chosen"]) if tuning
+                                                else CompositeSettings(), reference=args.composite_reference)
             metrics = evaluate(work / "dataset", work / "eval", base_dir=work / "base", weights_dir=student_dir,
                                prompt_file=work / "prompt.safetensors", teacher_weights_dir=work / "teacher",
                                lpips_backbone=args.lpips_backbone, composite=composite)

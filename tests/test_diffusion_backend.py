@@ -90,6 +90,11 @@ def test_the_render_reference_composites_over_the_robot_painted_at_each_action(w
         expected = as_rgb(render.step(q)[0], generator.width, generator.height)
         assert np.array_equal(f, expected)
     assert not np.array_equal(out[0], anchor) and not np.array_equal(out[0], out[-1])  # drawn, and moved
+    # an action the renderer cannot paint is refused at once, and nothing is buffered
+    for bad in (np.zeros(53), np.full(54, np.nan)):
+        with pytest.raises(ValueError, match=r"finite \(54,\) joint vector"):
+            generator.step(bad, frame(20))
+    assert generator.pending == 0
 
 
 def test_threads_sets_torchs_pool_of_the_process_and_zero_leaves_it(weights):

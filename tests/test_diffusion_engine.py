@@ -191,6 +191,30 @@ def test_the_render_reference_shows_the_painted_frames_where_the_model_changes_n
     assert painter.canvases and all(np.array_equal(c, frames[-1]) for c in painter.canvases)
 
 
+def test_the_render_references_static_decode_streams_the_one_shot_decode_of_the_painted_video(short_model):
+    """Block by block the static decode of the painted frames is the one-shot decode of the anchor followed by
+    them (what evaluate and tune-composite compute offline)."""
+    painter = Painter()
+    engine = StreamEngine(short_model, composite=CompositeSettings(reference="render"), painter=painter)
+    engine.reset(image(0))
+    n = engine.frames_per_block
+    statics, painted = [], []
+    real = engine._static_of
+
+    def keep(reference):
+        painted.append(reference)
+        statics.append(real(reference))
+        return statics[-1]
+
+    engine._static_of = keep
+    for b in (1, 2):
+        engine.generate_block(block(b), [np.full(54, 30.0 * (b + i)) for i in range(n)])
+    video = torch.cat([rgb_to_tensor([image(0)]), *painted], dim=2)
+    expected = short_model.vae.decode(short_model.vae.encode(video))[:, :, 1:]
+    assert torch.allclose(torch.cat(statics, dim=2), expected, atol=1e-5)
+    assert not torch.allclose(statics[0][:, :, :1], statics[1][:, :, :1], atol=1e-3)  # it follows the painting
+
+
 def test_the_render_reference_needs_a_painter_and_the_actions(short_model):
     settings = dataclasses.replace(UNREACHABLE, reference="render")
     with pytest.raises(ValueError, match="needs a painter"):
@@ -201,6 +225,8 @@ def test_the_render_reference_needs_a_painter_and_the_actions(short_model):
         engine.generate_block(block(1))
     with pytest.raises(ValueError, match="needs the block's 4 actions; got 3"):
         engine.generate_block(block(1), [np.zeros(54)] * 3)
+    with pytest.raises(ValueError, match="one joint vector per action"):
+        engine.generate_block(block(1), [np.zeros(54)] * 3 + [np.zeros(53)])
 
 
 def test_compositing_re_anchors_on_the_observed_real_frame(short_model):

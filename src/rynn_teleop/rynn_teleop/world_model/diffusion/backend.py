@@ -93,18 +93,18 @@ class DiffusionGenerator(Generator):
               "pipeline: on 2 cores torch's default put gaps in the arm commands (docs: benchmarks, world model on "
               "twin episodes); raise it where cores are spare and the model runs on the CPU", "threads", min=0,
               max=1024),
-        Param("composite", bool, False, "composite the generated frames over the anchor frame: pixels the model "
-              "leaves as the VAE draws the unchanged anchor come from the anchor itself (docs: concepts, world "
-              "model, reference compositing)"),
-        Param("composite_low", float, _COMPOSITE.low, "change below which a pixel is the anchor's (the generated "
-              "frame against the VAE's drawing of the unchanged anchor, channel mean, smoothed); must be below "
+        Param("composite", bool, False, "composite the generated frames over a reference (composite_reference): "
+              "pixels the model leaves as the VAE draws the reference come from the reference itself (docs: "
+              "concepts, world model, reference compositing)"),
+        Param("composite_low", float, _COMPOSITE.low, "change below which a pixel is the reference's (the "
+              "generated frame against the VAE's drawing of the reference, channel mean, smoothed); must be below "
               "composite_high", "8-bit levels", min=0.0, max=MAX_LEVEL),
         Param("composite_high", float, _COMPOSITE.high, "change above which a pixel is the generated one (linear "
               "blend between low and high)", "8-bit levels", min=0.0, max=MAX_LEVEL),
         Param("composite_blur_px", float, _COMPOSITE.blur_px, "Gaussian sigma smoothing the change before the "
               "blend", "px", min=0.0, max=MAX_BLUR_PX),
         Param("composite_reach_px", float, _COMPOSITE.reach_px, "farther than this from everywhere the robot's "
-              "skeleton has been since the anchor, the anchor's pixel (0: no gate)", "px", min=0.0,
+              "skeleton has been since the anchor, the reference's pixel (0: no gate)", "px", min=0.0,
               max=MAX_REACH_PX),
         Param("composite_reference", str, _COMPOSITE.reference, "what the generated frames are composited over: "
               "anchor (the anchor frame) or render (per frame, the robot's primitives painted at the action over "
@@ -147,12 +147,15 @@ class DiffusionGenerator(Generator):
             if not value:
                 raise ConfigurationError(f"diffusion backend: {name} is required (see the README, World model)")
         painter = None
+        self._joints = 0  # the render reference's joint vector size (0: actions are not read)
         if composite and settings.reference == "render":
             from rynn_teleop.core.camera_view import DEFAULT_CAMERA_FRAME
             from rynn_teleop.world_model.render import RenderGenerator
 
             renderer = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
                                        camera_frame=camera_frame or DEFAULT_CAMERA_FRAME)
+            self._joints = len(renderer.robot.joint_names)
+
             def painter(anchor: np.ndarray, action: np.ndarray) -> np.ndarray:
                 return renderer.render(action, anchor)
         model = load_model(config, base_dir, weights_dir, prompt_file, device, resolved)
@@ -179,15 +182,21 @@ class DiffusionGenerator(Generator):
         when complete.
 
         Raises:
-            ValueError: no condition image (this backend cannot draw one).
+            ValueError: no condition image (this backend cannot draw one); with the ``render`` reference, an
+                action that is not a finite joint vector of the robot's size (nothing is buffered then).
             RuntimeError: :meth:`reset` was never called.
         """
         if condition is None:
             raise ValueError("the diffusion backend needs the condition (skeleton) image of every action")
         if not self.engine.started:
             raise RuntimeError("no stream: call reset(reference) first")
-        self._conditions.append(as_rgb(condition, self.preset.width, self.preset.height))
-        self._actions.append(np.array(action, dtype=np.float64, copy=True))
+        q = np.array(action, dtype=np.float64, copy=True)  # before anything is buffered: both lists stay in step
+        if self._joints and (q.shape != (self._joints,) or not np.isfinite(q).all()):
+            raise ValueError(f"the render reference paints the robot at the action: expected a finite "
+                             f"({self._joints},) joint vector, got shape {q.shape}")
+        condition = as_rgb(condition, self.preset.width, self.preset.height)
+        self._conditions.append(condition)
+        self._actions.append(q)
         if len(self._conditions) < self.engine.frames_per_block:
             return []
         n = self.engine.frames_per_block

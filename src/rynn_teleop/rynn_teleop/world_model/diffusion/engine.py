@@ -90,7 +90,7 @@ class StreamEngine:
         self._decoder_stream = self.model.vae.new_stream()
         self._composite = composite
         self._painter = painter
-        self._static_encoder = self.model.vae.new_stream()  # the anchor repeated (compositing only)
+        self._static_encoder = self.model.vae.new_stream()  # the reference (anchor repeated, or painted) frames
         self._static_decoder = self.model.vae.new_stream()
         self._static_block: torch.Tensor | None = None  # the newest static block; reused once converged
         self._static_quiet = 0  # consecutive quiet static blocks (see STATIC_SETTLED_BLOCKS)
@@ -179,6 +179,8 @@ class StreamEngine:
         if self._painted and (actions is None or len(actions) != self.frames_per_block):
             raise ValueError(f"compositing over the render reference needs the block's {self.frames_per_block} "
                              f"actions; got {'none' if actions is None else len(actions)}")
+        if self._painted and any(np.shape(a) != np.shape(actions[0]) or np.ndim(a) != 1 for a in actions):
+            raise ValueError("compositing over the render reference needs one joint vector per action")
         for frame in condition_frames:
             self._check_image(frame)
         try:

@@ -870,8 +870,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="do not score the base VAE's round trip of the true frames (the ceiling)")
     defaults = CompositeSettings()
     parser.add_argument("--composite", action="store_true",
-                        help="composite the student, teacher and reconstruction over frame 0, as the diffusion "
-                             "backend serves them with composite: true")
+                        help="composite the student, teacher and reconstruction over frame 0 (or the render "
+                             "frames: --composite-reference), as the diffusion backend serves them with "
+                             "composite: true")
     parser.add_argument("--composite-low", type=float, default=defaults.low, metavar="LEVELS",
                         help=f"change [8-bit levels] below which a pixel is frame 0's (default {defaults.low})")
     parser.add_argument("--composite-high", type=float, default=defaults.high, metavar="LEVELS",

@@ -283,7 +283,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--object-margin-db", type=float, default=OBJECT_MARGIN_DB,
                         help=f"object_psnr_after margin over render a candidate must keep [dB] (default "
                              f"{OBJECT_MARGIN_DB:g})")
-    parser.add_argument("--reference", choices=REFERENCES, default="anchor",
+    parser.add_argument("--composite-reference", choices=REFERENCES, default="anchor",
                         help="composite over the anchor frame or the render backend's frames (the diffusion "
                              "backend's composite_reference; default anchor)")
 
@@ -292,7 +292,7 @@ def run_cli(args: argparse.Namespace) -> int:
     """Tune and print the chosen settings as the diffusion backend's parameters (and the JSON's path)."""
     result = tune_composite(args.dataset, args.out, base_dir=args.base_dir, weights_dir=args.weights_dir,
                             prompt_file=args.prompt_file, every=args.every, grid=GRID,
-                            object_margin_db=args.object_margin_db, reference=args.reference,
+                            object_margin_db=args.object_margin_db, reference=args.composite_reference,
                             device=args.device, dtype=args.dtype, seed=args.seed)
     print(f"chosen ({result['criterion']}): " + json.dumps(result["backend_settings"]))
     print(Path(args.out) / TUNE_FILE)
