@@ -18,7 +18,8 @@ times the paper's dimensions at 832x480 next to the paper's 40 FPS (one
 H100).
 
 ``--composite`` times the same stream again with reference compositing (``diffusion.composite: true``, its
-default thresholds; ``--composite-reach-px R`` with the reach gate) and adds ``composite_fps`` and
+default thresholds; ``--composite-reach-px R`` with the reach gate; ``--composite-reference render`` over the
+render backend's frames, the robot painted at a swinging home posture) and adds ``composite_fps`` and
 ``composite_cost_ratio`` (plain FPS / composited FPS, both
 from this run). With random weights the VAE's drawing of the unchanged anchor may never settle, so every block
 pays the extra encode and decode: the upper bound of the cost.
@@ -35,6 +36,7 @@ import time
 
 import numpy as np
 
+from rynn_teleop.world_model.diffusion.composite import REFERENCES  # torch-free
 from rynn_teleop.world_model.diffusion.presets import PRESETS  # torch-free
 
 PAPER_FPS = 40.0  # RynnWorld-Teleop, 832x480, one H100 (shared/docs/world-model.md)
@@ -111,13 +113,14 @@ def bench_render(frames: int) -> dict:
 
 
 def bench_diffusion(preset: str, device: str, dtype: str, frames: int, attention: str | None,
-                    compile_blocks: bool, fp8: bool, composite: bool = False, reach_px: float = 0.0) -> dict:
+                    compile_blocks: bool, fp8: bool, composite: bool = False, reach_px: float = 0.0,
+                    reference: str = "anchor") -> dict:
     from rynn_teleop.world_model.diffusion.bench_support import measure_stream
     from rynn_teleop.world_model.diffusion.composite import CompositeSettings
 
     return measure_stream(preset, device=device, dtype=dtype, frames=frames, random_weights=True,
                           attention_backend=attention, compile_blocks=compile_blocks, fp8=fp8,
-                          composite=CompositeSettings(reach_px=reach_px) if composite else None)
+                          composite=CompositeSettings(reach_px=reach_px, reference=reference) if composite else None)
 
 
 def main() -> None:
@@ -127,6 +130,9 @@ def main() -> None:
     parser.add_argument("--composite", action="store_true", help="also time the stream with reference compositing")
     parser.add_argument("--composite-reach-px", type=float, default=0.0, help="with --composite: the reach gate's "
                         "radius (composite_reach_px; 0: no gate)")
+    parser.add_argument("--composite-reference", default="anchor", choices=REFERENCES,
+                        help="with --composite: composite over the anchor or the render backend's frames "
+                        "(composite_reference)")
     parser.add_argument("--device", default="cpu", help="torch device for the diffusion engine")
     parser.add_argument("--dtype", default=None, help="float32 (CPU default) or bfloat16 (GPU default)")
     parser.add_argument("--diffusion-frames", type=int, default=None, help="generated frames to time")
@@ -170,12 +176,13 @@ def main() -> None:
     print("  FPS as the stream grows: " + ", ".join(f"{v:.1f}" for v in d["fps_by_stream_length"]))
     if args.composite:
         c = bench_diffusion(args.preset, args.device, dtype, frames, args.attention, args.compile, args.fp8, True,
-                            args.composite_reach_px)
+                            args.composite_reach_px, args.composite_reference)
         print(f"  with reference compositing: {c['fps']:.1f} FPS (x{d['fps'] / c['fps']:.2f} the time per frame); "
               f"composite stage {c['stage_ms'].get('composite', 0.0):.1f} ms per block")
         out.update({"composite_fps": c["fps"], "composite_cost_ratio": d["fps"] / c["fps"],
                     "composite_stage_ms": c["stage_ms"].get("composite"),
-                    "composite_reach_px": args.composite_reach_px})
+                    "composite_reach_px": args.composite_reach_px,
+                    "composite_reference": args.composite_reference})
     if args.preset == "paper":
         print(f"  paper: {PAPER_FPS:.0f} FPS at 832x480 on one H100; ratio x{d['fps'] / PAPER_FPS:.2f}")
         out.update({"render_fps": None, "paper_fps": d["fps"], "paper_ratio_vs_published": d["fps"] / PAPER_FPS})

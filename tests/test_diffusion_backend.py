@@ -9,6 +9,7 @@ import torch
 from rynn_teleop.errors import ConfigurationError
 from rynn_teleop.world_model.diffusion.backend import DiffusionGenerator
 from rynn_teleop.world_model.diffusion.bench_support import measure_stream
+from rynn_teleop.world_model.diffusion.composite import CompositeSettings
 from rynn_teleop.world_model.diffusion.model import save_model, untrained_model
 from rynn_teleop.world_model.diffusion.presets import TINY
 from rynn_teleop.world_model.diffusion.weights import BaseModelError, FineTunedWeightsError, PromptEmbeddingError
@@ -92,7 +93,7 @@ def test_the_render_reference_composites_over_the_robot_painted_at_each_action(w
     assert not np.array_equal(out[0], anchor) and not np.array_equal(out[0], out[-1])  # drawn, and moved
     # an action the renderer cannot paint is refused at once, and nothing is buffered
     for bad in (np.zeros(53), np.full(54, np.nan)):
-        with pytest.raises(ValueError, match=r"finite \(54,\) joint vector"):
+        with pytest.raises(ValueError, match=r"render: expected a finite \(54,\) joint vector"):
             generator.step(bad, frame(20))
     assert generator.pending == 0
 
@@ -185,3 +186,6 @@ def test_measure_stream_needs_weights_or_an_explicit_random_request(weights):
     assert {"encode_condition", "denoise", "commit", "decode"} <= set(result["stage_split"])
     assert result["stream_length_frames"] == [17, 33] and len(result["fps_by_stream_length"]) == 2
     assert measure_stream("tiny", frames=9, **weights)["weights"] == "loaded"
+    painted = measure_stream("tiny", frames=17, random_weights=True, segments=2,
+                             composite=CompositeSettings(reference="render"))
+    assert painted["stage_ms"]["composite"] > 0  # the robot painted and blended in every block

@@ -692,6 +692,18 @@ class RobotRenderer:
         robot = self.geometry.primitives if self.draw_robot else ()
         self.renderer = PrimitiveRenderer((*robot, *self.objects), self.view, self.shading)
 
+    def joint_vector(self, q: np.ndarray) -> np.ndarray:
+        """``q`` as the float (54,) [rad] joint vector the robot is painted at (a copy).
+
+        Raises:
+            ValueError: not a finite (54,) joint vector.
+        """
+        q = np.array(q, dtype=float, copy=True)
+        if q.shape != (len(self.robot.joint_names),) or not np.all(np.isfinite(q)):
+            raise ValueError(f"render: expected a finite ({len(self.robot.joint_names)},) joint vector, got "
+                             f"{q.shape}")
+        return q
+
     def poses(self, q: np.ndarray, object_poses: np.ndarray | None = None) -> np.ndarray:
         """(N, 4, 4) poses in the optical frame of the robot's primitives at ``q`` (54,) [rad], canonical order
         (none without :attr:`draw_robot`), then of the objects at ``object_poses`` (M, 4, 4) in ``base_link``.
@@ -701,11 +713,7 @@ class RobotRenderer:
         """
         parts = []
         if self.draw_robot:
-            q = np.asarray(q, dtype=float)
-            if q.shape != (len(self.robot.joint_names),) or not np.all(np.isfinite(q)):
-                raise ValueError(f"render: expected a finite ({len(self.robot.joint_names)},) joint vector, got "
-                                 f"{q.shape}")
-            parts.append(self.view.T_camera_base @ self.geometry.poses(q))
+            parts.append(self.view.T_camera_base @ self.geometry.poses(self.joint_vector(q)))
         if self.objects:
             T = np.asarray(object_poses if object_poses is not None else (), dtype=float)
             if T.shape != (len(self.objects), 4, 4):

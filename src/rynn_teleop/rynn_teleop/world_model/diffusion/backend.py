@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -147,14 +147,15 @@ class DiffusionGenerator(Generator):
             if not value:
                 raise ConfigurationError(f"diffusion backend: {name} is required (see the README, World model)")
         painter = None
-        self._joints = 0  # the render reference's joint vector size (0: actions are not read)
+        # the render reference's action check (the renderer's own), run before an action is buffered
+        self._joint_vector: Callable[[np.ndarray], np.ndarray] | None = None
         if composite and settings.reference == "render":
             from rynn_teleop.core.camera_view import DEFAULT_CAMERA_FRAME
             from rynn_teleop.world_model.render import RenderGenerator
 
             renderer = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
                                        camera_frame=camera_frame or DEFAULT_CAMERA_FRAME)
-            self._joints = len(renderer.robot.joint_names)
+            self._joint_vector = renderer.painter.joint_vector
 
             def painter(anchor: np.ndarray, action: np.ndarray) -> np.ndarray:
                 return renderer.render(action, anchor)
@@ -190,12 +191,9 @@ class DiffusionGenerator(Generator):
             raise ValueError("the diffusion backend needs the condition (skeleton) image of every action")
         if not self.engine.started:
             raise RuntimeError("no stream: call reset(reference) first")
-        q = np.array(action, dtype=np.float64, copy=True)  # before anything is buffered: both lists stay in step
-        if self._joints and (q.shape != (self._joints,) or not np.isfinite(q).all()):
-            raise ValueError(f"the render reference paints the robot at the action: expected a finite "
-                             f"({self._joints},) joint vector, got shape {q.shape}")
-        condition = as_rgb(condition, self.preset.width, self.preset.height)
-        self._conditions.append(condition)
+        # checked before anything is buffered, so that the two lists stay in step
+        q = self._joint_vector(action) if self._joint_vector else np.array(action, dtype=np.float64, copy=True)
+        self._conditions.append(as_rgb(condition, self.preset.width, self.preset.height))
         self._actions.append(q)
         if len(self._conditions) < self.engine.frames_per_block:
             return []

@@ -50,6 +50,8 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
         compile_blocks: ``torch.compile`` the DiT's repeated blocks (diffusers' ``compile_repeated_blocks``).
         fp8: FP8 weights and activations in the DiT's block linear layers (:func:`~.fp8.quantize_fp8`).
         composite: reference compositing (:mod:`.composite`; its stage is timed as ``composite``); None: off.
+            With the ``render`` reference the default robot is painted (the render backend) at the home posture
+            swinging its arms.
 
     Returns:
         ``preset``, ``device``, ``dtype``, ``weights`` ("loaded" or "random"), ``width``,
@@ -84,12 +86,26 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
     per_block = config.frames_per_block
     blocks = max(segments, 2, -(-(frames - 1) // per_block))
     timer = StageTimer(window=blocks + WARMUP_BLOCKS + 8)
-    engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=timer, composite=composite)
+    painter, actions = None, [None] * 8
+    if composite is not None and composite.reference == "render":
+        from rynn_teleop.sim.rollout import home_posture
+        from rynn_teleop.world_model.render import RenderGenerator
+
+        renderer = RenderGenerator(width=config.width, height=config.height)
+
+        def painter(anchor: np.ndarray, q: np.ndarray) -> np.ndarray:
+            return renderer.render(q, anchor)
+
+        home = home_posture()
+        actions = [[home + np.r_[np.full(14, 0.3 * np.sin(0.2 * (b * per_block + f))), np.zeros(len(home) - 14)]
+                    for f in range(per_block)] for b in range(8)]
+    engine = StreamEngine(model, device=device, dtype=resolved, seed=seed, timer=timer, composite=composite,
+                          painter=painter)
     reference, conditions = _inputs(config)
 
     engine.reset(reference)
     for b in range(WARMUP_BLOCKS):
-        engine.generate_block(conditions[b % len(conditions)])
+        engine.generate_block(conditions[b % len(conditions)], actions[b % len(actions)])
     timer.clear()
     if engine.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(engine.device)
@@ -98,7 +114,7 @@ def measure_stream(preset: str | WanPreset, device: str = "cpu", dtype: str | to
     engine.reset(reference)
     ends = []
     for b in range(blocks):
-        engine.generate_block(conditions[b % len(conditions)])
+        engine.generate_block(conditions[b % len(conditions)], actions[b % len(actions)])
         ends.append(time.perf_counter())
     bounds = np.linspace(0, blocks, segments + 1).round().astype(int).tolist()
     times = [start, *ends]

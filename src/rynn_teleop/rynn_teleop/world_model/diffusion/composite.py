@@ -226,6 +226,7 @@ def composite(decoded: torch.Tensor, static: torch.Tensor, reference: torch.Tens
 
 
 def static_video(vae, reference: torch.Tensor, frames: int) -> torch.Tensor:
-    """The static decode of a one-shot clip: ``reference`` (1, 3, 1, H, W) repeated ``frames`` (1 + 4k) times,
-    encoded and decoded by ``vae`` (a :class:`~.vae.StreamingVAE`), (1, 3, frames, H, W) in [-1, 1]."""
+    """The static decode of a one-shot clip: ``reference`` (1, 3, 1, H, W) repeated ``frames`` (1 + 4k) times, or
+    a reference per frame (1, 3, frames, H, W: the anchor, then the ``render`` reference's painted frames) as it
+    is, encoded and decoded by ``vae`` (a :class:`~.vae.StreamingVAE`), (1, 3, frames, H, W) in [-1, 1]."""
     return vae.decode(vae.encode(reference.expand(-1, -1, frames, -1, -1)))

@@ -179,8 +179,6 @@ class StreamEngine:
         if self._painted and (actions is None or len(actions) != self.frames_per_block):
             raise ValueError(f"compositing over the render reference needs the block's {self.frames_per_block} "
                              f"actions; got {'none' if actions is None else len(actions)}")
-        if self._painted and any(np.shape(a) != np.shape(actions[0]) or np.ndim(a) != 1 for a in actions):
-            raise ValueError("compositing over the render reference needs one joint vector per action")
         for frame in condition_frames:
             self._check_image(frame)
         try:
@@ -283,19 +281,17 @@ class StreamEngine:
         return rgb_to_pixels(painted, self.device, torch.float32)
 
     def _static_of(self, reference: torch.Tensor) -> torch.Tensor:
-        """The static decode of a block's render reference (its own VAE streams, which began at the anchor)."""
+        """The static decode of a block's reference frames (1, 3, T, H, W): the static VAE streams, which began at
+        the anchor."""
         vae = self.model.vae
-        return vae.decode(vae.encode(reference, self._static_encoder).to(self.dtype),
-                          self._static_decoder)
+        # the static latents take the DiT's dtype as the generated ones do, so both decoders see the same rounding
+        return vae.decode(vae.encode(reference, self._static_encoder).to(self.dtype), self._static_decoder)
 
     def _static(self, frames: int) -> torch.Tensor:
         """The static decode of the next ``frames`` video frames (the anchor repeated), (1, 3, frames, H, W)."""
         if self.static_settled:
             return self._static_block
-        vae = self.model.vae
-        repeated = self._reference.expand(-1, -1, frames, -1, -1)
-        # the static latents take the DiT's dtype as the generated ones do, so both decoders see the same rounding
-        block = vae.decode(vae.encode(repeated, self._static_encoder).to(self.dtype), self._static_decoder)
+        block = self._static_of(self._reference.expand(-1, -1, frames, -1, -1))
         quiet = self._static_block is not None and bool((block - self._static_block).abs().max() < STATIC_TOLERANCE)
         self._static_quiet = self._static_quiet + 1 if quiet else 0
         self._static_block = block

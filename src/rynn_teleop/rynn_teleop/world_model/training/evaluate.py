@@ -278,10 +278,9 @@ def vae_round_trip(vae: Any, clip: Clip, composite: CompositeSettings | None = N
                 raise ValueError("the render reference needs the render backend's frames 1..T-1")
             reference = rgb_to_pixels(np.concatenate([clip.frames[:1], rendered]), device=vae.device,
                                       dtype=vae.dtype)
-            static = vae.decode(vae.encode(reference))
         else:
             reference = pixels[:, :, :1]
-            static = compositing.static_video(vae, reference, clip.length)
+        static = compositing.static_video(vae, reference, clip.length)
         decoded = compositing.composite(decoded, static, reference, composite, swept)
     return np.stack(pixels_to_rgb(decoded)[1:])
 
@@ -733,17 +732,15 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
                 composite, **camera))
         inputs["weights_manifest"] = _manifest(weights_dir)
         inputs["teacher_weights_manifest"] = _manifest(teacher_weights_dir)
-        if render:
+        # the render backend's frames: the model "render" and the render reference of the reconstruction
+        painted = reconstruction and composite is not None and composite.reference == "render"
+        if render or painted:
             from rynn_teleop.world_model.render import RenderGenerator
 
-            generators["render"] = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
-                                                   camera_frame=camera_frame)
-        painter = None  # the render reference's frames for the reconstruction
-        if reconstruction and composite is not None and composite.reference == "render":
-            from rynn_teleop.world_model.render import RenderGenerator
-
-            painter = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
-                                      camera_frame=camera_frame)
+            renderer = RenderGenerator(robot, intrinsics, width=config.width, height=config.height,
+                                       camera_frame=camera_frame)
+            if render:
+                generators["render"] = renderer
         vae = generators["student"].engine.model.vae if reconstruction else None
         run = [m for m in MODELS if m in generators or m == "baseline" or (m == "reconstruction" and vae is not None)]
         writer = SideBySideWriter(out / VIDEO_FILE, [LABELS["truth"]] + [LABELS[m] for m in run], config.width,
@@ -759,14 +756,17 @@ def evaluate(dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, *, base
             clip_objects = read_clip_objects(dataset.root / file)
             held_objects = None if clip_objects is None else clip_objects.slice(1, clip.length)
             with_objects |= clip_objects is not None
+            rendered = stream(renderer, clip, actions) if render or painted else None  # once per clip
             predictions = {}
             for model in run:
                 if model == "baseline":
                     predictions[model] = repeat_first(clip)
                     continue
                 if model == "reconstruction":
-                    predictions[model] = vae_round_trip(
-                        vae, clip, composite, None if painter is None else stream(painter, clip, actions))
+                    predictions[model] = vae_round_trip(vae, clip, composite, rendered if painted else None)
+                    continue
+                if model == "render":
+                    predictions[model] = rendered
                     continue
                 generator = generators[model]
                 engine = getattr(generator, "engine", None)

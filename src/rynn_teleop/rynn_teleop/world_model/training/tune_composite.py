@@ -139,7 +139,7 @@ def decode(dataset_dir: str | os.PathLike, *, base_dir, weights_dir, prompt_file
                 static_render = None
                 if reference == "render":
                     painted = rgb_to_pixels(np.concatenate([clip.frames[:1], rendered]), device=vae.device)
-                    static_render = np.stack(pixels_to_rgb(vae.decode(vae.encode(painted)))[1:])
+                    static_render = np.stack(pixels_to_rgb(compositing.static_video(vae, painted, clip.length))[1:])
             objects = read_clip_objects(dataset.root / file)
             out.append(DecodedClip(
                 file, clip.frames[1:], decoded, static, clip.frames[0],
